@@ -1,0 +1,320 @@
+"""Input validation and normalisation for the public functions.
+
+Every message says what was wrong, what was expected and how to fix it. Nothing here writes into
+the caller's tensors. Checks that need the data's values (NaN/Inf, length ranges, band feasibility)
+read them from the device; they are skipped while a CUDA graph is being captured or torch.compile
+is tracing, where a read would break the capture or the graph.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import os
+from typing import NamedTuple, Optional
+
+import numpy as np
+import torch
+
+from . import backends
+from ._windows import build_window, window_has_path
+from .costs import NAMED_COSTS
+
+MEMORY_MODES = ("auto", "store", "checkpoint")
+_FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+class Problem(NamedTuple):
+    """Validated inputs, ready for the ops. x `(B, N, D)`, y `(B, M, D)` in the compute dtype."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    gamma: torch.Tensor  # 0-d, compute dtype, on the data's device; keeps the caller's autograd graph
+    x_lengths: torch.Tensor  # int64 (B,)
+    y_lengths: torch.Tensor  # int64 (B,)
+    window: Optional[torch.Tensor]  # int32 (B, N, 2) or None
+    backend: str
+    unbatched: bool
+    out_dtype: torch.dtype
+
+
+def _value_checks_enabled() -> bool:
+    if os.environ.get("SOFTDTW_CHECK_VALUES", "1") == "0":
+        return False
+    if torch.compiler.is_compiling():
+        return False
+    if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+        return False
+    return True
+
+
+def _shape(t) -> tuple:
+    return tuple(t.shape)
+
+
+def as_tensor(t, name: str) -> torch.Tensor:
+    """Accept tensors and NumPy arrays; reject everything else with the fix."""
+    if isinstance(t, np.ndarray):
+        t = torch.from_numpy(t)
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(
+            f"{name} must be a torch.Tensor of shape (B, T, D) or (T, D); got {type(t).__name__}. "
+            f"Wrap it with torch.as_tensor({name}, dtype=torch.float32)."
+        )
+    if t.is_complex() or t.dtype not in _FLOAT_DTYPES:
+        raise TypeError(
+            f"{name} must be a floating-point tensor (float16, bfloat16, float32 or float64); got "
+            f"{t.dtype}. Convert it with {name}.float() (or .double() for float64 precision)."
+        )
+    return t
+
+
+def check_finite(t: torch.Tensor, name: str) -> None:
+    if _value_checks_enabled() and not bool(torch.isfinite(t).all()):
+        bad = "NaN" if bool(torch.isnan(t).any()) else "Inf"
+        raise ValueError(
+            f"{name} contains {bad} values; soft-DTW needs finite inputs. Remove or impute them "
+            f"(for padded series pass x_lengths / y_lengths and fill the padding with any finite value)."
+        )
+
+
+def check_pair(x: torch.Tensor, y: torch.Tensor, xname: str = "x", yname: str = "y") -> bool:
+    """Shapes, devices and dtypes of a pair of batches. Returns True if the inputs were unbatched."""
+    for t, name in ((x, xname), (y, yname)):
+        if t.dim() not in (2, 3):
+            raise ValueError(
+                f"{name} must have shape (B, T, D) or (T, D); got {name}.shape={_shape(t)} "
+                f"({t.dim()} dimensions). For a univariate series of shape (T,) use {name}.unsqueeze(-1)."
+            )
+    if x.dim() != y.dim():
+        raise ValueError(
+            f"{xname} and {yname} must both be batched (B, T, D) or both unbatched (T, D); got "
+            f"{xname}.shape={_shape(x)}, {yname}.shape={_shape(y)}. Add a batch dimension with .unsqueeze(0)."
+        )
+    if x.dim() == 3 and x.shape[0] != y.shape[0]:
+        raise ValueError(
+            f"{xname} and {yname} must have the same batch size B; got {xname}.shape={_shape(x)}, "
+            f"{yname}.shape={_shape(y)}. Pair them up (e.g. {yname}.expand({x.shape[0]}, -1, -1)) or use "
+            f"softdtw.pairwise_soft_dtw for all pairs."
+        )
+    if x.shape[-1] != y.shape[-1]:
+        raise ValueError(
+            f"{xname} and {yname} must have the same feature size D; got {xname}.shape={_shape(x)}, "
+            f"{yname}.shape={_shape(y)}. Project or slice one so the last dimensions match."
+        )
+    for t, name in ((x, xname), (y, yname)):
+        if t.shape[-2] == 0 or t.shape[-1] == 0 or (t.dim() == 3 and t.shape[0] == 0):
+            raise ValueError(
+                f"{name} is empty: {name}.shape={_shape(t)}. Every series needs at least one step "
+                f"with at least one feature, and a batch at least one pair."
+            )
+    if x.device != y.device:
+        raise ValueError(
+            f"{xname} and {yname} must be on the same device; got {xname} on {x.device} and {yname} on "
+            f"{y.device}. Move one with .to({xname}.device)."
+        )
+    if x.dtype != y.dtype:
+        raise TypeError(
+            f"{xname} and {yname} must have the same dtype; got {x.dtype} and {y.dtype}. Cast one, "
+            f"e.g. {yname}.to({xname}.dtype)."
+        )
+    return x.dim() == 2
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The DP runs in float32 for half-precision inputs, else in the input dtype."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def as_gamma(gamma, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """gamma (float or tensor, >= 0) as a 0-d tensor on the data's device, keeping its graph."""
+    if isinstance(gamma, bool) or not isinstance(gamma, (numbers.Real, torch.Tensor, np.ndarray)):
+        raise TypeError(
+            f"gamma must be a non-negative float or a 0-d float tensor; got {type(gamma).__name__} "
+            f"{gamma!r}. Typical values are 0.01 to 10 in the units of the cost (0 gives hard DTW)."
+        )
+    if isinstance(gamma, np.ndarray):
+        gamma = torch.from_numpy(gamma)
+    if isinstance(gamma, torch.Tensor):
+        if gamma.numel() != 1 or not gamma.is_floating_point():
+            raise TypeError(
+                f"gamma as a tensor must hold one floating-point value; got shape {_shape(gamma)} "
+                f"and dtype {gamma.dtype}. Use e.g. torch.tensor(1.0, requires_grad=True)."
+            )
+        if (gamma.device.type == "cpu" or _value_checks_enabled()):
+            g = float(gamma.detach())
+            _check_gamma_value(g)
+        return gamma.reshape(()).to(device=device, dtype=dtype)
+    g = float(gamma)
+    _check_gamma_value(g)
+    return torch.full((), g, device=device, dtype=dtype)
+
+
+def _check_gamma_value(g: float) -> None:
+    if not math.isfinite(g) or g < 0:
+        raise ValueError(
+            f"gamma must be a finite number >= 0; got {g}. gamma > 0 smooths the minimum "
+            f"(try 0.1 to 1 for standardised series); gamma = 0 is hard DTW."
+        )
+
+
+def as_lengths(lengths, name: str, B: int, T: int, device: torch.device, series: str) -> torch.Tensor:
+    """Per-pair lengths as int64 `(B,)` on ``device``; None means every series is full length T."""
+    if lengths is None:
+        return torch.full((B,), T, dtype=torch.int64, device=device)
+    if isinstance(lengths, (list, tuple, np.ndarray)):
+        arr = np.asarray(lengths)
+        if arr.dtype.kind not in "iu":
+            raise TypeError(
+                f"{name} must hold integers (number of valid steps per series); got values of dtype "
+                f"{arr.dtype}. Use e.g. torch.tensor([...], dtype=torch.long)."
+            )
+        lengths = torch.as_tensor(arr, dtype=torch.int64)
+    if not isinstance(lengths, torch.Tensor):
+        raise TypeError(f"{name} must be a tensor or list of ints of shape ({B},); got {type(lengths).__name__}.")
+    if lengths.is_floating_point() or lengths.is_complex() or lengths.dtype == torch.bool:
+        raise TypeError(
+            f"{name} must be an integer tensor (number of valid steps per series); got dtype "
+            f"{lengths.dtype}. Convert with {name}.long()."
+        )
+    if lengths.shape != (B,):
+        raise ValueError(
+            f"{name} must have shape ({B},) — one length per pair of the batch; got shape "
+            f"{_shape(lengths)}."
+        )
+    lengths = lengths.to(device=device, dtype=torch.int64)
+    if lengths.device.type == "cpu" or _value_checks_enabled():
+        lo, hi = int(lengths.min()), int(lengths.max())
+        if lo < 1 or hi > T:
+            raise ValueError(
+                f"{name} must lie in [1, {T}] ({series} has {T} steps); got values from {lo} to {hi}. "
+                f"Lengths count valid steps from the start of each series; padding goes at the end."
+            )
+    return lengths
+
+
+def check_band(bandwidth, itakura_max_slope) -> None:
+    if bandwidth is not None:
+        if isinstance(bandwidth, bool) or not isinstance(bandwidth, numbers.Real) \
+                or not math.isfinite(bandwidth) or bandwidth < 0:
+            raise ValueError(
+                f"bandwidth (the Sakoe–Chiba radius, as tslearn's sakoe_chiba_radius) must be a finite "
+                f"number >= 0 or None for no band; got {bandwidth!r}."
+            )
+    if itakura_max_slope is not None:
+        if isinstance(itakura_max_slope, bool) or not isinstance(itakura_max_slope, numbers.Real) \
+                or not math.isfinite(itakura_max_slope) or itakura_max_slope <= 0:
+            raise ValueError(
+                f"itakura_max_slope must be a finite number > 0 (usually >= 1, e.g. 2.0) or None; got "
+                f"{itakura_max_slope!r}."
+            )
+
+
+def make_window(x_lengths, y_lengths, N, M, bandwidth, itakura_max_slope) -> Optional[torch.Tensor]:
+    """The constraint window, after checking it leaves a path for every pair."""
+    window = build_window(x_lengths, y_lengths, N, M, bandwidth, itakura_max_slope)
+    if window is not None and (window.device.type == "cpu" or _value_checks_enabled()):
+        ok = window_has_path(window, x_lengths, y_lengths)
+        if not bool(ok.all()):
+            b = int((~ok).nonzero()[0, 0])
+            n, m = int(x_lengths[b]), int(y_lengths[b])
+            raise ValueError(
+                f"the constraint (bandwidth={bandwidth!r}, itakura_max_slope={itakura_max_slope!r}) leaves "
+                f"no warping path for pair {b} (lengths n={n}, m={m}). Itakura slopes must allow "
+                f"max(n, m) / min(n, m) = {max(n, m) / min(n, m):.3g}: use a larger itakura_max_slope, a "
+                f"bandwidth, or None."
+            )
+    return window
+
+
+def check_cost(cost) -> None:
+    if callable(cost):
+        return
+    if cost not in NAMED_COSTS:
+        raise ValueError(
+            f"cost must be one of {NAMED_COSTS} or a callable (x (B, N, D), y (B, M, D)) -> (B, N, M); "
+            f"got {cost!r}."
+        )
+
+
+def check_cost_matrix(C, B: int, N: int, M: int, name: str = "the cost callable's output") -> torch.Tensor:
+    if not isinstance(C, torch.Tensor) or C.shape != (B, N, M):
+        got = _shape(C) if isinstance(C, torch.Tensor) else type(C).__name__
+        raise ValueError(f"{name} must be a tensor of shape (B, N, M) = ({B}, {N}, {M}); got {got}.")
+    return C
+
+
+def check_memory(memory) -> None:
+    if memory not in MEMORY_MODES:
+        raise ValueError(
+            f"memory must be one of {MEMORY_MODES}; got {memory!r}. 'auto' stores the backward table "
+            f"when it fits and checkpoints otherwise."
+        )
+
+
+def resolve_backend(backend, device: torch.device) -> str:
+    if backend is None:
+        return backends.default_backend(device)
+    if backend not in backends.BACKENDS:
+        raise ValueError(f"backend must be one of {backends.BACKENDS} or None (pick by device); got {backend!r}.")
+    wanted = {"cpu": "cpu", "cuda": "cuda"}.get(backend)
+    if wanted is not None and device.type != wanted:
+        raise ValueError(
+            f"backend={backend!r} runs on {wanted} tensors, but the inputs are on {device}. Move them with "
+            f".to('{wanted}') or leave backend=None to pick the backend from the device."
+        )
+    return backend
+
+
+def prepare(x, y, gamma, *, cost, bandwidth, itakura_max_slope, x_lengths, y_lengths, memory,
+            backend) -> Problem:
+    """Validate the arguments of the public functions and normalise them into a :class:`Problem`."""
+    x = as_tensor(x, "x")
+    y = as_tensor(y, "y")
+    unbatched = check_pair(x, y)
+    if unbatched:
+        x, y = x.unsqueeze(0), y.unsqueeze(0)
+        if x_lengths is not None or y_lengths is not None:
+            raise ValueError("x_lengths / y_lengths need batched inputs (B, T, D); add a batch dimension.")
+    check_cost(cost)
+    check_band(bandwidth, itakura_max_slope)
+    check_memory(memory)
+    check_finite(x, "x")
+    check_finite(y, "y")
+    backend = resolve_backend(backend, x.device)
+    dtype = compute_dtype(x.dtype)
+    out_dtype = x.dtype
+    B, N, _ = x.shape
+    M = y.shape[1]
+    xl = as_lengths(x_lengths, "x_lengths", B, N, x.device, "x")
+    yl = as_lengths(y_lengths, "y_lengths", B, M, x.device, "y")
+    window = make_window(xl, yl, N, M, bandwidth, itakura_max_slope)
+    g = as_gamma(gamma, x.device, dtype)
+    return Problem(x.to(dtype).contiguous(), y.to(dtype).contiguous(), g, xl, yl, window, backend,
+                   unbatched, out_dtype)
+
+
+def prepare_cost(C, gamma, *, bandwidth, itakura_max_slope, x_lengths, y_lengths, memory, backend) -> Problem:
+    """Like :func:`prepare` for a precomputed cost `(B, N, M)` (or `(N, M)`); x and y hold C and C."""
+    C = as_tensor(C, "C")
+    if C.dim() not in (2, 3) or 0 in C.shape:
+        raise ValueError(
+            f"C must be a non-empty cost matrix of shape (B, N, M) or (N, M); got C.shape={_shape(C)}."
+        )
+    unbatched = C.dim() == 2
+    if unbatched:
+        C = C.unsqueeze(0)
+        if x_lengths is not None or y_lengths is not None:
+            raise ValueError("x_lengths / y_lengths need a batched cost (B, N, M); add a batch dimension.")
+    check_band(bandwidth, itakura_max_slope)
+    check_memory(memory)
+    check_finite(C, "C")
+    backend = resolve_backend(backend, C.device)
+    dtype = compute_dtype(C.dtype)
+    B, N, M = C.shape
+    xl = as_lengths(x_lengths, "x_lengths", B, N, C.device, "C's rows")
+    yl = as_lengths(y_lengths, "y_lengths", B, M, C.device, "C's columns")
+    window = make_window(xl, yl, N, M, bandwidth, itakura_max_slope)
+    g = as_gamma(gamma, C.device, dtype)
+    out_dtype = C.dtype
+    C = C.to(dtype).contiguous()
+    return Problem(C, C, g, xl, yl, window, backend, unbatched, out_dtype)

@@ -1,0 +1,173 @@
+"""torch.library custom ops — the sole home of ``softdtw::...``.
+
+Four ops, each dispatching on a backend name (see ``softdtw/backends/__init__.py`` for the contract):
+
+- ``softdtw::forward``        fused cost (x, y)      -> (value (B,), saved)
+- ``softdtw::backward``       -> (dx, dy, dgamma (B,))
+- ``softdtw::forward_cost``   precomputed C (B, N, M) -> (value (B,), saved)
+- ``softdtw::backward_cost``  -> (dC, dgamma (B,))
+
+Fake implementations give torch.compile and opcheck the output metadata; autograd is registered
+for both forwards, so the ops are first-class in compiled graphs, CUDA graphs and autograd.
+"""
+from __future__ import annotations
+
+import math
+import os
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from .backends import get_backend
+
+
+def _saved_like(ref: Tensor, backend: str, kind: str, B: int, N: int, M: int, D: int, memory: str) -> Tensor:
+    shape, dtype = get_backend(backend).saved_spec(kind, B, N, M, D, ref.dtype, memory)
+    return ref.new_empty(shape, dtype=dtype)
+
+
+# --- fused cost ------------------------------------------------------------------------------------
+
+@torch.library.custom_op("softdtw::forward", mutates_args=())
+def forward(x: Tensor, y: Tensor, gamma: Tensor, cost: str, x_lengths: Tensor, y_lengths: Tensor,
+            window: Optional[Tensor], memory: str, backend: str) -> tuple[Tensor, Tensor]:
+    return get_backend(backend).forward(x, y, gamma, cost, x_lengths, y_lengths, window, memory)
+
+
+@forward.register_fake
+def _(x, y, gamma, cost, x_lengths, y_lengths, window, memory, backend):
+    B, N, D = x.shape
+    return x.new_empty((B,)), _saved_like(x, backend, "fused", B, N, y.shape[1], D, memory)
+
+
+@torch.library.custom_op("softdtw::backward", mutates_args=())
+def backward(grad: Tensor, x: Tensor, y: Tensor, gamma: Tensor, cost: str, x_lengths: Tensor,
+             y_lengths: Tensor, window: Optional[Tensor], value: Tensor, saved: Tensor, memory: str,
+             backend: str) -> tuple[Tensor, Tensor, Tensor]:
+    return get_backend(backend).backward(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value,
+                                         saved, memory)
+
+
+@backward.register_fake
+def _(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved, memory, backend):
+    return torch.empty_like(x), torch.empty_like(y), x.new_empty((x.shape[0],))
+
+
+def _forward_setup(ctx, inputs, output):
+    x, y, gamma, cost, x_lengths, y_lengths, window, memory, backend = inputs
+    value, saved = output
+    ctx.mark_non_differentiable(saved)
+    ctx.cost, ctx.memory, ctx.backend = cost, memory, backend
+    ctx.save_for_backward(x, y, gamma, x_lengths, y_lengths, window, value, saved)
+
+
+def _no_saved_error():
+    return RuntimeError(
+        "soft-DTW was computed in value-only mode (no input required grad at the time), so nothing "
+        "was kept for the backward. Make x, y or gamma require grad before calling soft_dtw."
+    )
+
+
+def _forward_backward(ctx, grad_value, _grad_saved):
+    x, y, gamma, x_lengths, y_lengths, window, value, saved = ctx.saved_tensors
+    if ctx.memory == "none":
+        raise _no_saved_error()
+    dx, dy, dgamma = backward(grad_value.contiguous(), x, y, gamma, ctx.cost, x_lengths, y_lengths,
+                              window, value, saved, ctx.memory, ctx.backend)
+    return dx, dy, dgamma.sum().reshape(gamma.shape), None, None, None, None, None, None
+
+
+forward.register_autograd(_forward_backward, setup_context=_forward_setup)
+
+
+# --- precomputed cost ------------------------------------------------------------------------------
+
+@torch.library.custom_op("softdtw::forward_cost", mutates_args=())
+def forward_cost(C: Tensor, gamma: Tensor, x_lengths: Tensor, y_lengths: Tensor, window: Optional[Tensor],
+                 memory: str, backend: str) -> tuple[Tensor, Tensor]:
+    return get_backend(backend).forward_cost(C, gamma, x_lengths, y_lengths, window, memory)
+
+
+@forward_cost.register_fake
+def _(C, gamma, x_lengths, y_lengths, window, memory, backend):
+    B, N, M = C.shape
+    return C.new_empty((B,)), _saved_like(C, backend, "cost", B, N, M, 0, memory)
+
+
+@torch.library.custom_op("softdtw::backward_cost", mutates_args=())
+def backward_cost(grad: Tensor, C: Tensor, gamma: Tensor, x_lengths: Tensor, y_lengths: Tensor,
+                  window: Optional[Tensor], value: Tensor, saved: Tensor, memory: str,
+                  backend: str) -> tuple[Tensor, Tensor]:
+    return get_backend(backend).backward_cost(grad, C, gamma, x_lengths, y_lengths, window, value, saved,
+                                              memory)
+
+
+@backward_cost.register_fake
+def _(grad, C, gamma, x_lengths, y_lengths, window, value, saved, memory, backend):
+    return torch.empty_like(C), C.new_empty((C.shape[0],))
+
+
+def _cost_setup(ctx, inputs, output):
+    C, gamma, x_lengths, y_lengths, window, memory, backend = inputs
+    value, saved = output
+    ctx.mark_non_differentiable(saved)
+    ctx.memory, ctx.backend = memory, backend
+    ctx.save_for_backward(C, gamma, x_lengths, y_lengths, window, value, saved)
+
+
+def _cost_backward(ctx, grad_value, _grad_saved):
+    C, gamma, x_lengths, y_lengths, window, value, saved = ctx.saved_tensors
+    if ctx.memory == "none":
+        raise _no_saved_error()
+    dC, dgamma = backward_cost(grad_value.contiguous(), C, gamma, x_lengths, y_lengths, window, value,
+                               saved, ctx.memory, ctx.backend)
+    return dC, dgamma.sum().reshape(gamma.shape), None, None, None, None, None
+
+
+forward_cost.register_autograd(_cost_backward, setup_context=_cost_setup)
+
+
+# --- memory mode -----------------------------------------------------------------------------------
+
+def _free_bytes(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 62
+
+
+def resolve_memory(memory: str, needs_grad: bool, backend: str, kind: str, B: int, N: int, M: int, D: int,
+                   dtype: torch.dtype, device: torch.device) -> str:
+    """The memory mode the ops run with: "none" when no gradient is needed, else store or checkpoint.
+
+    "auto" stores the backward table when it takes at most half of the free memory. A backend that
+    cannot checkpoint yet turns a table that does not fit into an error naming the sizes.
+    """
+    if not needs_grad:
+        return "none"
+    module = get_backend(backend)
+    modes = getattr(module, "MEMORY_MODES", ("none", "store"))
+    if memory == "auto":
+        if torch.compiler.is_compiling():
+            return "store"
+        shape, sdtype = module.saved_spec(kind, B, N, M, D, dtype, "store")
+        need = math.prod(shape) * sdtype.itemsize
+        free = _free_bytes(device)
+        if need <= free // 2:
+            return "store"
+        if "checkpoint" in modes:
+            return "checkpoint"
+        raise MemoryError(
+            f"storing the backward table for B={B}, N={N}, M={M} needs {need / 2**30:.1f} GiB but "
+            f"{free / 2**30:.1f} GiB are free, and the {backend} backend cannot checkpoint yet. Use a "
+            f"smaller batch (or shorter series), or compute values only under torch.no_grad()."
+        )
+    if memory not in modes:
+        raise NotImplementedError(
+            f"memory={memory!r} is not available on the {backend} backend yet (it supports "
+            f"{tuple(m for m in modes if m != 'none')}); use memory='auto'."
+        )
+    return memory

@@ -1,0 +1,76 @@
+"""Ground costs between the steps of two batches of series: `(B, N, D)`, `(B, M, D)` -> `(B, N, M)`.
+
+"sqeuclidean" and "l1" are also computed inside the cpu and cuda kernels (never materialised);
+these PyTorch versions serve the reference backend, alignments, and costs without a fused kernel.
+A callable cost ``f(x, y) -> (B, N, M)`` (the ``dist_func`` of other soft-DTW libraries) is used as is.
+"""
+from __future__ import annotations
+
+from typing import Callable, Union
+
+import torch
+
+Cost = Union[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]]
+
+#: Named costs understood everywhere.
+NAMED_COSTS = ("sqeuclidean", "l1", "cosine")
+
+# Above this many (B·N·M·D) elements, squared distances use the GEMM form instead of broadcasting.
+_BROADCAST_LIMIT = 1 << 24
+
+
+def sqeuclidean(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """sum_d (x_id - y_jd)^2. Exact differences for small problems; GEMM form (clamped at 0) for big ones."""
+    B, N, D = x.shape
+    M = y.shape[1]
+    if B * N * M * D <= _BROADCAST_LIMIT:
+        return (x.unsqueeze(2) - y.unsqueeze(1)).pow(2).sum(-1)
+    xx = x.pow(2).sum(-1, keepdim=True)
+    yy = y.pow(2).sum(-1).unsqueeze(1)
+    return torch.baddbmm(xx + yy, x, y.transpose(1, 2), alpha=-2.0).clamp_min(0.0)
+
+
+def l1(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """sum_d |x_id - y_jd|."""
+    B, N, D = x.shape
+    M = y.shape[1]
+    if B * N * M * D <= _BROADCAST_LIMIT:
+        return (x.unsqueeze(2) - y.unsqueeze(1)).abs().sum(-1)
+    return torch.cdist(x, y, p=1.0)
+
+
+def cosine(x: torch.Tensor, y: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """1 - <x_i, y_j> / (|x_i| |y_j|), in [0, 2]; eps guards all-zero steps."""
+    xn = x / x.norm(dim=-1, keepdim=True).clamp_min(eps)
+    yn = y / y.norm(dim=-1, keepdim=True).clamp_min(eps)
+    return 1.0 - torch.bmm(xn, yn.transpose(1, 2))
+
+
+_NAMED = {"sqeuclidean": sqeuclidean, "l1": l1, "cosine": cosine}
+
+
+def pairwise_cost(cost: Cost, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The `(B, N, M)` cost matrix of ``cost`` (a name from :data:`NAMED_COSTS` or a callable)."""
+    fn = _NAMED[cost] if isinstance(cost, str) else cost
+    return fn(x, y)
+
+
+def cost_vjp(cost: str, x: torch.Tensor, y: torch.Tensor, dC: torch.Tensor):
+    """(dx, dy) = vector-Jacobian product of a named cost with dC `(B, N, M)`, written out.
+
+    sqeuclidean: dX = 2 (rowsum(dC) x - dC y), dY = 2 (colsum(dC) y - dC^T x).
+    l1: dX_i = sum_j dC_ij sign(x_i - y_j), dY = -(that with i and j exchanged).
+    """
+    if cost == "sqeuclidean":
+        dx = 2.0 * (dC.sum(2, keepdim=True) * x - torch.bmm(dC, y))
+        dy = 2.0 * (dC.sum(1).unsqueeze(-1) * y - torch.bmm(dC.transpose(1, 2), x))
+        return dx, dy
+    if cost == "l1":
+        sign = torch.sign(x.unsqueeze(2) - y.unsqueeze(1))  # (B, N, M, D)
+        weighted = dC.unsqueeze(-1) * sign
+        return weighted.sum(2), -weighted.sum(1)
+    # Any other cost: differentiate its PyTorch definition.
+    with torch.enable_grad():
+        xg, yg = x.detach().requires_grad_(), y.detach().requires_grad_()
+        C = pairwise_cost(cost, xg, yg)
+        return torch.autograd.grad(C, (xg, yg), dC)
