@@ -148,11 +148,12 @@ def resolve_memory(memory: str, needs_grad: bool, backend: str, kind: str, B: in
     """
     if not needs_grad:
         return "none"
+    if torch.compiler.is_compiling():
+        # No free-memory query inside a traced graph; "auto" stores (checkpoint on explicit request).
+        return "store" if memory == "auto" else memory
     module = get_backend(backend)
     modes = getattr(module, "MEMORY_MODES", ("none", "store"))
     if memory == "auto":
-        if torch.compiler.is_compiling():
-            return "store"
         shape, sdtype = module.saved_spec(kind, B, N, M, D, dtype, "store")
         need = math.prod(shape) * sdtype.itemsize
         free = _free_bytes(device)

@@ -1,0 +1,73 @@
+"""The custom ops are first-class: opcheck per op and torch.compile(fullgraph=True) of a training step."""
+import pytest
+import torch
+
+import softdtw
+import softdtw.costs
+import softdtw._windows
+from softdtw import _ops
+from tests._helpers import case
+
+BACKENDS = ["reference", "cpu"]
+
+
+def _args(dtype=torch.float64, requires_grad=False):
+    x, y = case(2, 5, 6, 2, dtype=dtype, requires_grad=requires_grad)
+    gamma = torch.tensor(0.5, dtype=dtype)
+    xl, yl = torch.tensor([5, 3]), torch.tensor([6, 4])
+    window = softdtw._windows.build_window(xl, yl, 5, 6, 2, None)
+    return x, y, gamma, xl, yl, window
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_opcheck_forward_ops(backend, requires_grad):
+    x, y, gamma, xl, yl, window = _args(requires_grad=requires_grad)
+    memory = "store" if requires_grad else "none"
+    torch.library.opcheck(_ops.forward, (x, y, gamma, "sqeuclidean", xl, yl, window, memory, backend))
+    torch.library.opcheck(_ops.forward, (x, y, gamma, "l1", xl, yl, None, memory, backend))
+    C = softdtw.costs.pairwise_cost("sqeuclidean", x.detach(), y.detach()).requires_grad_(requires_grad)
+    torch.library.opcheck(_ops.forward_cost, (C, gamma, xl, yl, window, memory, backend))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_opcheck_backward_ops(backend):
+    x, y, gamma, xl, yl, window = _args()
+    value, saved = _ops.forward(x, y, gamma, "sqeuclidean", xl, yl, window, "store", backend)
+    grad = torch.rand(2, dtype=torch.float64)
+    torch.library.opcheck(_ops.backward,
+                          (grad, x, y, gamma, "sqeuclidean", xl, yl, window, value, saved, "store", backend))
+    C = softdtw.costs.pairwise_cost("sqeuclidean", x, y)
+    value, saved = _ops.forward_cost(C, gamma, xl, yl, window, "store", backend)
+    torch.library.opcheck(_ops.backward_cost, (grad, C, gamma, xl, yl, window, value, saved, "store", backend))
+
+
+class _Forecaster(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(12, 32), torch.nn.Tanh(), torch.nn.Linear(32, 12))
+        self.loss = softdtw.SoftDTW(gamma=0.1, reduction="mean")
+
+    def forward(self, past, future):
+        pred = self.net(past.squeeze(-1)).unsqueeze(-1)
+        return self.loss(pred, future)
+
+
+def test_torch_compile_fullgraph_training_matches_eager():
+    torch.manual_seed(0)
+    past, future = torch.randn(8, 12, 1), torch.randn(8, 12, 1)
+    eager = _Forecaster()
+    compiled_model = _Forecaster()
+    compiled_model.load_state_dict(eager.state_dict())
+    step = torch.compile(compiled_model, fullgraph=True)
+    opt_e = torch.optim.SGD(eager.parameters(), lr=0.01)
+    opt_c = torch.optim.SGD(compiled_model.parameters(), lr=0.01)
+    for _ in range(3):
+        for model, opt, fn in ((eager, opt_e, eager), (compiled_model, opt_c, step)):
+            opt.zero_grad()
+            loss = fn(past, future)
+            loss.backward()
+            opt.step()
+        assert torch.allclose(eager(past, future), compiled_model(past, future), rtol=1e-5, atol=1e-6)
+    for pe, pc in zip(eager.parameters(), compiled_model.parameters()):
+        assert torch.allclose(pe, pc, rtol=1e-4, atol=1e-6)
