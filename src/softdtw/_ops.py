@@ -148,8 +148,8 @@ def resolve_memory(memory: str, needs_grad: bool, backend: str, kind: str, B: in
     """
     if not needs_grad:
         return "none"
-    if torch.compiler.is_compiling():
-        # No free-memory query inside a traced graph; "auto" stores (checkpoint on explicit request).
+    if torch.compiler.is_compiling() or (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
+        # No free-memory query inside a traced graph or a CUDA-graph capture; "auto" stores.
         return "store" if memory == "auto" else memory
     module = get_backend(backend)
     modes = getattr(module, "MEMORY_MODES", ("none", "store"))
