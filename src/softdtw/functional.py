@@ -45,7 +45,8 @@ def _run(p: Problem, cost, memory: str) -> torch.Tensor:
                                   p.x.dtype, p.x.device)
         value, _ = _ops.forward(p.x, p.y, p.gamma, cost, p.x_lengths, p.y_lengths, p.window, mem, p.backend)
         return value
-    C = check_cost_matrix(costs.pairwise_cost(cost, p.x, p.y), B, N, M)
+    # Under autocast the cost may come back in half precision; the DP always runs in the compute dtype.
+    C = check_cost_matrix(costs.pairwise_cost(cost, p.x, p.y), B, N, M).to(p.x.dtype)
     return _run_cost(C.contiguous(), p, memory)
 
 
@@ -151,7 +152,7 @@ def _alignment(p: Problem, cost) -> torch.Tensor:
     with torch.no_grad():
         B, N, D = p.x.shape
         M = p.y.shape[1]
-        C = check_cost_matrix(costs.pairwise_cost(cost, p.x, p.y), B, N, M).contiguous()
+        C = check_cost_matrix(costs.pairwise_cost(cost, p.x, p.y), B, N, M).to(p.x.dtype).contiguous()
         gamma = p.gamma.detach()
         value, saved = _ops.forward_cost(C, gamma, p.x_lengths, p.y_lengths, p.window, "store", p.backend)
         ones = torch.ones_like(value)
