@@ -1,0 +1,365 @@
+r"""Soft-DTW barycenters (Cuturi & Blondel 2017, section 4): several at once, any lengths, weights.
+
+The barycenter z of series x_1..x_P with weights w minimises
+
+.. math:: F(z) = \sum_p w_p \, \mathrm{sdtw}_\gamma(z, x_p)
+
+(or the same sum of soft-DTW divergences with ``divergence=True``, Blondel, Mensch & Vert 2021,
+which does not shrink towards flat series as gamma grows). Every evaluation of F and its gradient is
+one batched :func:`softdtw.soft_dtw` call over all the series, whichever barycenter they belong to,
+so K class barycenters cost about as much as one.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from typing import NamedTuple, Optional, Union
+
+import numpy as np
+import torch
+
+from .functional import soft_dtw
+from .pairwise import as_series_set, as_set_lengths
+
+__all__ = ["soft_dtw_barycenter", "BarycenterResult"]
+
+_METHODS = ("lbfgs", "adam")
+
+
+class BarycenterResult(NamedTuple):
+    """What :func:`soft_dtw_barycenter` returns.
+
+    Attributes:
+        barycenter: `(L, D)` barycenter, or `(K, L, D)` when ``groups`` was given; dtype of X.
+        losses: objective at the initialisation and after each iteration: `(n_iter + 1,)`, or
+            `(n_iter + 1, K)` per barycenter when ``groups`` was given (float64, on the CPU).
+        converged: True if the relative decrease of the objective fell below ``tol`` (or the
+            gradient vanished) before ``max_iter`` iterations.
+        n_iter: iterations run.
+    """
+
+    barycenter: torch.Tensor
+    losses: torch.Tensor
+    converged: bool
+    n_iter: int
+
+
+def _resample(X: torch.Tensor, lengths: torch.Tensor, L: int) -> torch.Tensor:
+    """Each series X[p, :n_p] linearly resampled to L steps: `(P, L, D)`."""
+    P, T, D = X.shape
+    n = lengths.to(X.device, X.dtype if X.is_floating_point() else torch.float64).unsqueeze(1)  # (P, 1)
+    if L == 1:
+        pos = (n - 1) / 2 * torch.ones(1, 1, device=X.device, dtype=n.dtype)
+    else:
+        pos = torch.arange(L, device=X.device, dtype=n.dtype).unsqueeze(0) * (n - 1) / (L - 1)
+    lo = pos.floor().long().clamp(0, T - 1)
+    hi = torch.minimum(lo + 1, lengths.to(X.device).unsqueeze(1) - 1).clamp(min=0)
+    frac = (pos - lo.to(pos.dtype)).unsqueeze(-1).to(X.dtype)
+    a = torch.gather(X, 1, lo.unsqueeze(-1).expand(P, L, D))
+    b = torch.gather(X, 1, hi.unsqueeze(-1).expand(P, L, D))
+    return a + frac * (b - a)
+
+
+def _group_sum(values: torch.Tensor, groups: torch.Tensor, K: int) -> torch.Tensor:
+    return torch.zeros(K, dtype=values.dtype, device=values.device).index_add(0, groups, values)
+
+
+def soft_dtw_barycenter(X, gamma: float = 1.0, *, weights=None, groups=None, n_groups: Optional[int] = None,
+                        init: Union[None, str, torch.Tensor] = None, length: Optional[int] = None,
+                        x_lengths=None, max_iter: int = 100, tol: float = 1e-5, method: str = "lbfgs",
+                        lr: Optional[float] = None, divergence: bool = False, bandwidth: Optional[float] = None,
+                        itakura_max_slope: Optional[float] = None, cost="sqeuclidean", batch_size: Optional[int] = None,
+                        memory: str = "auto", backend: Optional[str] = None, progress: bool = False
+                        ) -> BarycenterResult:
+    r"""Soft-DTW barycenter(s) of a set of series, by L-BFGS (default) or Adam.
+
+    .. math:: z_k = \arg\min_z \sum_{p:\,g_p = k} w_p\,\mathrm{sdtw}_\gamma(z, x_p)
+
+    Args:
+        X: `(P, T, D)` float tensor / array of series (`(P, T)` means univariate), padded past
+            ``x_lengths``.
+        gamma: smoothing > 0 (0 works but the objective is then piecewise and L-BFGS stalls).
+        weights: optional `(P,)` non-negative weights w_p (default: all 1, as tslearn).
+        groups: optional `(P,)` int tensor in [0, K): series p goes into barycenter ``groups[p]``;
+            all K barycenters are fitted in one batched problem. None: one barycenter of all series.
+        n_groups: K (default: ``groups.max() + 1``); a group with no series keeps its initialisation.
+        init: "mean" / None (default: the weighted mean of each group's series, each resampled to
+            ``length`` steps) or a tensor `(L, D)` (one barycenter) / `(K, L, D)` (groups).
+        length: L, steps of the barycenter (default: the init's, else the longest series).
+        x_lengths: optional `(P,)` int valid lengths of the series of X.
+        max_iter: iterations (L-BFGS iterations, each with a strong-Wolfe line search; or Adam steps).
+        tol: stop when (F_prev - F) / max(|F_prev|, |F|, 1) <= tol (scipy's ftol criterion).
+        method: "lbfgs" (default) or "adam".
+        lr: step size (default 1 for L-BFGS; 0.05 x the standard deviation of X for Adam).
+        divergence: minimise the soft-DTW divergence instead of soft-DTW (sharper barycenters).
+        bandwidth, itakura_max_slope, cost, memory, backend: as :func:`softdtw.soft_dtw`.
+        batch_size: series per batched call (default: all of them); gradients are accumulated over
+            chunks, so any number of series fits in memory.
+        progress: show a tqdm bar over the iterations.
+
+    Returns:
+        :class:`BarycenterResult` (barycenter, losses, converged, n_iter). The barycenter is the best
+        iterate seen, so ``losses`` never ends above its first value.
+
+    Devices: CPU, CUDA (the barycenter lives on X's device).
+
+    Example:
+        >>> import torch
+        >>> from softdtw import soft_dtw_barycenter
+        >>> from softdtw.datasets import make_cbf
+        >>> X, y = make_cbf(30, length=64)
+        >>> res = soft_dtw_barycenter(X, gamma=1.0, groups=y, max_iter=20)   # one per class
+        >>> res.barycenter.shape, bool(res.losses[-1].sum() <= res.losses[0].sum())
+        (torch.Size([3, 64, 1]), True)
+    """
+    X = as_series_set(X, "X")
+    P, T, D = X.shape
+    device = X.device
+    dtype = torch.float32 if X.dtype in (torch.float16, torch.bfloat16) else X.dtype
+    X = X.to(dtype)
+    user_lengths, lengths = as_set_lengths(x_lengths, "x_lengths", P, T)
+    if method not in _METHODS:
+        raise ValueError(f"method must be one of {_METHODS}; got {method!r}.")
+    if isinstance(max_iter, bool) or not isinstance(max_iter, numbers.Integral) or max_iter < 0:
+        raise ValueError(f"max_iter must be an integer >= 0; got {max_iter!r}.")
+    if not isinstance(tol, numbers.Real) or isinstance(tol, bool) or not tol >= 0:
+        raise ValueError(f"tol must be a number >= 0; got {tol!r}.")
+    if lr is not None and (not isinstance(lr, numbers.Real) or isinstance(lr, bool) or not lr > 0):
+        raise ValueError(f"lr must be a positive number or None; got {lr!r}.")
+    if isinstance(gamma, torch.Tensor):
+        gamma = float(gamma.detach())
+
+    # Groups and weights ----------------------------------------------------------------------
+    batched = groups is not None
+    if batched:
+        if isinstance(groups, np.ndarray):
+            groups = torch.from_numpy(groups)
+        if isinstance(groups, (list, tuple)):
+            groups = torch.as_tensor(groups)
+        if not isinstance(groups, torch.Tensor) or groups.is_floating_point() or groups.dtype == torch.bool \
+                or groups.shape != (P,):
+            raise ValueError(
+                f"groups must be an integer tensor of shape ({P},) giving the barycenter of each series; got "
+                f"{type(groups).__name__}{tuple(groups.shape) if isinstance(groups, torch.Tensor) else ''}"
+                f"{' of dtype ' + str(groups.dtype) if isinstance(groups, torch.Tensor) else ''}."
+            )
+        groups = groups.to(device=device, dtype=torch.int64)
+        gmin, gmax = int(groups.min()), int(groups.max())
+        K = gmax + 1 if n_groups is None else int(n_groups)
+        if gmin < 0 or gmax >= K:
+            raise ValueError(f"groups must lie in [0, {K}) (n_groups={K}); got values from {gmin} to {gmax}.")
+    else:
+        if n_groups not in (None, 1):
+            raise ValueError(f"n_groups={n_groups} needs groups (the barycenter index of each series).")
+        K = 1
+        groups = torch.zeros(P, dtype=torch.int64, device=device)
+    if weights is None:
+        w = torch.ones(P, dtype=dtype, device=device)
+    else:
+        w = torch.as_tensor(weights.cpu() if isinstance(weights, torch.Tensor) else np.asarray(weights))
+        if w.shape != (P,) or not (w.is_floating_point() or w.dtype in (torch.int32, torch.int64)):
+            raise ValueError(f"weights must be a numeric tensor of shape ({P},), one per series; got shape "
+                             f"{tuple(w.shape)} and dtype {w.dtype}.")
+        w = w.to(device=device, dtype=dtype)
+        if not bool(torch.isfinite(w).all()) or bool((w < 0).any()):
+            raise ValueError("weights must be finite and >= 0; got negative, NaN or Inf values.")
+    counts = torch.bincount(groups, minlength=K)
+
+    # Initialisation ---------------------------------------------------------------------------
+    if isinstance(init, torch.Tensor) or isinstance(init, np.ndarray):
+        Z0 = torch.as_tensor(init).to(device=device, dtype=dtype)
+        if Z0.dim() == 2 and not batched:
+            Z0 = Z0.unsqueeze(0)
+        if Z0.dim() != 3 or Z0.shape[0] != K or Z0.shape[2] != D or Z0.shape[1] < 1:
+            want = f"({K}, L, {D})" if batched else f"(L, {D})"
+            raise ValueError(f"init must have shape {want}; got init.shape={tuple(torch.as_tensor(init).shape)}.")
+        if length is not None and int(length) != Z0.shape[1]:
+            raise ValueError(f"length={length} disagrees with init's length {Z0.shape[1]}; drop one of them.")
+        L = Z0.shape[1]
+        if not bool(torch.isfinite(Z0).all()):
+            raise ValueError("init contains NaN or Inf values; pass a finite initial barycenter.")
+    elif init is None or init == "mean":
+        L = int(length) if length is not None else int(lengths.max())
+        if L < 1:
+            raise ValueError(f"length must be >= 1; got {length!r}.")
+        empty = (counts == 0).nonzero().flatten()
+        if len(empty):
+            raise ValueError(
+                f"group {int(empty[0])} has no series, so init='mean' has nothing to average; pass an init "
+                f"tensor of shape ({K}, L, {D}) (empty groups keep it) or drop the empty group."
+            )
+        R = _resample(X, lengths.to(device), L)  # (P, L, D)
+        wsum = _group_sum(w, groups, K).clamp_min(torch.finfo(dtype).tiny)
+        Z0 = torch.zeros(K, L, D, dtype=dtype, device=device).index_add(0, groups, R * w.view(P, 1, 1))
+        Z0 = Z0 / wsum.view(K, 1, 1)
+    else:
+        raise ValueError(f"init must be None, 'mean' or a tensor; got {init!r}.")
+
+    # Objective --------------------------------------------------------------------------------
+    xl = lengths.to(device)
+    chunk = P if batch_size is None else max(1, int(batch_size))
+    kw = dict(cost=cost, bandwidth=bandwidth, itakura_max_slope=itakura_max_slope, memory=memory, backend=backend)
+    zl = torch.full((P,), L, dtype=torch.int64, device=device)
+    W = _group_sum(w, groups, K)
+    const = torch.zeros(K, dtype=torch.float64, device=device)
+    if divergence:
+        with torch.no_grad():
+            for s in range(0, P, chunk):
+                e = min(s + chunk, P)
+                n = int(lengths[s:e].max())
+                sx = soft_dtw(X[s:e, :n], X[s:e, :n], gamma, x_lengths=xl[s:e], y_lengths=xl[s:e], **kw)
+                const += 0.5 * _group_sum((w[s:e] * sx).double(), groups[s:e], K)
+
+    def objective(Z: torch.Tensor, backward: bool) -> torch.Tensor:
+        """Per-group objective `(K,)` float64 (detached); accumulates Z.grad when backward."""
+        per_group = torch.zeros(K, dtype=torch.float64, device=device)
+        for s in range(0, P, chunk):
+            e = min(s + chunk, P)
+            n = int(lengths[s:e].max())
+            v = soft_dtw(Z.index_select(0, groups[s:e]), X[s:e, :n], gamma, x_lengths=zl[s:e],
+                         y_lengths=xl[s:e], **kw)
+            g = _group_sum(w[s:e] * v, groups[s:e], K)
+            if backward:
+                g.sum().backward()
+            per_group += g.detach().double()
+        if divergence:
+            szz = soft_dtw(Z, Z, gamma, **kw)
+            g = -0.5 * W * szz
+            if backward:
+                g.sum().backward()
+            per_group += g.detach().double() - const
+        return per_group
+
+    def evaluate(Zv: torch.Tensor):
+        """(total float, flat gradient, per-group objective) at barycenters Zv `(K, L, D)`."""
+        Zr = Zv.detach().clone().requires_grad_(True)
+        with torch.enable_grad():
+            per_group = objective(Zr, backward=True)
+        grad = Zr.grad if Zr.grad is not None else torch.zeros_like(Zr)
+        return float(per_group.sum()), grad.reshape(-1), per_group.cpu()
+
+    f, g, pg = evaluate(Z0)
+    losses = [pg]
+    x = Z0.reshape(-1).clone()
+    best = (f, x.clone(), pg)
+    converged = False
+    n_iter = 0
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=max_iter, desc="soft-DTW barycenter", unit="it", leave=False, dynamic_ncols=True)
+    shape = Z0.shape
+    try:
+        if method == "lbfgs":
+            iterate = _lbfgs_iterations(lambda v: evaluate(v.view(shape)), x, f, g, pg,
+                                        1.0 if lr is None else float(lr))
+        else:
+            step = float(lr) if lr is not None else max(0.05 * float(X.std()), 1e-8) if P * T > 1 else 0.05
+            iterate = _adam_iterations(lambda v: evaluate(v.view(shape)), x, g, step)
+        for it in range(max_iter):
+            x, f_new, pg, stalled = next(iterate)
+            n_iter = it + 1
+            losses.append(pg)
+            f_prev, f = f, f_new
+            if not math.isfinite(f):
+                break
+            if f < best[0]:
+                best = (f, x.clone(), pg)
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(loss=f"{f:.4g}")
+            if stalled or abs(f_prev - f) <= tol * max(abs(f_prev), abs(f), 1.0):
+                converged = True
+                break
+    finally:
+        if bar is not None:
+            bar.close()
+
+    loss_t = torch.stack(losses)
+    if float(loss_t[-1].sum()) > best[0]:  # the result is the best iterate; report its objective last
+        loss_t[-1] = best[2]
+    best_Z = best[1].view(shape)
+    bary = best_Z.to(X.dtype)
+    if not batched:
+        return BarycenterResult(bary[0], loss_t[:, 0], converged, n_iter)
+    return BarycenterResult(bary, loss_t, converged, n_iter)
+
+
+def _lbfgs_iterations(evaluate, x, f, g, pg, lr, history_size: int = 20):
+    """L-BFGS with a strong-Wolfe line search; yields (x, f, per_group, stalled) after each iteration.
+
+    ``evaluate(x) -> (f, grad, per_group)``. The two-loop recursion of Nocedal & Wright (Alg. 7.4)
+    and PyTorch's strong-Wolfe line search (the one torch.optim.LBFGS uses).
+    """
+    from torch.optim.lbfgs import _strong_wolfe
+
+    s_hist, y_hist, rho_hist = [], [], []
+    evals = {}
+    x = x.clone()
+    while True:
+        if float(g.abs().max()) <= 1e-12:
+            yield x, f, pg, True
+            continue
+        # Search direction d = -H g.
+        q = -g.clone()
+        alphas = []
+        for s_k, y_k, rho in zip(reversed(s_hist), reversed(y_hist), reversed(rho_hist)):
+            a = rho * s_k.dot(q)
+            alphas.append(a)
+            q -= a * y_k
+        if s_hist:
+            q *= s_hist[-1].dot(y_hist[-1]) / y_hist[-1].dot(y_hist[-1])
+        for (s_k, y_k, rho), a in zip(zip(s_hist, y_hist, rho_hist), reversed(alphas)):
+            b = rho * y_k.dot(q)
+            q += (a - b) * s_k
+        d = q
+        gtd = g.dot(d)
+        if not float(gtd) < 0:  # not a descent direction: restart from steepest descent
+            s_hist, y_hist, rho_hist = [], [], []
+            d = -g
+            gtd = g.dot(d)
+        t0 = lr if s_hist else min(1.0, 1.0 / float(g.abs().sum())) * lr
+        evals.clear()
+
+        def obj_func(x0, t, d_):
+            fv, gv, pgv = evaluate(x0 + t * d_)
+            evals[float(t)] = pgv
+            return fv, gv
+
+        f_new, g_new, t, _ = _strong_wolfe(obj_func, x, t0, d, f, g, gtd)
+        t = float(t)
+        if t == 0.0 or f_new > f:
+            yield x, f, pg, True  # the line search found no decrease: converged or stuck
+            continue
+        step = t * d
+        y_k = g_new - g
+        ys = float(y_k.dot(step))
+        if ys > 1e-10:
+            if len(s_hist) == history_size:
+                s_hist.pop(0), y_hist.pop(0), rho_hist.pop(0)
+            s_hist.append(step)
+            y_hist.append(y_k)
+            rho_hist.append(1.0 / ys)
+        x = x + step
+        f, g = float(f_new), g_new
+        pg = evals.get(t)
+        if pg is None:
+            f, g, pg = evaluate(x)
+        yield x, f, pg, False
+
+
+def _adam_iterations(evaluate, x, g, lr, betas=(0.9, 0.999), eps: float = 1e-8):
+    """Adam on the barycenter; yields (x, f, per_group, stalled) after each step."""
+    x = x.clone()
+    m = torch.zeros_like(x)
+    v = torch.zeros_like(x)
+    k = 0
+    while True:
+        k += 1
+        m.mul_(betas[0]).add_(g, alpha=1 - betas[0])
+        v.mul_(betas[1]).addcmul_(g, g, value=1 - betas[1])
+        mhat = m / (1 - betas[0] ** k)
+        vhat = v / (1 - betas[1] ** k)
+        x = x - lr * mhat / (vhat.sqrt() + eps)
+        f, g, pg = evaluate(x)
+        yield x, f, pg, False

@@ -1,0 +1,259 @@
+r"""All-pairs soft-DTW matrices, chunked to a memory budget, with a progress bar.
+
+Each chunk gathers a batch of (X[i], Y[j]) pairs and makes one batched :func:`softdtw.soft_dtw`
+call, so the matrix runs at the speed of the batched kernels on the CPU and the GPU alike.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Optional, Tuple, Union
+
+import numpy as np
+import torch
+
+from .functional import soft_dtw
+
+__all__ = ["pairwise_soft_dtw", "as_series_set", "as_set_lengths"]
+
+_NAMED_SYMMETRIC_COSTS = ("sqeuclidean", "l1", "cosine")
+
+
+def as_series_set(X, name: str = "X") -> torch.Tensor:
+    """A set of series as a `(P, T, D)` float tensor (NumPy accepted; `(P, T)` means D = 1)."""
+    if isinstance(X, np.ndarray):
+        X = torch.from_numpy(X)
+    if not isinstance(X, torch.Tensor):
+        raise TypeError(
+            f"{name} must be a torch.Tensor (or NumPy array) of shape (P, T, D) or (P, T); got "
+            f"{type(X).__name__}. Wrap it with torch.as_tensor({name}, dtype=torch.float32)."
+        )
+    if not X.is_floating_point():
+        raise TypeError(
+            f"{name} must be a floating-point tensor; got dtype {X.dtype}. Convert it with {name}.float()."
+        )
+    if X.dim() == 2:
+        X = X.unsqueeze(-1)
+    if X.dim() != 3:
+        raise ValueError(
+            f"{name} must be a set of series of shape (P, T, D) (or (P, T) for univariate series); got "
+            f"{name}.shape={tuple(X.shape)}. For a single series (T, D) use {name}.unsqueeze(0)."
+        )
+    if 0 in X.shape:
+        raise ValueError(f"{name} is empty: {name}.shape={tuple(X.shape)}; it needs at least one series of "
+                         f"at least one step and one feature.")
+    return X
+
+
+def as_set_lengths(lengths, name: str, P: int, T: int) -> Tuple[Optional[torch.Tensor], torch.Tensor]:
+    """Lengths of a set as a CPU int64 `(P,)` tensor (all T when None), validated against [1, T]."""
+    if lengths is None:
+        return None, torch.full((P,), T, dtype=torch.int64)
+    if isinstance(lengths, (list, tuple, np.ndarray)):
+        arr = np.asarray(lengths)
+        if arr.dtype.kind not in "iu":
+            raise TypeError(f"{name} must hold integers (valid steps per series); got dtype {arr.dtype}.")
+        lengths = torch.as_tensor(arr, dtype=torch.int64)
+    if not isinstance(lengths, torch.Tensor):
+        raise TypeError(f"{name} must be an int tensor or list of shape ({P},); got {type(lengths).__name__}.")
+    if lengths.is_floating_point() or lengths.dtype == torch.bool or lengths.is_complex():
+        raise TypeError(f"{name} must be an integer tensor (valid steps per series); got dtype {lengths.dtype}. "
+                        f"Convert with {name}.long().")
+    if lengths.shape != (P,):
+        raise ValueError(f"{name} must have shape ({P},) — one length per series; got shape {tuple(lengths.shape)}.")
+    cpu = lengths.detach().to("cpu", torch.int64)
+    lo, hi = int(cpu.min()), int(cpu.max())
+    if lo < 1 or hi > T:
+        raise ValueError(f"{name} must lie in [1, {T}] (the series have {T} steps); got values from {lo} to {hi}.")
+    return cpu, cpu
+
+
+def _default_budget(device: torch.device) -> int:
+    if device.type == "cuda":
+        try:
+            free, _ = torch.cuda.mem_get_info(device)
+        except RuntimeError:  # pragma: no cover - very old drivers
+            free = 4 << 30
+        return int(min(4 << 30, 0.25 * free))
+    return 256 << 20
+
+
+def _batch_size(device, N, M, D, itemsize, fused, needs_grad, budget, total_pairs) -> int:
+    per_pair = itemsize * (N + M) * D * 2 + 64
+    if not fused:
+        per_pair += itemsize * N * M * 2  # the cost matrix (and a cast of it)
+    if needs_grad:
+        per_pair += 4 * N * M + itemsize * (N + M) * D * 2  # backward table + gradient buffers
+    b = max(1, budget // per_pair)
+    cap = 65536 if device.type == "cuda" else 8192
+    b = min(b, cap)
+    # Enough chunks for a progress bar that moves; large batches keep the kernels busy.
+    floor = 4096 if device.type == "cuda" else 1024
+    b = min(b, max(floor, math.ceil(total_pairs / 50)))
+    return int(max(1, min(b, total_pairs)))
+
+
+def _chunk_pairs(start: int, stop: int, P: int, Q: int, triangle: bool, row_offsets: Optional[torch.Tensor]):
+    """Row and column indices (CPU int64) of the flat pairs [start, stop)."""
+    k = torch.arange(start, stop, dtype=torch.int64)
+    if not triangle:
+        return k // Q, k % Q
+    i = torch.searchsorted(row_offsets, k, right=True) - 1
+    j = i + (k - row_offsets[i])
+    return i, j
+
+
+def pairwise_soft_dtw(X, Y=None, gamma: Union[float, torch.Tensor] = 1.0, *, divergence: bool = False,
+                      x_lengths=None, y_lengths=None, bandwidth: Optional[float] = None,
+                      itakura_max_slope: Optional[float] = None, cost="sqeuclidean",
+                      batch_size: Optional[int] = None, memory_budget: Optional[int] = None,
+                      memory: str = "auto", progress: bool = True, backend: Optional[str] = None,
+                      distributed: bool = False) -> torch.Tensor:
+    r"""Soft-DTW between every series of X and every series of Y: a `(P, Q)` matrix.
+
+    .. math:: K_{pq} = \mathrm{sdtw}_\gamma(X_p, Y_q)
+        \quad\text{or, with divergence=True,}\quad
+        \mathrm{sdtw}_\gamma(X_p, Y_q) - \tfrac12\mathrm{sdtw}_\gamma(X_p, X_p) - \tfrac12\mathrm{sdtw}_\gamma(Y_q, Y_q)
+
+    The pairs are processed in chunks, each one batched :func:`softdtw.soft_dtw` call, so the memory
+    stays within ``memory_budget`` whatever P and Q. With ``Y=None`` and a symmetric setting (named
+    cost, no Itakura slope) only the upper triangle is computed and mirrored. Each chunk is trimmed to
+    the longest series it contains, so sets of very unequal lengths do not pay for their padding.
+
+    Args:
+        X: `(P, N, D)` float tensor (or NumPy array; `(P, N)` is read as univariate series).
+        Y: `(Q, M, D)` float tensor on the same device, or None for Y = X.
+        gamma: smoothing >= 0 as in :func:`softdtw.soft_dtw`; 0.0 gives the hard-DTW matrix.
+        divergence: if True, the soft-DTW divergence (>= 0, zero on identical series); the
+            self-terms are computed once per series (P + Q extra programs), not once per pair.
+        x_lengths: `(P,)` int valid lengths of the series of X (default: all N).
+        y_lengths: `(Q,)` int valid lengths of the series of Y (default: all M; with Y=None, x_lengths).
+        bandwidth, itakura_max_slope, cost, memory, backend: as :func:`softdtw.soft_dtw`.
+        batch_size: pairs per chunk (default: the largest that fits ``memory_budget``).
+        memory_budget: bytes a chunk may use (default 256 MiB on the CPU, a quarter of the free GPU
+            memory up to 4 GiB on CUDA).
+        progress: show a tqdm progress bar (on stderr) for jobs of more than a few chunks;
+            tiny jobs never show one. False turns it off.
+        distributed: reserved for splitting the pairs over the processes of a torch.distributed
+            group; not implemented yet (raises NotImplementedError).
+
+    Returns:
+        `(P, Q)` tensor, dtype of X, on X's device. Differentiable in X and Y when they require grad
+        (the graph of every chunk is kept, so prefer ``torch.no_grad()`` for large matrices).
+        Raw soft-DTW values can be negative; the divergence is >= 0 up to rounding.
+
+    Devices: CPU, CUDA.
+
+    Example:
+        >>> import torch
+        >>> from softdtw import pairwise_soft_dtw
+        >>> X = torch.randn(5, 20, 2)
+        >>> K = pairwise_soft_dtw(X, gamma=0.1, divergence=True)
+        >>> K.shape, bool(K.diagonal().abs().max() < 1e-4)
+        (torch.Size([5, 5]), True)
+    """
+    if distributed:
+        raise NotImplementedError(
+            "pairwise_soft_dtw(distributed=True) is not implemented yet: splitting the pairs over a "
+            "torch.distributed group is planned. Use distributed=False (one device) for now, or split X "
+            "into row blocks yourself and compute pairwise_soft_dtw(X_block, Y) on each rank."
+        )
+    X = as_series_set(X, "X")
+    symmetric_input = Y is None
+    if symmetric_input:
+        if y_lengths is not None:
+            raise ValueError("y_lengths was given but Y is None (Y = X uses x_lengths); pass Y too or drop y_lengths.")
+        Y = X
+    else:
+        Y = as_series_set(Y, "Y")
+    if X.shape[-1] != Y.shape[-1]:
+        raise ValueError(
+            f"X and Y must have the same feature size D; got X.shape={tuple(X.shape)}, Y.shape={tuple(Y.shape)}. "
+            f"Project or slice one so the last dimensions match."
+        )
+    if X.device != Y.device:
+        raise ValueError(f"X and Y must be on the same device; got {X.device} and {Y.device}. Move one with .to().")
+    if X.dtype != Y.dtype:
+        raise TypeError(f"X and Y must have the same dtype; got {X.dtype} and {Y.dtype}. Cast one, e.g. Y.to(X.dtype).")
+    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral)
+                                   or batch_size < 1):
+        raise ValueError(f"batch_size must be a positive integer (pairs per chunk) or None; got {batch_size!r}.")
+    if memory_budget is not None and (isinstance(memory_budget, bool) or not isinstance(memory_budget, numbers.Real)
+                                      or memory_budget <= 0):
+        raise ValueError(f"memory_budget must be a positive number of bytes or None; got {memory_budget!r}.")
+
+    P, N, D = X.shape
+    Q, M = Y.shape[0], Y.shape[1]
+    _, xl = as_set_lengths(x_lengths, "x_lengths", P, N)
+    yl = xl if symmetric_input else as_set_lengths(y_lengths, "y_lengths", Q, M)[1]
+    device = X.device
+
+    triangle = symmetric_input and isinstance(cost, str) and cost in _NAMED_SYMMETRIC_COSTS \
+        and itakura_max_slope is None
+    gamma_grad = isinstance(gamma, torch.Tensor) and gamma.requires_grad
+    needs_grad = torch.is_grad_enabled() and (X.requires_grad or Y.requires_grad or gamma_grad)
+    total = P * (P + 1) // 2 if triangle else P * Q
+    row_offsets = None
+    if triangle:
+        rows = torch.arange(P, dtype=torch.int64)
+        row_offsets = torch.cumsum(P - rows, 0) - (P - rows)  # first flat index of each row
+    fused = isinstance(cost, str) and cost in ("sqeuclidean", "l1")
+    budget = int(memory_budget) if memory_budget is not None else _default_budget(device)
+    B = int(batch_size) if batch_size is not None else _batch_size(
+        device, N, M, D, X.element_size(), fused, needs_grad, budget, total)
+
+    kwargs = dict(cost=cost, bandwidth=bandwidth, itakura_max_slope=itakura_max_slope, memory=memory,
+                  backend=backend)
+    xl_dev, yl_dev = xl.to(device), yl.to(device)
+
+    def run(A, al, al_dev, Bset, bl, bl_dev, i, j):
+        n, m = int(al[i].max()), int(bl[j].max())
+        i_dev, j_dev = i.to(device), j.to(device)
+        xa = A.index_select(0, i_dev)[:, :n]
+        yb = Bset.index_select(0, j_dev)[:, :m]
+        return soft_dtw(xa, yb, gamma, x_lengths=al_dev.index_select(0, i_dev),
+                        y_lengths=bl_dev.index_select(0, j_dev), **kwargs)
+
+    n_chunks = math.ceil(total / B)
+    cells = float((xl.double().mean() * yl.double().mean()).item()) * total
+    show = bool(progress) and n_chunks > 2 and cells >= 5e7
+    out = torch.empty(P, Q, dtype=X.dtype, device=device)
+    bar = None
+    if show:
+        from tqdm import tqdm
+        bar = tqdm(total=total, desc="pairwise soft-DTW" if float(gamma) != 0 else "pairwise DTW", unit="pair",
+                   leave=False, dynamic_ncols=True)
+    try:
+        for start in range(0, total, B):
+            i, j = _chunk_pairs(start, min(start + B, total), P, Q, triangle, row_offsets)
+            v = run(X, xl, xl_dev, Y, yl, yl_dev, i, j).to(X.dtype)
+            i_dev, j_dev = i.to(device), j.to(device)
+            out[i_dev, j_dev] = v
+            if triangle:
+                out[j_dev, i_dev] = v
+            if bar is not None:
+                bar.update(len(i))
+    finally:
+        if bar is not None:
+            bar.close()
+
+    if divergence:
+        if symmetric_input:
+            sx = out.diagonal().clone()
+            sy = sx
+        else:
+            sx = _self_terms(run, X, xl, xl_dev, B)
+            sy = _self_terms(run, Y, yl, yl_dev, B)
+        # With Y = X the diagonal is a - a/2 - a/2 = 0 exactly (the self-terms are the diagonal).
+        out = out - 0.5 * sx.unsqueeze(1) - 0.5 * sy.unsqueeze(0)
+    return out
+
+
+def _self_terms(run, A, al, al_dev, B) -> torch.Tensor:
+    """sdtw(A[p], A[p]) for every series p, in chunks of B."""
+    P = A.shape[0]
+    parts = []
+    for start in range(0, P, B):
+        idx = torch.arange(start, min(start + B, P), dtype=torch.int64)
+        parts.append(run(A, al, al_dev, A, al, al_dev, idx, idx).to(A.dtype))
+    return torch.cat(parts)
