@@ -1,0 +1,654 @@
+"""Numba kernels of the ``cpu`` backend: soft-DTW forward and backward, SIMD across pairs.
+
+Layout of the work
+------------------
+The DP has a serial dependency along every row (R[i, j] needs R[i, j - 1]), so a single pair runs at
+the latency of one soft-min per cell (~27 ns measured for a scalar row loop with libm exp/log).
+Independent *pairs* have no such dependency, so the kernels process a group of ``lanes`` pairs in
+lock step: every row buffer is `(M + 2, lanes)` and the innermost loop runs over the lanes, which
+LLVM vectorises (AVX2 / AVX-512). ``prange`` spreads the groups over the threads.
+
+Per-pair lengths and windows are handled by masking: a group walks the union of its lanes' column
+ranges, and a lane's cells outside its own range are set to the sentinel (forward) or get E = 0
+(backward).
+
+Numerics
+--------
+The DP runs in log2 units: R' = R / (gamma ln 2), so smin becomes -log2 sum 2^-a. The soft-min is
+shifted by its minimum ("median trick"): smin(a, b, c) = lo - log2(1 + 2^(lo - mid) + 2^(lo - hi)),
+two exp2 and one log2, every exponent <= 0. exp2 and log2 are polynomials written here (Numba has
+no vector libm without Intel SVML, and a call to libm stops the vectoriser); their relative error
+is ~2.5e-7 in float32 and ~1e-15 in float64. +inf is replaced by a large finite sentinel, so no
+inf - inf or NaN appears. The backward uses the normalised weights of Cuturi & Blondel's
+Algorithm 2: each cell s stores the weights of its three predecessors inside its own soft-min,
+w = 2^(S'[s] - R'[p]) <= 1 with S' = R' - C' the soft-min value of s, and E[p] = sum_s E[s] w(p->s).
+
+All kernels use ``error_model="numpy"``: Python's error model inserts a zero-division check in
+every division, which stops vectorisation.
+"""
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.extending import intrinsic, overload
+
+# Cost kinds understood by the kernels: fused costs read x and y, COST_GIVEN reads C.
+COST_SQEUCLIDEAN = 0
+COST_L1 = 1
+COST_GIVEN = 2
+
+# nnan/ninf stay off: NaN in the data propagates as NaN instead of being undefined behaviour.
+# The rest (reassociation, contraction into FMA, approximate functions) is what vectorises.
+FASTMATH = {"nsz", "arcp", "contract", "afn", "reassoc"}
+_OPTIONS = dict(fastmath=FASTMATH, error_model="numpy")
+_JIT = dict(_OPTIONS, cache=True)
+_INLINE = dict(_JIT, inline="always")
+
+#: Large finite stand-ins for +inf, per dtype; finite arithmetic on them never makes inf or NaN.
+SENTINEL_F32 = 1e30
+SENTINEL_F64 = 1e300
+
+LN2 = 0.6931471805599453
+
+# Polynomial coefficients (lowest order first), fitted at Chebyshev nodes with numpy.polynomial:
+# 2^f on f in [-1/2, 1/2] (relative error 2.5e-7 in float32 / 1e-15 in float64), and
+# log2((1 + s) / (1 - s)) / s as a polynomial in u = s^2 for s in [-0.172, 0.2].
+_EXP2_F32 = (1.0000000754953482, 0.6931472067106201, 0.24022107355830766, 0.055503272142091,
+             0.009676037097864413, 0.0013400432165358218)
+_EXP2_F64 = (1.0000000000000007, 0.6931471805599448, 0.24022650695905343, 0.055504108664846064,
+             0.009618129108077314, 0.0013333558144833942, 0.00015403530185086747,
+             1.5252733615007464e-05, 1.3215534381076433e-06, 1.017840295158629e-07,
+             7.058698327984167e-09, 4.39434625572878e-10)
+_LOG2_F32 = (2.885390074868239, 0.9618021960043827, 0.5763955610828772, 0.4390777126309035)
+_LOG2_F64 = (2.8853900817779468, 0.9617966939024074, 0.5770780232103155, 0.4121977238491469,
+             0.32065336612179973, 0.2604845743042572, 0.2524495735842052)
+
+
+# ---------------------------------------------------------------------------------------------
+# Scalar maths, one version per dtype (selected by Numba's overload machinery).
+# ---------------------------------------------------------------------------------------------
+
+@intrinsic
+def _pow2_of_int(typingctx, n):
+    """2^n for an integer-valued float n in the normal range, by writing the exponent bits.
+
+    Done in LLVM IR (float -> int, add the bias, shift into the exponent field, bitcast) because
+    Numba cannot reinterpret bits otherwise; every step vectorises.
+    """
+    if n not in (types.float32, types.float64):
+        return None
+    width, bias, mantissa = (32, 127, 23) if n == types.float32 else (64, 1023, 52)
+
+    def codegen(context, builder, sig, args):
+        int_t = ir.IntType(width)
+        k = builder.fptosi(args[0], int_t)
+        k = builder.add(k, ir.Constant(int_t, bias))
+        k = builder.shl(k, ir.Constant(int_t, mantissa))
+        return builder.bitcast(k, ir.FloatType() if width == 32 else ir.DoubleType())
+
+    return n(n), codegen
+
+
+@intrinsic
+def _horner(typingctx, f, coeffs):
+    """coeffs[0] + f (coeffs[1] + f (coeffs[2] + ...)) as straight-line IR.
+
+    An intrinsic is emitted inside its caller, so the polynomial is always inlined into the lane
+    loop (a call there, or a loop that Numba-IR inlining trips over, stops the vectoriser).
+    """
+    if not (isinstance(coeffs, types.UniTuple) and coeffs.dtype == f):
+        return None
+    flags = [flag for flag in FASTMATH if flag in ("contract", "reassoc", "nsz", "arcp", "afn")]
+
+    def codegen(context, builder, sig, args):
+        x, c = args
+        p = builder.extract_value(c, coeffs.count - 1)
+        for k in range(coeffs.count - 2, -1, -1):
+            prod = builder.fmul(p, x)
+            prod.flags.extend(flags)
+            p = builder.fadd(prod, builder.extract_value(c, k))
+            p.flags.extend(flags)
+        return p
+
+    return f(f, coeffs), codegen
+
+
+def exp2_neg(x):
+    """2^x for x <= 0; below the dtype's exponent floor the result stays at ~2^floor (normal)."""
+    raise NotImplementedError("exp2_neg is a Numba kernel helper")
+
+
+def log2_1to3(z):
+    """log2(z) for z in [1, 3] (the argument of the soft-min's log: 1 plus two terms <= 1)."""
+    raise NotImplementedError("log2_1to3 is a Numba kernel helper")
+
+
+def sentinel(like):
+    """The sentinel in the dtype of the float ``like``."""
+    raise NotImplementedError("sentinel is a Numba kernel helper")
+
+
+def flush_exponent(like):
+    """Weights below 2^flush count as 0 and |E| below it is flushed (dtype of ``like``).
+
+    Denormal operands cost ~100 cycles each on x86 (a microcode assist; measured: a backward at
+    17 ns/cell instead of 4), and Numba cannot switch on flush-to-zero. With both factors of
+    every product >= 2^flush and 2 flush above the smallest normal exponent, no denormal arises.
+    """
+    raise NotImplementedError("flush_exponent is a Numba kernel helper")
+
+
+# Per dtype: sentinel; floor of exp2's argument (2^floor times the polynomial, >= 0.7, is still
+# a normal number); flush exponent (see flush_exponent).
+_CONSTANTS = {
+    types.float32: (np.float32(SENTINEL_F32), np.float32(-125.0), np.float32(-60.0)),
+    types.float64: (np.float64(SENTINEL_F64), np.float64(-1021.0), np.float64(-500.0)),
+}
+
+
+def _make_exp2(t, coeffs, floor):
+    c = tuple(t(v) for v in coeffs)
+    half = t(0.5)
+
+    def impl(x):
+        x = max(x, floor)
+        n = np.floor(x + half)
+        f = x - n  # in [-1/2, 1/2]
+        return _horner(f, c) * _pow2_of_int(n)
+
+    return impl
+
+
+def _make_log2(t, coeffs):
+    c = tuple(t(v) for v in coeffs)
+    one, half, sqrt2 = t(1.0), t(0.5), t(1.4142135623730951)
+
+    def impl(z):
+        # z = 2^e m with m in (0.707, 1.5]; log2 m = s P(s^2) with s = (m - 1) / (m + 1).
+        e = t(z > sqrt2)
+        m = z * (one - half * e)
+        s = (m - one) / (m + one)
+        return e + s * _horner(s * s, c)
+
+    return impl
+
+
+_EXP2_IMPL = {
+    types.float32: _make_exp2(np.float32, _EXP2_F32, _CONSTANTS[types.float32][1]),
+    types.float64: _make_exp2(np.float64, _EXP2_F64, _CONSTANTS[types.float64][1]),
+}
+_LOG2_IMPL = {
+    types.float32: _make_log2(np.float32, _LOG2_F32),
+    types.float64: _make_log2(np.float64, _LOG2_F64),
+}
+
+
+# Inlined at the Numba-IR level: LLVM's inliner declines the float64 versions (too big), and a
+# call inside the lane loop stops the vectoriser.
+@overload(exp2_neg, jit_options=_OPTIONS, inline="always")
+def _ov_exp2_neg(x):
+    return _EXP2_IMPL.get(x)
+
+
+@overload(log2_1to3, jit_options=_OPTIONS, inline="always")
+def _ov_log2_1to3(z):
+    return _LOG2_IMPL.get(z)
+
+
+def _constant_overload(index):
+    def typer(like):
+        if like not in _CONSTANTS:
+            return None
+        value = _CONSTANTS[like][index]
+        return lambda like: value
+
+    return typer
+
+
+overload(sentinel, jit_options=_OPTIONS)(_constant_overload(0))
+overload(flush_exponent, jit_options=_OPTIONS)(_constant_overload(2))
+
+
+@njit(**_INLINE)
+def softmin3(a, b, c):
+    """-log2(2^-a + 2^-b + 2^-c), shifted by the minimum so that every exponent is <= 0."""
+    lo = min(a, min(b, c))
+    hi = max(a, max(b, c))
+    mid = max(min(a, b), min(max(a, b), c))
+    one = type(a)(1.0)
+    return lo - log2_1to3(one + exp2_neg(lo - mid) + exp2_neg(lo - hi))
+
+
+# ---------------------------------------------------------------------------------------------
+# Pieces shared by the forward and backward of one group of pairs.
+# ---------------------------------------------------------------------------------------------
+
+@njit(**_JIT)
+def _row_bounds(i, b0, nl, x_lengths, y_lengths, window, has_window, lo, hi):
+    """Fill lo[k], hi[k] with the columns lane k uses in row i; return the group's (a, b) union.
+
+    Lanes past the batch or past their own length get the empty range (0, 0).
+    """
+    a = 1 << 62
+    b = 0
+    for k in range(lo.shape[0]):
+        l, h = 0, 0
+        if k < nl and i < x_lengths[b0 + k]:
+            if has_window:
+                l, h = window[b0 + k, i, 0], window[b0 + k, i, 1]
+            else:
+                l, h = 0, y_lengths[b0 + k]
+        lo[k], hi[k] = l, h
+        if l < h:
+            a = min(a, l)
+            b = max(b, h)
+    if b == 0:
+        a = 0
+    return a, b
+
+
+@njit(**_JIT)
+def _reset_outside(buf, written_lo, written_hi, keep_lo, keep_hi, value):
+    """Set rows [written_lo, written_hi) of ``buf`` outside [keep_lo, keep_hi) to ``value``.
+
+    A row buffer holds the sentinel (forward) or 0 (backward) everywhere except where it was last
+    written; reusing it for a new range only needs the old range's leftovers cleared.
+    """
+    for p in range(written_lo, min(written_hi, keep_lo)):
+        buf[p, :] = value
+    for p in range(max(written_lo, keep_hi), written_hi):
+        buf[p, :] = value
+
+
+@njit(**_JIT)
+def _pack_y(y, b0, nl, ys):
+    """ys[j, d, k] = y[b0 + k, j, d]: the group's y, lanes innermost (zeros for padding lanes)."""
+    ys[:] = 0
+    for k in range(nl):
+        for j in range(y.shape[1]):
+            for d in range(y.shape[2]):
+                ys[j, d, k] = y[b0 + k, j, d]
+
+
+@njit(**_JIT)
+def _cost_row(i, b0, nl, a, b, x, ys, C, cost_kind, lo, hi, xrow, crow):
+    """crow[j, k] = cost of row i of lane k, column j, for j in [a, b); 0 outside the lane's range.
+
+    Fused costs also leave the row of x in xrow[d, k] for the gradient.
+    """
+    L = crow.shape[1]
+    if cost_kind == COST_GIVEN:
+        for k in range(L):
+            for j in range(a, b):
+                crow[j, k] = 0
+        for k in range(nl):
+            for j in range(lo[k], hi[k]):
+                crow[j, k] = C[b0 + k, i, j]
+        return
+    D = xrow.shape[0]
+    zero = crow.dtype.type(0.0)  # typed: a literal int would promote float32 to float64
+    for d in range(D):
+        for k in range(L):
+            xrow[d, k] = x[b0 + k, i, d] if (k < nl and lo[k] < hi[k]) else zero
+    for j in range(a, b):
+        for k in range(L):
+            crow[j, k] = 0
+        if cost_kind == COST_L1:
+            for d in range(D):
+                for k in range(L):
+                    crow[j, k] += abs(xrow[d, k] - ys[j, d, k])
+        else:
+            for d in range(D):
+                for k in range(L):
+                    t = xrow[d, k] - ys[j, d, k]
+                    crow[j, k] += t * t
+    # Cells outside a lane's own range get cost 0 (their value is masked anyway; a finite 0 keeps
+    # <E, C> free of garbage from padded steps).
+    for j in range(a, b):
+        for k in range(L):
+            inside = (j >= lo[k]) & (j < hi[k])
+            crow[j, k] = crow[j, k] if inside else zero
+
+
+# ---------------------------------------------------------------------------------------------
+# Forward
+# ---------------------------------------------------------------------------------------------
+
+@njit(**_JIT)
+def _dp_row_soft(a, b, prev, cur, crow, lo, hi, left, inv, big):
+    """cur[j + 1] = C'[i, j] + smin(prev[j], prev[j + 1], cur[j]) for j in [a, b), in log2 units."""
+    L = crow.shape[1]
+    for k in range(L):
+        left[k] = big
+    for j in range(a, b):
+        for k in range(L):
+            r = crow[j, k] * inv + softmin3(prev[j, k], prev[j + 1, k], left[k])
+            r = r if ((j >= lo[k]) & (j < hi[k])) else big
+            left[k] = r
+            cur[j + 1, k] = r
+
+
+@njit(**_JIT)
+def _dp_row_hard(a, b, prev, cur, crow, lo, hi, left, big):
+    """Hard DTW (gamma == 0): cur[j + 1] = C[i, j] + min(prev[j], prev[j + 1], cur[j])."""
+    L = crow.shape[1]
+    for k in range(L):
+        left[k] = big
+    for j in range(a, b):
+        for k in range(L):
+            r = crow[j, k] + min(prev[j, k], min(prev[j + 1, k], left[k]))
+            r = r if ((j >= lo[k]) & (j < hi[k])) else big
+            left[k] = r
+            cur[j + 1, k] = r
+
+
+@njit(**_JIT)
+def _store_row(i, b0, nl, a, b, cur, out_scale, big, R_out):
+    """R_out[b0 + k, i, :] = row i in natural units; the sentinel outside [a, b) and on masked cells."""
+    M = R_out.shape[2]
+    for k in range(nl):
+        for j in range(0, a):
+            R_out[b0 + k, i, j] = big
+        for j in range(a, b):
+            v = cur[j + 1, k]
+            R_out[b0 + k, i, j] = big if v >= big else v * out_scale
+        for j in range(b, M):
+            R_out[b0 + k, i, j] = big
+
+
+@njit(**_JIT)
+def _forward_group(g, lanes, x, y, C, cost_kind, N, M, gamma, x_lengths, y_lengths, window,
+                   has_window, store, R_out, values):
+    """Forward of pairs [g * lanes, g * lanes + lanes): values, and R (natural units) if store."""
+    B = x_lengths.shape[0]
+    b0 = g * lanes
+    nl = min(lanes, B - b0)
+    dt = values.dtype
+    big = sentinel(values[0])
+    hard = gamma == 0
+    # Costs are scaled into log2 units once per cell; the result is scaled back once per pair.
+    inv = dt.type(1.0) if hard else dt.type(1.0 / (gamma * LN2))
+    out_scale = dt.type(1.0) if hard else dt.type(gamma * LN2)
+
+    D = x.shape[2]
+    fused = cost_kind != COST_GIVEN
+    ys = np.empty((M if fused else 0, D, lanes), dt)
+    if fused:
+        _pack_y(y, b0, nl, ys)
+    xrow = np.zeros((D, lanes), dt)
+    crow = np.zeros((M + 2, lanes), dt)
+    prev = np.full((M + 2, lanes), big, dt)
+    cur = np.full((M + 2, lanes), big, dt)
+    prev[0, :] = 0  # R[-1, -1] = 0; buffer position p holds column p - 1
+    prev_lo, prev_hi, cur_lo, cur_hi = 0, 1, 0, 0  # written position ranges of the two buffers
+    lo = np.zeros(lanes, np.int64)
+    hi = np.zeros(lanes, np.int64)
+    left = np.empty(lanes, dt)
+
+    n_rows = 0
+    for k in range(nl):
+        n_rows = max(n_rows, x_lengths[b0 + k])
+    for i in range(n_rows):
+        a, b = _row_bounds(i, b0, nl, x_lengths, y_lengths, window, has_window, lo, hi)
+        _cost_row(i, b0, nl, a, b, x, ys, C, cost_kind, lo, hi, xrow, crow)
+        _reset_outside(cur, cur_lo, cur_hi, a + 1, b + 1, big)
+        cur_lo, cur_hi = a + 1, b + 1
+        if hard:
+            _dp_row_hard(a, b, prev, cur, crow, lo, hi, left, big)
+        else:
+            _dp_row_soft(a, b, prev, cur, crow, lo, hi, left, inv, big)
+        for k in range(nl):
+            if i == x_lengths[b0 + k] - 1:
+                values[b0 + k] = cur[y_lengths[b0 + k], k] * out_scale
+        if store:
+            _store_row(i, b0, nl, a, b, cur, out_scale, big, R_out)
+        prev, cur = cur, prev
+        prev_lo, prev_hi, cur_lo, cur_hi = cur_lo, cur_hi, prev_lo, prev_hi
+    if store:  # rows no lane of the group reaches
+        for k in range(nl):
+            R_out[b0 + k, n_rows:, :] = big
+
+
+@njit(parallel=True, **_JIT)
+def forward_kernel(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, has_window, store, lanes,
+            R_out, values):
+    """Soft-DTW values `(B,)` into ``values`` and, if ``store``, R `(B, N, M)` into ``R_out``.
+
+    x `(B, N, D)`, y `(B, M, D)` for fused costs (``cost_kind`` 0 or 1); C `(B, N, M)` for
+    COST_GIVEN (then x, y are `(B, 0, 0)` placeholders and only their dtype matters). gamma: float
+    (0 = hard DTW). window: int32 `(B, N, 2)` if has_window. lanes: pairs per SIMD group.
+    """
+    B = x_lengths.shape[0]
+    if cost_kind == COST_GIVEN:
+        N, M = C.shape[1], C.shape[2]
+    else:
+        N, M = x.shape[1], y.shape[1]
+    groups = (B + lanes - 1) // lanes
+    for g in prange(groups):
+        _forward_group(g, lanes, x, y, C, cost_kind, N, M, gamma, x_lengths, y_lengths, window,
+                       has_window, store, R_out, values)
+
+
+# ---------------------------------------------------------------------------------------------
+# Backward
+# ---------------------------------------------------------------------------------------------
+
+@njit(**_JIT)
+def _load_R_row(i, b0, nl, a, b, R_saved, inv, big, out):
+    """out[j + 1, k] = R[b0 + k, i, j] in log2 units for j in [a - 1, b) (row -1 is the border)."""
+    L = out.shape[1]
+    start = max(a - 1, 0)
+    if i < 0:
+        for p in range(start, b + 1):
+            out[p, :] = big
+        out[0, :] = 0  # R[-1, -1] = 0
+        return
+    for j in range(start, b):
+        for k in range(L):
+            out[j + 1, k] = big
+    for k in range(nl):
+        for j in range(start, b):
+            v = R_saved[b0 + k, i, j]
+            out[j + 1, k] = big if v >= big else v * inv
+    if a == 0:
+        out[0, :] = big
+
+
+@njit(**_INLINE)
+def _weight(t, flush):
+    """(w, w t) for w = 2^t, t <= 0; 0 below 2^flush (no denormals, and the sentinel gives 0)."""
+    zero = type(t)(0.0)
+    w = exp2_neg(t) if t > flush else zero
+    return w, w * max(t, flush)
+
+
+@njit(**_JIT)
+def _weights_soft(a, b, rup, rcur, crow, inv, wd, wu, wl, ent):
+    """Weights of each cell's three predecessors inside its soft-min, for j in [a, b).
+
+    Cell s = (i, j) has soft-min value S' = R'[s] - C'[s]; predecessor p gets w = 2^t with
+    t = S' - R'[p] <= 0 (clamped at 0 against rounding). ent[s] = sum_p w t (= sum w log2 w) is
+    ln-scaled into dR[s]/dgamma with the predecessors held fixed: its terms all have one sign,
+    so the gradient to gamma built from it has no cancellation, unlike (value - <E, C>) / gamma.
+    """
+    L = crow.shape[1]
+    zero = crow.dtype.type(0.0)  # typed: a literal int would promote float32 to float64
+    flush = flush_exponent(zero)
+    for j in range(a, b):
+        for k in range(L):
+            s = rcur[j + 1, k] - crow[j, k] * inv
+            w_d, h_d = _weight(min(s - rup[j, k], zero), flush)
+            w_u, h_u = _weight(min(s - rup[j + 1, k], zero), flush)
+            w_l, h_l = _weight(min(s - rcur[j, k], zero), flush)
+            wd[j + 1, k] = w_d
+            wu[j + 1, k] = w_u
+            wl[j + 1, k] = w_l
+            ent[j + 1, k] = h_d + h_u + h_l
+
+
+@njit(**_JIT)
+def _weights_hard(a, b, rup, rcur, wd, wu, wl):
+    """One-hot weight of each cell's argmin predecessor; ties go to diagonal, then up, then left."""
+    L = wd.shape[1]
+    zero = wd.dtype.type(0.0)
+    one = wd.dtype.type(1.0)
+    for j in range(a, b):
+        for k in range(L):
+            d, u, l = rup[j, k], rup[j + 1, k], rcur[j, k]
+            is_d = (d <= u) & (d <= l)
+            is_u = (u < d) & (u <= l)
+            wd[j + 1, k] = one if is_d else zero
+            wu[j + 1, k] = one if is_u else zero
+            wl[j + 1, k] = zero if (is_d | is_u) else one
+
+
+@njit(**_JIT)
+def _alignment_row(a, b, lo, hi, end_col, e_next, wd_next, wu_next, e_cur, wl_cur):
+    """E[i, j] for j = b - 1 .. a: the successors' E times this cell's weight in their soft-min.
+
+    Successors: (i + 1, j + 1) by its diagonal weight, (i + 1, j) by its up weight, (i, j + 1) by
+    its left weight. The end cell (n - 1, m - 1) adds 1 (dR_end / dR_end). Buffer position j + 1.
+    """
+    L = e_cur.shape[1]
+    zero = e_cur.dtype.type(0.0)  # typed constants: a literal int would promote float32 to float64
+    one = e_cur.dtype.type(1.0)
+    tiny = exp2_neg(flush_exponent(zero))  # E below this is flushed to 0 (see flush_exponent)
+    for j in range(b - 1, a - 1, -1):
+        for k in range(L):
+            e = (e_next[j + 2, k] * wd_next[j + 2, k] + e_next[j + 1, k] * wu_next[j + 1, k]
+                 + e_cur[j + 2, k] * wl_cur[j + 2, k])
+            e += one if j == end_col[k] else zero
+            keep = (j >= lo[k]) & (j < hi[k]) & (e >= tiny)
+            e_cur[j + 1, k] = e if keep else zero
+
+
+@njit(**_JIT)
+def _grad_row(a, b, cost_kind, e_cur, xrow, ys, ent, dxrow, dys, e_ent):
+    """Accumulate the cost VJP of row i (without the factor 2 of sqeuclidean) and <E, ent>.
+
+    sqeuclidean: dX_i += E_ij (x_i - y_j), dY_j -= E_ij (x_i - y_j); l1: the same with the sign.
+    """
+    L = e_cur.shape[1]
+    D = xrow.shape[0]
+    for j in range(a, b):
+        for k in range(L):
+            e_ent[k] += e_cur[j + 1, k] * ent[j + 1, k]
+    if cost_kind == COST_GIVEN:
+        return
+    l1 = cost_kind == COST_L1
+    for j in range(a, b):
+        for d in range(D):
+            if l1:
+                for k in range(L):
+                    t = xrow[d, k] - ys[j, d, k]
+                    g = e_cur[j + 1, k] * np.sign(t)
+                    dxrow[d, k] += g
+                    dys[j, d, k] -= g
+            else:
+                for k in range(L):
+                    g = e_cur[j + 1, k] * (xrow[d, k] - ys[j, d, k])
+                    dxrow[d, k] += g
+                    dys[j, d, k] -= g
+
+
+@njit(**_JIT)
+def _backward_group(g, lanes, x, y, C, cost_kind, N, M, gamma, x_lengths, y_lengths, window,
+                    has_window, grad, values, R_saved, dx, dy, dC, dgamma):
+    B = x_lengths.shape[0]
+    b0 = g * lanes
+    nl = min(lanes, B - b0)
+    dt = values.dtype
+    big = sentinel(values[0])
+    hard = gamma == 0
+    inv = dt.type(1.0) if hard else dt.type(1.0 / (gamma * LN2))
+    D = x.shape[2]
+    fused = cost_kind != COST_GIVEN
+    # sqeuclidean's derivative carries a factor 2; applied once per pair with grad.
+    factor = dt.type(2.0) if cost_kind == COST_SQEUCLIDEAN else dt.type(1.0)
+
+    ys = np.empty((M if fused else 0, D, lanes), dt)
+    dys = np.zeros((M if fused else 0, D, lanes), dt)
+    if fused:
+        _pack_y(y, b0, nl, ys)
+    xrow = np.zeros((D, lanes), dt)
+    dxrow = np.zeros((D, lanes), dt)
+    crow = np.zeros((M + 2, lanes), dt)
+    rup = np.full((M + 2, lanes), big, dt)
+    rcur = np.full((M + 2, lanes), big, dt)
+    # Weights of rows i (cur) and i + 1 (next); finite everywhere, exact only inside the ranges.
+    wd_cur = np.zeros((M + 2, lanes), dt)
+    wu_cur = np.zeros((M + 2, lanes), dt)
+    wl_cur = np.zeros((M + 2, lanes), dt)
+    wd_next = np.zeros((M + 2, lanes), dt)
+    wu_next = np.zeros((M + 2, lanes), dt)
+    wl_next = np.zeros((M + 2, lanes), dt)
+    # E of rows i and i + 1: zero outside the written range (successors outside are not cells).
+    e_cur = np.zeros((M + 2, lanes), dt)
+    e_next = np.zeros((M + 2, lanes), dt)
+    cur_lo, cur_hi, next_lo, next_hi = 0, 0, 0, 0
+    lo = np.zeros(lanes, np.int64)
+    hi = np.zeros(lanes, np.int64)
+    end_col = np.full(lanes, -1, np.int64)
+    ent = np.zeros((M + 2, lanes), dt)  # per cell: sum_p w log2 w over its predecessors
+    e_ent = np.zeros(lanes, np.float64)  # <E, ent> per pair (float64: a sum of N·M terms)
+
+    n_rows = 0
+    for k in range(nl):
+        n_rows = max(n_rows, x_lengths[b0 + k])
+    for i in range(n_rows - 1, -1, -1):
+        a, b = _row_bounds(i, b0, nl, x_lengths, y_lengths, window, has_window, lo, hi)
+        for k in range(lanes):
+            end_col[k] = y_lengths[b0 + k] - 1 if (k < nl and i == x_lengths[b0 + k] - 1) else -1
+        _cost_row(i, b0, nl, a, b, x, ys, C, cost_kind, lo, hi, xrow, crow)
+        _load_R_row(i, b0, nl, a, b, R_saved, inv, big, rcur)
+        _load_R_row(i - 1, b0, nl, a, b, R_saved, inv, big, rup)
+        if hard:
+            _weights_hard(a, b, rup, rcur, wd_cur, wu_cur, wl_cur)
+        else:
+            _weights_soft(a, b, rup, rcur, crow, inv, wd_cur, wu_cur, wl_cur, ent)
+        _reset_outside(e_cur, cur_lo, cur_hi, a + 1, b + 1, 0)
+        cur_lo, cur_hi = a + 1, b + 1
+        _alignment_row(a, b, lo, hi, end_col, e_next, wd_next, wu_next, e_cur, wl_cur)
+        _grad_row(a, b, cost_kind, e_cur, xrow, ys, ent, dxrow, dys, e_ent)
+        for k in range(nl):
+            gk = grad[b0 + k]
+            if fused:
+                for d in range(D):
+                    dx[b0 + k, i, d] = factor * gk * dxrow[d, k]
+            else:
+                for j in range(a, b):
+                    dC[b0 + k, i, j] = gk * e_cur[j + 1, k]
+        dxrow[:] = 0
+        e_cur, e_next = e_next, e_cur
+        cur_lo, cur_hi, next_lo, next_hi = next_lo, next_hi, cur_lo, cur_hi
+        wd_cur, wd_next = wd_next, wd_cur
+        wu_cur, wu_next = wu_next, wu_cur
+        wl_cur, wl_next = wl_next, wl_cur
+    for k in range(nl):
+        gk = grad[b0 + k]
+        if fused:
+            for j in range(M):
+                for d in range(D):
+                    dy[b0 + k, j, d] = factor * gk * dys[j, d, k]
+        # d value / d gamma = sum_s E[s] sum_p w ln w = (value - <E, C>) / gamma, without cancellation.
+        dgamma[b0 + k] = 0 if hard else gk * LN2 * e_ent[k]
+
+
+@njit(parallel=True, **_JIT)
+def backward_kernel(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, has_window, lanes, grad,
+             values, R_saved, dx, dy, dC, dgamma):
+    """Gradients of sum_b grad[b] * value[b] from the saved table R `(B, N, M)` (natural units).
+
+    Fused costs write dx `(B, N, D)` and dy `(B, M, D)`; COST_GIVEN writes dC `(B, N, M)`. All
+    three must be zero-filled by the caller (padded steps and cells are not written). dgamma `(B,)`.
+    """
+    B = x_lengths.shape[0]
+    if cost_kind == COST_GIVEN:
+        N, M = C.shape[1], C.shape[2]
+    else:
+        N, M = x.shape[1], y.shape[1]
+    groups = (B + lanes - 1) // lanes
+    for g in prange(groups):
+        _backward_group(g, lanes, x, y, C, cost_kind, N, M, gamma, x_lengths, y_lengths, window,
+                        has_window, grad, values, R_saved, dx, dy, dC, dgamma)
