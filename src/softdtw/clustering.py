@@ -1,0 +1,421 @@
+r"""k-means under soft-DTW: k-means++ seeding, batched barycenter updates, the scikit-learn API.
+
+Lloyd's algorithm with soft-DTW in place of the squared Euclidean distance (as tslearn's
+``TimeSeriesKMeans(metric="softdtw")``): assign every series to its closest centre, then move each
+centre to the soft-DTW barycenter of its series. Here all K barycenters are updated in one batched
+problem (:func:`softdtw.soft_dtw_barycenter` with ``groups``), and the assignment is one
+:func:`softdtw.pairwise_soft_dtw` matrix, so the whole algorithm runs at batched-kernel speed on the
+CPU or the GPU.
+
+By default the dissimilarity is the soft-DTW divergence (Blondel, Mensch & Vert 2021), which is
+>= 0 and zero at x = y: the inertia is then a sum of non-negative terms and, since both steps
+minimise the same objective (the barycenter keeps its best iterate), it never increases (up to
+floating-point rounding).
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from typing import NamedTuple, Optional, Union
+
+import numpy as np
+import torch
+
+from ._estimator import BaseEstimator
+from .barycenter import _resample, soft_dtw_barycenter
+from .pairwise import as_series_set, as_set_lengths, pairwise_soft_dtw
+
+__all__ = ["soft_dtw_kmeans", "SoftDTWKMeans", "KMeansResult", "adjusted_rand_index"]
+
+_INITS = ("k-means++", "random")
+
+
+class KMeansResult(NamedTuple):
+    """What :func:`soft_dtw_kmeans` returns.
+
+    Attributes:
+        centers: `(K, L, D)` cluster centres (dtype of X, on X's device).
+        labels: `(P,)` int64 index of the closest centre of each series (CPU).
+        inertia: sum over the series of the dissimilarity to their centre (float).
+        n_iter: centre updates run.
+        converged: True if the labels stopped changing (or the inertia stopped decreasing by more
+            than ``tol``) before ``max_iter``.
+        losses: `(n_iter + 1,)` float64 inertia after the seeding and after each update.
+    """
+
+    centers: torch.Tensor
+    labels: torch.Tensor
+    inertia: float
+    n_iter: int
+    converged: bool
+    losses: torch.Tensor
+
+
+def adjusted_rand_index(labels_true, labels_pred) -> float:
+    r"""Adjusted Rand index (Hubert & Arabie 1985) between two labelings of the same items.
+
+    .. math:: \mathrm{ARI} = \frac{\sum_{ij}\binom{n_{ij}}{2} - \sum_i\binom{a_i}{2}\sum_j\binom{b_j}{2}/\binom{n}{2}}
+              {\tfrac12[\sum_i\binom{a_i}{2} + \sum_j\binom{b_j}{2}] - \sum_i\binom{a_i}{2}\sum_j\binom{b_j}{2}/\binom{n}{2}}
+
+    1 for identical partitions (up to renaming), about 0 for independent ones, possibly negative.
+    Same values as ``sklearn.metrics.adjusted_rand_score``.
+
+    Args:
+        labels_true, labels_pred: `(P,)` labels of any kind (tensor, array or list).
+
+    Returns:
+        float.
+
+    Example:
+        >>> adjusted_rand_index([0, 0, 1, 1], [1, 1, 0, 0])
+        1.0
+    """
+    a = np.asarray(labels_true.cpu() if isinstance(labels_true, torch.Tensor) else labels_true).reshape(-1)
+    b = np.asarray(labels_pred.cpu() if isinstance(labels_pred, torch.Tensor) else labels_pred).reshape(-1)
+    if a.shape != b.shape:
+        raise ValueError(f"labels_true and labels_pred must have the same length; got {a.shape[0]} and {b.shape[0]}.")
+    n = a.shape[0]
+    if n < 2:
+        return 1.0
+    _, ia = np.unique(a, return_inverse=True)
+    _, ib = np.unique(b, return_inverse=True)
+    table = np.zeros((ia.max() + 1, ib.max() + 1), dtype=np.int64)
+    np.add.at(table, (ia.reshape(-1), ib.reshape(-1)), 1)
+
+    def comb2(v):
+        v = v.astype(np.float64)
+        return v * (v - 1) / 2
+
+    index = comb2(table).sum()
+    sum_a = comb2(table.sum(1)).sum()
+    sum_b = comb2(table.sum(0)).sum()
+    expected = sum_a * sum_b / comb2(np.array(n))
+    maximum = 0.5 * (sum_a + sum_b)
+    if maximum == expected:
+        return 1.0
+    return float((index - expected) / (maximum - expected))
+
+
+class _Dissimilarity:
+    """Dissimilarities between the series of X and centres, with X's self-terms computed once."""
+
+    def __init__(self, X, lengths, user_lengths, gamma, divergence, kw, batch_size, progress):
+        self.X, self.lengths, self.user_lengths = X, lengths, user_lengths
+        self.gamma, self.divergence, self.kw = gamma, divergence, kw
+        self.batch_size, self.progress = batch_size, progress
+        self._sx = None
+
+    def self_terms(self) -> torch.Tensor:
+        if self._sx is None:
+            with torch.no_grad():
+                self._sx = _self_soft_dtw(self.X, self.lengths, self.gamma, self.kw, self.batch_size)
+        return self._sx
+
+    def raw(self, C, c_lengths=None) -> torch.Tensor:
+        with torch.no_grad():
+            return pairwise_soft_dtw(self.X, C, self.gamma, x_lengths=self.user_lengths, y_lengths=c_lengths,
+                                     batch_size=self.batch_size, progress=self.progress, **self.kw)
+
+    def __call__(self, C, c_lengths=None, divergence=None, c_self=None) -> torch.Tensor:
+        """`(P, K)` dissimilarities to centres C `(K, L, D)`."""
+        div = self.divergence if divergence is None else divergence
+        R = self.raw(C, c_lengths)
+        if not div:
+            return R
+        if c_self is None:
+            with torch.no_grad():
+                cl = torch.full((C.shape[0],), C.shape[1], dtype=torch.int64) if c_lengths is None else c_lengths
+                c_self = _self_soft_dtw(C, cl, self.gamma, self.kw, self.batch_size)
+        return R - 0.5 * self.self_terms().unsqueeze(1) - 0.5 * c_self.unsqueeze(0)
+
+
+def _self_soft_dtw(A, lengths, gamma, kw, batch_size) -> torch.Tensor:
+    from .functional import soft_dtw
+
+    P = A.shape[0]
+    step = P if batch_size is None else int(batch_size)
+    out = []
+    for s in range(0, P, step):
+        e = min(s + step, P)
+        n = int(lengths[s:e].max())
+        ln = lengths[s:e].to(A.device)
+        out.append(soft_dtw(A[s:e, :n], A[s:e, :n], gamma, x_lengths=ln, y_lengths=ln, **kw).to(A.dtype))
+    return torch.cat(out)
+
+
+def _kmeans_plus_plus(X, lengths, K, L, dissim: _Dissimilarity, gen: torch.Generator) -> torch.Tensor:
+    """Greedy k-means++ (Arthur & Vassilvitskii 2007; 2 + log K local trials as scikit-learn) under the
+    soft-DTW divergence. Returns the indices `(K,)` of the chosen series."""
+    P = X.shape[0]
+    n_trials = 2 + int(math.log(K))
+    sx = dissim.self_terms()
+
+    def to(idx: torch.Tensor) -> torch.Tensor:  # divergences (P, len(idx)) to the series idx
+        idx = idx.to(torch.int64)
+        R = dissim.raw(X.index_select(0, idx.to(X.device)), lengths[idx] if dissim.user_lengths is not None
+                       else None)
+        D = R - 0.5 * sx.unsqueeze(1) - 0.5 * sx[idx.to(sx.device)].unsqueeze(0)
+        return D.clamp_min(0).double().cpu()
+
+    first = int(torch.randint(P, (1,), generator=gen))
+    chosen = [first]
+    closest = to(torch.tensor([first]))[:, 0]
+    for _ in range(1, K):
+        pot = float(closest.sum())
+        if pot <= 0:  # every series coincides with a chosen one: pick any other at random
+            rest = [i for i in range(P) if i not in chosen]
+            chosen.append(rest[int(torch.randint(len(rest), (1,), generator=gen))])
+            continue
+        r = torch.rand(n_trials, generator=gen, dtype=torch.float64) * pot
+        cands = torch.searchsorted(torch.cumsum(closest, 0), r).clamp(max=P - 1)
+        Dc = to(cands)  # (P, trials)
+        new = torch.minimum(closest.unsqueeze(1), Dc)
+        best = int(torch.argmin(new.sum(0)))
+        chosen.append(int(cands[best]))
+        closest = new[:, best]
+    return torch.tensor(chosen, dtype=torch.int64)
+
+
+def _check_int(value, name: str, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+        raise ValueError(f"{name} must be an integer >= {low}; got {value!r}.")
+    return int(value)
+
+
+def soft_dtw_kmeans(X, n_clusters: int, gamma: float = 1.0, *, x_lengths=None, max_iter: int = 50,
+                    n_init: int = 1, init: Union[str, torch.Tensor] = "k-means++", random_state=None,
+                    tol: float = 1e-6, divergence: bool = True, barycenter_max_iter: int = 20,
+                    barycenter_method: str = "lbfgs", bandwidth: Optional[float] = None,
+                    itakura_max_slope: Optional[float] = None, cost="sqeuclidean",
+                    batch_size: Optional[int] = None, progress: bool = False,
+                    backend: Optional[str] = None) -> KMeansResult:
+    r"""k-means clustering of time series under soft-DTW (functional form of :class:`SoftDTWKMeans`).
+
+    Minimises the inertia :math:`\sum_p d(x_p, c_{\ell(p)})` with d the soft-DTW divergence (default)
+    or soft-DTW, by alternating assignment and batched barycenter updates.
+
+    Args:
+        X: `(P, T, D)` float tensor / array (`(P, T)` means univariate), padded past ``x_lengths``.
+        n_clusters: K, 1 <= K <= P.
+        gamma: soft-DTW smoothing > 0.
+        x_lengths: optional `(P,)` int valid lengths.
+        max_iter: maximum assignment / update rounds.
+        n_init: runs from different seedings; the one of lowest inertia is returned.
+        init: "k-means++" (default; greedy k-means++ under the soft-DTW divergence), "random" (K
+            distinct series) or a `(K, L, D)` tensor of initial centres.
+        random_state: int seed (or a torch.Generator) for reproducible results; None for fresh entropy.
+        tol: stop when the relative decrease of the inertia is <= tol (or when no label changes).
+        divergence: use the soft-DTW divergence (default; inertia >= 0 and non-increasing) or raw
+            soft-DTW values (tslearn's choice; can be negative). Seeding always uses the divergence.
+        barycenter_max_iter, barycenter_method: L-BFGS ("lbfgs") or "adam" iterations per update.
+        bandwidth, itakura_max_slope, cost, backend: as :func:`softdtw.soft_dtw`.
+        batch_size, progress: as :func:`softdtw.pairwise_soft_dtw` (progress also shows the rounds).
+
+    Returns:
+        :class:`KMeansResult` (centers `(K, L, D)` with L the longest series, labels, inertia,
+        n_iter, converged, losses).
+
+    Devices: CPU, CUDA.
+
+    Example:
+        >>> from softdtw.datasets import make_cbf
+        >>> from softdtw.clustering import soft_dtw_kmeans, adjusted_rand_index
+        >>> X, y = make_cbf(30, length=64, seed=0)
+        >>> res = soft_dtw_kmeans(X, 3, gamma=1.0, random_state=0, max_iter=5)
+        >>> res.centers.shape, bool((res.losses[1:] <= res.losses[:-1] * (1 + 1e-4)).all())
+        (torch.Size([3, 64, 1]), True)
+    """
+    X = as_series_set(X, "X")
+    P, T, D = X.shape
+    if X.dtype in (torch.float16, torch.bfloat16):
+        X = X.float()
+    K = _check_int(n_clusters, "n_clusters", 1)
+    if K > P:
+        raise ValueError(f"n_clusters={K} is larger than the number of series P={P}; use at most {P} clusters.")
+    max_iter = _check_int(max_iter, "max_iter", 0)
+    n_init = _check_int(n_init, "n_init", 1)
+    barycenter_max_iter = _check_int(barycenter_max_iter, "barycenter_max_iter", 0)
+    if not isinstance(tol, numbers.Real) or isinstance(tol, bool) or not tol >= 0:
+        raise ValueError(f"tol must be a number >= 0; got {tol!r}.")
+    user_lengths, lengths = as_set_lengths(x_lengths, "x_lengths", P, T)
+    L = int(lengths.max())
+    X = X[:, :L]
+    if isinstance(init, (torch.Tensor, np.ndarray)):
+        C_init = torch.as_tensor(init).to(device=X.device, dtype=X.dtype)
+        if C_init.dim() != 3 or C_init.shape[0] != K or C_init.shape[2] != D:
+            raise ValueError(f"init as a tensor must have shape ({K}, L, {D}) (n_clusters, length, features); "
+                             f"got {tuple(C_init.shape)}.")
+        if n_init != 1:
+            raise ValueError(f"n_init={n_init} with an explicit init tensor would repeat the same run; use n_init=1.")
+    elif init in _INITS:
+        C_init = None
+    else:
+        raise ValueError(f"init must be one of {_INITS} or a ({K}, L, {D}) tensor of centres; got {init!r}.")
+    if isinstance(random_state, torch.Generator):
+        gen = random_state
+    else:
+        if random_state is not None and (isinstance(random_state, bool)
+                                         or not isinstance(random_state, numbers.Integral)):
+            raise ValueError(f"random_state must be an int, a torch.Generator or None; got {random_state!r}.")
+        seed = int(random_state) if random_state is not None else int(torch.seed() % 2**63)
+        gen = torch.Generator().manual_seed(seed)
+
+    kw = dict(cost=cost, bandwidth=bandwidth, itakura_max_slope=itakura_max_slope, backend=backend)
+    dissim = _Dissimilarity(X, lengths, user_lengths, gamma, divergence, kw, batch_size, False)
+    best = None
+    for _ in range(n_init):
+        res = _one_run(X, lengths, user_lengths, K, L, gamma, C_init, init, gen, dissim, max_iter, tol,
+                       divergence, barycenter_max_iter, barycenter_method, kw, batch_size, progress)
+        if best is None or res.inertia < best.inertia:
+            best = res
+    return best
+
+
+def _assign(dissim: _Dissimilarity, C: torch.Tensor, X, lengths, L):
+    Dm = dissim(C).double().cpu()
+    K = C.shape[0]
+    labels = torch.argmin(Dm, dim=1)
+    # Empty clusters: give each the series farthest from its centre (among clusters of > 1 series).
+    counts = torch.bincount(labels, minlength=K)
+    if bool((counts == 0).any()):
+        C = C.clone()
+        for k in (counts == 0).nonzero().flatten().tolist():
+            own = Dm[torch.arange(len(labels)), labels].clone()
+            sizes = torch.bincount(labels, minlength=K)
+            own[sizes[labels] <= 1] = -math.inf
+            p = int(torch.argmax(own))
+            C[k] = _resample(X[p:p + 1], lengths[p:p + 1], L)[0]
+            labels[p] = k
+        Dm = dissim(C).double().cpu()
+        labels = torch.argmin(Dm, dim=1)
+    inertia = float(Dm[torch.arange(len(labels)), labels].sum())
+    return C, labels, inertia
+
+
+def _one_run(X, lengths, user_lengths, K, L, gamma, C_init, init, gen, dissim, max_iter, tol, divergence,
+             barycenter_max_iter, barycenter_method, kw, batch_size, progress) -> KMeansResult:
+    P = X.shape[0]
+    if C_init is not None:
+        C = C_init
+    else:
+        if init == "random":
+            idx = torch.randperm(P, generator=gen)[:K]
+        else:
+            idx = _kmeans_plus_plus(X, lengths, K, L, dissim, gen)
+        C = _resample(X.index_select(0, idx.to(X.device)), lengths[idx], L)
+    C, labels, inertia = _assign(dissim, C, X, lengths, L)
+    losses = [inertia]
+    converged = False
+    n_iter = 0
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=max_iter, desc="soft-DTW k-means", unit="round", leave=False, dynamic_ncols=True)
+    try:
+        for it in range(max_iter):
+            res = soft_dtw_barycenter(X, gamma, groups=labels.to(X.device), n_groups=K, init=C,
+                                      x_lengths=user_lengths, max_iter=barycenter_max_iter,
+                                      method=barycenter_method, divergence=divergence, batch_size=batch_size,
+                                      **kw)
+            C = res.barycenter
+            C, new_labels, new_inertia = _assign(dissim, C, X, lengths, L)
+            n_iter = it + 1
+            losses.append(new_inertia)
+            changed = bool((new_labels != labels).any())
+            labels = new_labels
+            prev, inertia = inertia, new_inertia
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(inertia=f"{inertia:.4g}")
+            if not changed or (prev - inertia) <= tol * max(abs(prev), abs(inertia), 1e-300):
+                converged = True
+                break
+    finally:
+        if bar is not None:
+            bar.close()
+    return KMeansResult(C, labels, inertia, n_iter, converged, torch.tensor(losses, dtype=torch.float64))
+
+
+class SoftDTWKMeans(BaseEstimator):
+    """k-means clustering of time series under soft-DTW, with the scikit-learn estimator API.
+
+    See :func:`soft_dtw_kmeans` for the algorithm and the arguments.
+
+    Attributes:
+        cluster_centers_: `(K, L, D)` centres. labels_: `(P,)` int64 labels of the training series.
+        inertia_: float. n_iter_: int. converged_: bool. losses_: `(n_iter_ + 1,)` inertia history.
+
+    Example:
+        >>> from softdtw.datasets import make_cbf
+        >>> from softdtw.clustering import SoftDTWKMeans
+        >>> X, y = make_cbf(30, length=64, seed=0)
+        >>> km = SoftDTWKMeans(3, gamma=1.0, random_state=0, max_iter=5).fit(X)
+        >>> km.cluster_centers_.shape, km.predict(X[:4]).shape
+        (torch.Size([3, 64, 1]), torch.Size([4]))
+    """
+
+    def __init__(self, n_clusters: int = 8, gamma: float = 1.0, *, max_iter: int = 50, n_init: int = 1,
+                 init="k-means++", random_state=None, tol: float = 1e-6, divergence: bool = True,
+                 barycenter_max_iter: int = 20, barycenter_method: str = "lbfgs",
+                 bandwidth: Optional[float] = None, itakura_max_slope: Optional[float] = None,
+                 cost="sqeuclidean", batch_size: Optional[int] = None, progress: bool = False,
+                 backend: Optional[str] = None):
+        self.n_clusters = n_clusters
+        self.gamma = gamma
+        self.max_iter = max_iter
+        self.n_init = n_init
+        self.init = init
+        self.random_state = random_state
+        self.tol = tol
+        self.divergence = divergence
+        self.barycenter_max_iter = barycenter_max_iter
+        self.barycenter_method = barycenter_method
+        self.bandwidth = bandwidth
+        self.itakura_max_slope = itakura_max_slope
+        self.cost = cost
+        self.batch_size = batch_size
+        self.progress = progress
+        self.backend = backend
+
+    def fit(self, X, y=None, x_lengths=None) -> "SoftDTWKMeans":
+        """Cluster X `(P, T, D)` (y is ignored, as in scikit-learn); returns self."""
+        res = soft_dtw_kmeans(
+            X, self.n_clusters, self.gamma, x_lengths=x_lengths, max_iter=self.max_iter, n_init=self.n_init,
+            init=self.init, random_state=self.random_state, tol=self.tol, divergence=self.divergence,
+            barycenter_max_iter=self.barycenter_max_iter, barycenter_method=self.barycenter_method,
+            bandwidth=self.bandwidth, itakura_max_slope=self.itakura_max_slope, cost=self.cost,
+            batch_size=self.batch_size, progress=self.progress, backend=self.backend)
+        self.cluster_centers_ = res.centers
+        self.labels_ = res.labels
+        self.inertia_ = res.inertia
+        self.n_iter_ = res.n_iter
+        self.converged_ = res.converged
+        self.losses_ = res.losses
+        return self
+
+    def fit_predict(self, X, y=None, x_lengths=None) -> torch.Tensor:
+        """Fit and return the `(P,)` labels of X."""
+        return self.fit(X, x_lengths=x_lengths).labels_
+
+    def transform(self, X, x_lengths=None) -> torch.Tensor:
+        """`(P, K)` dissimilarities (divergence or soft-DTW, as fitted) of X to the centres."""
+        self._check_fitted("cluster_centers_")
+        X = as_series_set(X, "X").to(device=self.cluster_centers_.device, dtype=self.cluster_centers_.dtype)
+        if X.shape[-1] != self.cluster_centers_.shape[-1]:
+            raise ValueError(f"X has D={X.shape[-1]} features but the model was fitted on "
+                             f"D={self.cluster_centers_.shape[-1]}; pass series with the same feature size.")
+        user_lengths, lengths = as_set_lengths(x_lengths, "x_lengths", X.shape[0], X.shape[1])
+        kw = dict(cost=self.cost, bandwidth=self.bandwidth, itakura_max_slope=self.itakura_max_slope,
+                  backend=self.backend)
+        dissim = _Dissimilarity(X, lengths, user_lengths, self.gamma, self.divergence, kw, self.batch_size,
+                                self.progress)
+        return dissim(self.cluster_centers_)
+
+    def predict(self, X, x_lengths=None) -> torch.Tensor:
+        """`(P,)` int64 index of the closest centre of each series of X."""
+        return torch.argmin(self.transform(X, x_lengths), dim=1).cpu()
+
+    def score(self, X, y=None, x_lengths=None) -> float:
+        """Opposite of the inertia of X under the fitted centres (higher is better, as scikit-learn)."""
+        Dm = self.transform(X, x_lengths)
+        return -float(Dm.min(dim=1).values.sum())
