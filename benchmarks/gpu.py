@@ -1,0 +1,290 @@
+"""GPU benchmark of the cuda backend: throughput, the peers' grid side by side, and per-call overhead.
+
+    PYTHONPATH=src python3 benchmarks/gpu.py --out benchmarks/results/h100.json [--quick]
+
+Writes the JSON (format in STYLE.md: {"device", "torch", "git_sha", "rows": [...]}) and a Markdown table
+next to it (same name, .md). Sections:
+
+(a) GCUPS (10^9 cells / s, B·N·M / time) for D = 1, N = M in {128, 512, 1024}, a batch that fills the GPU,
+    "forward" (value only: nothing stored) and "forward_backward" (forward storing S + backward), timed
+    at the backend (the kernels and their allocations) and through the public API with autograd.
+(b) The grid of research/peers.md: B in {16, 32}, N = M in {128, 512, 1024, 2048}, D in {1, 64},
+    forward + backward of the loss as a user runs it (clone the inputs, soft_dtw, sum, backward), with
+    peak memory above what was allocated before the step; pysdtw 0.0.5 in the same run when installed.
+(c) One tiny pair (B = 1, N = M = 16), forward + backward per call, wall clock (host included).
+
+NVRTC compilation is kept out of every timing: the first call of each configuration is a warm-up, and
+the compile time itself is reported on its own (section "compile").
+Timings: CUDA events around the region, median of the repetitions, after warm-up.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+import softdtw  # noqa: E402
+from softdtw.backends import cuda as backend  # noqa: E402
+from softdtw.backends.cuda import compile as nvrtc  # noqa: E402
+
+
+def median_ms(fn, reps: int, warmup: int = 2) -> float:
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return float(np.median(times))
+
+
+def peak_mb(fn) -> float:
+    """Peak CUDA memory above what was allocated before the call, MB (10^6 bytes)."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    fn()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - base) / 1e6
+
+
+def data(B, N, M, D, dtype=torch.float32, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(B, N, D, device="cuda", dtype=dtype, generator=g)
+    y = torch.randn(B, M, D, device="cuda", dtype=dtype, generator=g)
+    return x, y
+
+
+def row(impl, mode, B, N, M, D, memory, ms, peak=None, dtype="float32", gamma=1.0, note=None):
+    r = {"impl": impl, "mode": mode, "B": B, "N": N, "M": M, "D": D, "memory": memory, "dtype": dtype,
+         "gamma": gamma, "ms": None if ms is None else round(ms, 5),
+         "gcups": None if ms is None else round(B * N * M / (ms * 1e-3) / 1e9, 2),
+         "peak_mb": None if peak is None else round(peak, 2)}
+    if note:
+        r["note"] = note
+    print(json.dumps(r), flush=True)
+    return r
+
+
+# --- (a) throughput ------------------------------------------------------------------------------------
+
+def backend_step(x, y, gamma, lengths, memory):
+    xl, yl = lengths
+    if memory == "none":
+        return lambda: backend.forward(x, y, gamma, "sqeuclidean", xl, yl, None, "none")
+    grad = torch.ones(x.shape[0], device="cuda")
+
+    def fb():
+        v, saved = backend.forward(x, y, gamma, "sqeuclidean", xl, yl, None, "store")
+        backend.backward(grad, x, y, gamma, "sqeuclidean", xl, yl, None, v, saved, "store")
+    return fb
+
+
+def api_step(x, y, mode, gamma=1.0):
+    if mode == "forward":
+        def f():
+            with torch.no_grad():
+                softdtw.soft_dtw(x, y, gamma)
+        return f
+
+    def fb():
+        xc = x.clone().requires_grad_()
+        yc = y.clone().requires_grad_()
+        softdtw.soft_dtw(xc, yc, gamma).sum().backward()
+    return fb
+
+
+def throughput(quick: bool):
+    rows = []
+    sizes = {128: 65536, 512: 16384, 1024: 4096}
+    if quick:
+        sizes = {128: 8192, 512: 2048, 1024: 512}
+    for N, B in sizes.items():
+        x, y = data(B, N, N, 1)
+        gamma = torch.tensor(1.0, device="cuda")
+        lengths = (torch.full((B,), N, device="cuda"), torch.full((B,), N, device="cuda"))
+        for mode, memory in (("forward", "none"), ("forward_backward", "store")):
+            fn = backend_step(x, y, gamma, lengths, memory)
+            fn()  # compile
+            ms = median_ms(fn, reps=5)
+            rows.append(row("softdtw-backend", mode, B, N, N, 1, memory, ms, peak_mb(fn)))
+            fn = api_step(x, y, mode)
+            ms = median_ms(fn, reps=5)
+            rows.append(row("softdtw", mode, B, N, N, 1, memory, ms, peak_mb(fn)))
+        del x, y
+        torch.cuda.empty_cache()
+    return rows
+
+
+# --- (b) the peers' grid --------------------------------------------------------------------------------
+
+def load_pysdtw():
+    try:
+        if not hasattr(np, "row_stack"):  # removed in NumPy 2.4; numba-cuda still calls it
+            np.row_stack = np.vstack
+        import pysdtw
+
+        return pysdtw
+    except Exception as err:  # pragma: no cover - optional peer
+        print(f"pysdtw unavailable: {err!r}", flush=True)
+        return None
+
+
+def peer_step(pysdtw, x, y):
+    loss = pysdtw.SoftDTW(gamma=1.0, use_cuda=True)
+
+    def fb():
+        xc = x.clone().requires_grad_()
+        yc = y.clone().requires_grad_()
+        loss(xc, yc).sum().backward()
+    return fb
+
+
+def grid(quick: bool):
+    rows = []
+    pysdtw = load_pysdtw()
+    for B in (16, 32):
+        for N in (128, 512, 1024, 2048):
+            for D in (1, 64):
+                x, y = data(B, N, N, D, seed=N + D)
+                fn = api_step(x, y, "forward_backward")
+                fn()
+                ms = median_ms(fn, reps=3 if quick else 7)
+                rows.append(row("softdtw", "forward_backward", B, N, N, D, "auto", ms, peak_mb(fn)))
+                if pysdtw is not None:
+                    fn = peer_step(pysdtw, x, y)
+                    try:
+                        fn()
+                        ms = median_ms(fn, reps=3, warmup=1)
+                        rows.append(row("pysdtw-0.0.5", "forward_backward", B, N, N, D, "-", ms, peak_mb(fn)))
+                    except Exception as err:
+                        msg = str(err).splitlines()[0][:120]
+                        rows.append(row("pysdtw-0.0.5", "forward_backward", B, N, N, D, "-", None,
+                                        note=f"fails: {type(err).__name__}: {msg}"))
+                        torch.cuda.synchronize()
+                del x, y
+                torch.cuda.empty_cache()
+    return rows
+
+
+# --- (c) per-call overhead ------------------------------------------------------------------------------
+
+def tiny(quick: bool):
+    rows = []
+    x, y = data(1, 16, 16, 1)
+    calls = 200 if quick else 1000
+    for label, env in (("softdtw", "1"), ("softdtw (SOFTDTW_CHECK_VALUES=0)", "0")):
+        os.environ["SOFTDTW_CHECK_VALUES"] = env
+        fn = api_step(x, y, "forward_backward")
+        for _ in range(20):
+            fn()
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        ms = (time.perf_counter() - start) / calls * 1e3
+        rows.append(row(label, "forward_backward", 1, 16, 16, 1, "auto", ms, note="wall clock per call"))
+    os.environ["SOFTDTW_CHECK_VALUES"] = "1"
+    gamma = torch.tensor(1.0, device="cuda")
+    lengths = (torch.full((1,), 16, device="cuda"), torch.full((1,), 16, device="cuda"))
+    fn = backend_step(x, y, gamma, lengths, "store")
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    ms = (time.perf_counter() - start) / calls * 1e3
+    rows.append(row("softdtw-backend", "forward_backward", 1, 16, 16, 1, "store", ms, note="wall clock per call"))
+    return rows
+
+
+# --- compile time ----------------------------------------------------------------------------------------
+
+def compile_time():
+    """NVRTC time of the two kernels a first soft_dtw + backward needs (fresh cache folder)."""
+    before = dict(nvrtc.STATS)
+    x, y = data(4, 100, 90, 2)
+    xc = x.clone().requires_grad_()
+    start = time.perf_counter()
+    softdtw.soft_dtw(xc, y, 0.37).sum().backward()
+    torch.cuda.synchronize()
+    first = time.perf_counter() - start
+    n = nvrtc.STATS["compiles"] - before["compiles"]
+    secs = nvrtc.STATS["compile_seconds"] - before["compile_seconds"]
+    print(json.dumps({"compile": {"first_call_s": round(first, 3), "nvrtc_compiles": n,
+                                  "nvrtc_seconds": round(secs, 3)}}), flush=True)
+    return {"first_call_s": round(first, 3), "nvrtc_compiles": n, "nvrtc_seconds": round(secs, 3)}
+
+
+# --- report ------------------------------------------------------------------------------------------------
+
+def git_sha() -> str:
+    sha = os.environ.get("SOFTDTW_GIT_SHA")
+    if sha:
+        return sha
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except Exception:
+        return "unknown"
+
+
+def markdown(report) -> str:
+    lines = [f"# softdtw cuda backend on {report['device']}", "",
+             f"torch {report['torch']}, git {report['git_sha'][:12]}, fp32, gamma = 1, squared Euclidean. "
+             f"GCUPS = B·N·M / time. NVRTC: {report['compile']}.", "",
+             "| impl | mode | B | N=M | D | memory | ms | GCUPS | peak MB | note |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in report["rows"]:
+        ms = "" if r["ms"] is None else f"{r['ms']:.4g}"
+        gc = "" if r["gcups"] is None else f"{r['gcups']:.1f}"
+        pk = "" if r["peak_mb"] is None else f"{r['peak_mb']:.1f}"
+        lines.append(f"| {r['impl']} | {r['mode']} | {r['B']} | {r['N']} | {r['D']} | {r['memory']} | {ms} | "
+                     f"{gc} | {pk} | {r.get('note', '')} |")
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "h100.json"))
+    parser.add_argument("--quick", action="store_true", help="smaller batches, fewer repetitions")
+    parser.add_argument("--sections", default="compile,throughput,grid,tiny")
+    args = parser.parse_args()
+    sections = args.sections.split(",")
+    report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "git_sha": git_sha(),
+              "compile": None, "rows": []}
+    if "compile" in sections:
+        report["compile"] = compile_time()
+    if "throughput" in sections:
+        report["rows"] += throughput(args.quick)
+    if "grid" in sections:
+        report["rows"] += grid(args.quick)
+    if "tiny" in sections:
+        report["rows"] += tiny(args.quick)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1) + "\n")
+    out.with_suffix(".md").write_text(markdown(report))
+    print(markdown(report))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,65 @@
+"""A small run of every kernel variant family, for compute-sanitizer (memcheck, racecheck).
+
+    compute-sanitizer --tool memcheck python3 scripts/cuda_sanitize.py
+    compute-sanitizer --tool racecheck python3 scripts/cuda_sanitize.py
+
+Covers: fused sqeuclidean / l1 and the precomputed cost, float32 / float64, soft and hard, per-pair
+lengths, a band, one warp and several warps per pair, several column chunks, value-only and store.
+Prints one line per case and "sanitize run: OK" at the end.
+"""
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from softdtw._windows import build_window  # noqa: E402
+from softdtw.backends import cuda as be  # noqa: E402
+from softdtw.backends.cuda import launch  # noqa: E402
+
+
+def case(B, N, M, D, dtype, gamma, band, layout, cost="sqeuclidean"):
+    g = torch.Generator().manual_seed(B * N + M)
+    x = torch.randn(B, N, D, generator=g).to("cuda", dtype)
+    y = torch.randn(B, M, D, generator=g).to("cuda", dtype)
+    xl = torch.randint(max(1, N // 2), N + 1, (B,), generator=g)
+    yl = torch.randint(max(1, M // 2), M + 1, (B,), generator=g)
+    xl[0], yl[0] = N, M
+    w = build_window(xl, yl, N, M, band, None)
+    xl, yl = xl.cuda(), yl.cuda()
+    w = None if w is None else w.cuda()
+    gm = torch.tensor(gamma, dtype=dtype, device="cuda")
+    grad = torch.ones(B, dtype=dtype, device="cuda")
+    K, W = layout
+    with launch.forced_plan(K, W):
+        if cost == "precomputed":
+            C = torch.cdist(x, y) ** 2
+            be.forward_cost(C, gm, xl, yl, w, "none")
+            v, s = be.forward_cost(C, gm, xl, yl, w, "store")
+            out = be.backward_cost(grad, C, gm, xl, yl, w, v, s, "store")
+        else:
+            be.forward(x, y, gm, cost, xl, yl, w, "none")
+            v, s = be.forward(x, y, gm, cost, xl, yl, w, "store")
+            out = be.backward(grad, x, y, gm, cost, xl, yl, w, v, s, "store")
+    torch.cuda.synchronize()
+    ok = all(bool(torch.isfinite(t).all()) for t in (v,) + tuple(out))
+    print(f"B={B} N={N} M={M} D={D} {dtype} gamma={gamma} band={band} K,W={layout} {cost}: "
+          f"{'finite' if ok else 'NON-FINITE'}", flush=True)
+    return ok
+
+
+def main():
+    ok = True
+    for dtype in (torch.float32, torch.float64):
+        ok &= case(3, 20, 75, 2, dtype, 0.5, None, (1, 2))       # 2 warps per pair, 2 chunks
+        ok &= case(5, 33, 40, 1, dtype, 0.0, 4, (2, 1))          # hard, band, 1 warp, chunks
+        ok &= case(2, 17, 50, 3, dtype, 1.0, None, (4, 1), "l1")
+        ok &= case(3, 25, 30, 1, dtype, 0.3, 6, (1, 4), "precomputed")
+    ok &= case(2, 40, 70, 1, torch.float32, 0.1, None, (16, 1))
+    print("sanitize run:", "OK" if ok else "FAILED")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The one script the GPU machine runs: environment, cuda tests, compute-sanitizer, benchmark.
+#
+#   scripts/gpu_run.sh [env] [tests] [sanitize] [bench|bench-quick] [probe]   (default: all but probe)
+#
+# Logs and results go to $OUT (default ./gpu_out): env.txt, pytest.log, memcheck.log, racecheck.log,
+# bench.log, h100.json, h100.md. Wheels in .whl/ (pysdtw) are installed to /tmp/site when present.
+# Each stage has its own time limit so one slow stage cannot eat the others' output.
+set -u
+OUT=${OUT:-$PWD/gpu_out}
+mkdir -p "$OUT"
+STAGES=${*:-env tests sanitize bench}
+export PYTHONUNBUFFERED=1
+export SOFTDTW_CACHE_DIR=${SOFTDTW_CACHE_DIR:-/tmp/softdtw-cache}
+export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
+
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=$PYTHONPATH:/tmp/site
+fi
+
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+
+if has env; then
+  {
+    nvidia-smi
+    python3 -c "import torch, numpy; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'numpy', numpy.__version__, torch.cuda.get_device_name())"
+    python3 -m pip list 2>/dev/null | grep -i -E "cuda|nvrtc|numba|pytest|hypothesis|pysdtw"
+    which compute-sanitizer nvcc
+  } >"$OUT/env.txt" 2>&1
+  cat "$OUT/env.txt" | head -40
+fi
+
+if has tests; then
+  timeout 420 python3 -m pytest -m cuda tests/backends/test_cuda.py -q -rfE --tb=short -p no:cacheprovider \
+    ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/pytest.log" | tail -60
+fi
+
+if has sanitize; then
+  for tool in memcheck racecheck; do
+    timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 python3 scripts/cuda_sanitize.py \
+      >"$OUT/$tool.log" 2>&1
+    echo "compute-sanitizer $tool: exit $? ($(grep -c 'ERROR SUMMARY: 0 errors' "$OUT/$tool.log") clean summaries)"
+    tail -3 "$OUT/$tool.log"
+  done
+fi
+
+if has bench || has bench-quick; then
+  quick=""
+  has bench-quick && quick="--quick"
+  timeout 480 python3 benchmarks/gpu.py --out "$OUT/h100.json" $quick ${BENCH_ARGS:-} >"$OUT/bench.log" 2>&1
+  echo "benchmark: exit $?"
+  tail -45 "$OUT/bench.log"
+fi
+
+if has probe; then
+  timeout 300 python3 benchmarks/gpu.py --out "$OUT/probe.json" ${BENCH_ARGS:-} >"$OUT/probe.log" 2>&1
+  tail -30 "$OUT/probe.log"
+fi

@@ -1,0 +1,198 @@
+"""cuda backend: NVRTC-compiled CUDA kernels (``kernels/*.cu``), launched through cuda-core.
+
+Implements the contract of :mod:`softdtw.backends` on CUDA tensors, float32 and float64 (a double
+instantiation of the same templates; float32 runs its DP in float32).
+
+- Layout (``kernels/common.cuh``, research/gpu-kernels.md): one warp per pair with K columns per lane in
+  registers, rows skewed across the lanes and handed over by warp shuffles; small batches get W warps
+  per pair (a block), long y is processed in column chunks. The plan is chosen in ``launch.py``.
+- Costs: "sqeuclidean" and "l1" with D <= :data:`FUSED_D_MAX` are computed in the kernels (no `(B, N, M)`
+  tensor exists in the forward or the backward, dx and dy come out of the backward kernel). Larger D
+  takes the cost from :mod:`softdtw.costs` (a GEMM for sqeuclidean), runs the precomputed-cost kernels
+  and turns E into dx, dy by GEMMs.
+- memory="none": nothing saved, O(B·N) scratch at most. memory="store": the forward saves S, the
+  soft-min of the three predecessors of every cell in log2 units (hard DTW: the argmin 0/1/2), in the
+  data dtype, step-major: ``saved[b, (c·N + t mod N)·CW + offset(L, k)]`` for chunk c, step t, lane L and
+  column k of the lane (``StepLayout`` in common.cuh), shape ``(B, nch·N·CW)`` with nch·CW >= M (padding
+  below 2x, usually none). memory="checkpoint" is not implemented yet.
+- gamma == 0 is hard DTW; its backward follows the argmin path (ties: diagonal, up, left). gamma is read
+  on the device, so nothing here synchronises with the host (CUDA graphs capture every call).
+
+Devices: CUDA. Dtypes: float32, float64.
+"""
+from __future__ import annotations
+
+import torch
+
+from ... import costs
+from . import launch as _launch
+from .compile import STATS as COMPILE_STATS  # noqa: F401  (re-exported for benchmarks)
+
+#: Memory modes this backend implements (the ops layer reads this).
+MEMORY_MODES = ("none", "store")
+
+#: Largest feature size whose cost is computed inside the kernels.
+FUSED_D_MAX = 16
+
+_CHECKPOINT_MESSAGE = (
+    "memory='checkpoint' is not implemented by the cuda backend yet; use memory='store', which keeps "
+    "one value per cell (B·N·M values of the data dtype)."
+)
+
+
+def _check_memory(memory: str) -> bool:
+    """True if the forward is to save S."""
+    if memory == "checkpoint":
+        raise NotImplementedError(_CHECKPOINT_MESSAGE)
+    return memory == "store"
+
+
+def _fused(kind: str, D: int) -> bool:
+    return kind == "fused" and D <= FUSED_D_MAX
+
+
+def _plan(kind: str, B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index: int):
+    return _launch.plan_for(B, N, M, D if _fused(kind, D) else 0, dtype, device_index)
+
+
+def saved_spec(kind, B, N, M, D, dtype, memory):
+    """Shape and dtype of what :func:`forward` / :func:`forward_cost` save (see the module docstring)."""
+    if memory == "none":
+        return (0,), dtype
+    _check_memory(memory)
+    plan = _plan(kind, B, N, M, D, dtype, torch.cuda.current_device())
+    return (B, plan.saved_numel(N)), dtype
+
+
+# --- launches ---------------------------------------------------------------------------------------
+
+def _run_forward(x, y, C, cost: str, D: int, gamma, x_lengths, y_lengths, window, store: bool):
+    """Launch forward_kernel; x, y for fused costs (C None) or C for a precomputed one (x, y None)."""
+    data = C if C is not None else x
+    B, N = data.shape[0], data.shape[1]
+    M = C.shape[2] if C is not None else y.shape[1]
+    dev = data.device.index
+    plan = _launch.plan_for(B, N, M, D, data.dtype, dev)
+    value = torch.empty(B, dtype=data.dtype, device=data.device)
+    saved = data.new_empty((B, plan.saved_numel(N)) if store else (0,))
+    bnd = data.new_empty((B, N)) if plan.nch > 1 else None
+    expr = _launch.expression("forward_kernel", data.dtype, cost, D, plan, window is not None, store)
+    args = (_launch.ptr(x), _launch.ptr(y), _launch.ptr(C), gamma.data_ptr(), x_lengths.data_ptr(),
+            y_lengths.data_ptr(), _launch.ptr(window), value.data_ptr(), _launch.ptr(saved if store else None),
+            _launch.ptr(bnd), _launch.i32(B), _launch.i32(N), _launch.i32(M), _launch.i32(plan.nch))
+    _launch.launch("forward", expr, dev, plan.grid(B), plan.block(), args)
+    return value, saved
+
+
+def _run_backward(grad, x, y, C, dC, cost: str, D: int, gamma, x_lengths, y_lengths, window, saved):
+    """Launch backward_kernel. Fused: returns (dx, dy, ec). Precomputed: fills dC, returns (None, None, ec).
+
+    ec `(B,)` float64 is <E_b, C_b>, for d value / d gamma.
+    """
+    data = C if C is not None else x
+    B, N = data.shape[0], data.shape[1]
+    M = C.shape[2] if C is not None else y.shape[1]
+    dev = data.device.index
+    plan = _launch.plan_for(B, N, M, D, data.dtype, dev)
+    fused = C is None
+    dx = torch.zeros_like(x) if fused else None
+    dy = torch.zeros_like(y) if fused else None
+    ec = torch.empty(B, dtype=torch.float64, device=data.device)
+    carry = 2 + (D if fused else 0)
+    bnd = data.new_empty((B, N, carry)) if plan.nch > 1 else None
+    grad = grad.to(data.dtype).contiguous()
+    expr = _launch.expression("backward_kernel", data.dtype, cost, D, plan, window is not None)
+    args = (_launch.ptr(x), _launch.ptr(y), _launch.ptr(C), gamma.data_ptr(), x_lengths.data_ptr(),
+            y_lengths.data_ptr(), _launch.ptr(window), grad.data_ptr(), saved.data_ptr(), _launch.ptr(dx),
+            _launch.ptr(dy), _launch.ptr(dC), ec.data_ptr(), _launch.ptr(bnd), _launch.i32(B), _launch.i32(N),
+            _launch.i32(M), _launch.i32(plan.nch))
+    _launch.launch("backward", expr, dev, plan.grid(B), plan.block(), args)
+    return dx, dy, ec
+
+
+def _dgamma(grad, value, ec, gamma):
+    """grad_b (value_b - <E_b, C_b>) / gamma per pair (in float64: the two terms nearly cancel), 0 at gamma = 0."""
+    g = gamma.detach().double()
+    safe = torch.where(g == 0, torch.ones_like(g), g)
+    d = grad.double() * (value.double() - ec) / safe
+    return torch.where(g == 0, torch.zeros_like(d), d).to(value.dtype)
+
+
+def _window(window):
+    return None if window is None else window.to(torch.int32).contiguous()
+
+
+# --- the contract -----------------------------------------------------------------------------------
+
+def forward_cost(C, gamma, x_lengths, y_lengths, window, memory):
+    """Values `(B,)` and saved S from a precomputed cost C `(B, N, M)`."""
+    store = _check_memory(memory)
+    return _run_forward(None, None, C.contiguous(), "precomputed", 0, gamma, x_lengths, y_lengths,
+                        _window(window), store)
+
+
+def backward_cost(grad, C, gamma, x_lengths, y_lengths, window, value, saved, memory):
+    """(dC `(B, N, M)` = grad_b · E_b, dgamma `(B,)`)."""
+    _check_memory(memory)
+    C = C.contiguous()
+    window = _window(window)
+    if saved.numel() == 0:  # nothing was kept: run the forward again, storing
+        _, saved = _run_forward(None, None, C, "precomputed", 0, gamma, x_lengths, y_lengths, window, True)
+    dC = torch.zeros_like(C)
+    _, _, ec = _run_backward(grad, None, None, C, dC, "precomputed", 0, gamma, x_lengths, y_lengths, window,
+                             saved)
+    return dC, _dgamma(grad, value, ec, gamma)
+
+
+def forward(x, y, gamma, cost, x_lengths, y_lengths, window, memory):
+    """Values `(B,)` and saved S for x `(B, N, D)`, y `(B, M, D)` under a fused cost."""
+    store = _check_memory(memory)
+    window = _window(window)
+    D = x.shape[2]
+    if D > FUSED_D_MAX:
+        C = costs.pairwise_cost(cost, x, y).contiguous()
+        return _run_forward(None, None, C, "precomputed", 0, gamma, x_lengths, y_lengths, window, store)
+    return _run_forward(x.contiguous(), y.contiguous(), None, cost, D, gamma, x_lengths, y_lengths, window, store)
+
+
+def backward(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved, memory):
+    """(dx `(B, N, D)`, dy `(B, M, D)`, dgamma `(B,)`) of sum_b grad_b · value_b."""
+    _check_memory(memory)
+    window = _window(window)
+    x, y = x.contiguous(), y.contiguous()
+    D = x.shape[2]
+    if D > FUSED_D_MAX:
+        return _backward_gemm(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved)
+    if saved.numel() == 0:
+        _, saved = _run_forward(x, y, None, cost, D, gamma, x_lengths, y_lengths, window, True)
+    dx, dy, ec = _run_backward(grad, x, y, None, None, cost, D, gamma, x_lengths, y_lengths, window, saved)
+    return dx, dy, _dgamma(grad, value, ec, gamma)
+
+
+def _backward_gemm(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved):
+    """Large D: the cost again by GEMM, E written over it in place (grad_b · E_b), then dx, dy by GEMMs."""
+    B, N, _ = x.shape
+    M = y.shape[1]
+    C = costs.pairwise_cost(cost, x, y).contiguous()
+    if saved.numel() == 0:
+        _, saved = _run_forward(None, None, C, "precomputed", 0, gamma, x_lengths, y_lengths, window, True)
+    _, _, ec = _run_backward(grad, None, None, C, C, "precomputed", 0, gamma, x_lengths, y_lengths, window, saved)
+    # The kernel writes rows < n_b of the chunks it visits; clear what it left of the cost.
+    rows = torch.arange(N, device=x.device) < x_lengths.unsqueeze(1)
+    cols = torch.arange(M, device=x.device) < y_lengths.unsqueeze(1)
+    dC = C.mul_(rows.unsqueeze(2)).mul_(cols.unsqueeze(1))
+    dx, dy = _cost_vjp(cost, x, y, dC)
+    return dx, dy, _dgamma(grad, value, ec, gamma)
+
+
+def _cost_vjp(cost, x, y, dC):
+    """(dx, dy) from dC `(B, N, M)`: GEMMs for sqeuclidean; l1 one feature at a time (no (B, N, M, D) tensor)."""
+    if cost == "sqeuclidean":
+        return costs.cost_vjp(cost, x, y, dC)
+    dx = torch.empty_like(x)
+    dy = torch.empty_like(y)
+    for d in range(x.shape[2]):
+        s = torch.sign(x[:, :, d].unsqueeze(2) - y[:, :, d].unsqueeze(1)).mul_(dC)
+        dx[:, :, d] = s.sum(2)
+        dy[:, :, d] = -s.sum(1)
+    return dx, dy

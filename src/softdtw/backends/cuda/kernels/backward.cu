@@ -1,0 +1,252 @@
+// Soft-DTW backward: the expected alignment E = dR[n-1, m-1] / dC and what follows from it.
+//
+// E[p] = sum over the successors s of p (down, right, diagonal) of E[s] * w(p -> s), with
+// w = 2^(S[s] - R[p]) <= 1 (normalised weights, log2 units; S from the forward, R[p] = S[p] + cost[p]).
+// Hard DTW (gamma == 0): w = 1 if s chose p as its argmin (S holds the choice), else 0.
+//
+// The same group layout as the forward runs in reverse: rows enter at the last lane, columns of a
+// lane go right to left, and (E, S) of each lane's first column moves one lane down per step by
+// __shfl_down_sync. Outputs:
+//   * fused costs: dx (carried along the row with (E, S), written by lane 0 of the first chunk) and dy
+//     (per-lane registers, written at the end of each chunk), both already multiplied by grad[b];
+//   * precomputed cost: dC[b, i, j] = grad[b] * E[b, i, j] (dC may alias C: each cell is read, then written,
+//     by the same lane in the same step);
+//   * ec[b] = <E_b, C_b> in natural units (float64), for d value / d gamma.
+#include "common.cuh"
+
+namespace sdtw {
+
+template <typename T>
+struct BackwardArgs {
+  const T* x;             // (B, N, DT), fused costs
+  const T* y;             // (B, M, DT), fused costs
+  const T* C;             // (B, N, M), precomputed cost
+  const long long* xlen;  // (B,)
+  const long long* ylen;  // (B,)
+  const int* window;      // (B, N, 2) or unused
+  const T* grad;          // (B,)
+  const T* saved;         // (B, nch, N, CW) step-major S from the forward
+  T* dx;                  // (B, N, DT), zero-initialised
+  T* dy;                  // (B, M, DT), zero-initialised
+  T* dC;                  // (B, N, M), zero-initialised (or C itself)
+  double* ec;             // (B,)
+  T* bnd;                 // (B, N, NB): (E, S, dx[DT]) of the first column of the chunk to the right
+  int N, M, nch;
+};
+
+template <int COST, int DT>
+struct Carry {  // values handed from lane to lane along a row: E, S, and for fused costs dx[DT]
+  static constexpr int DX = (COST == COST_PRECOMPUTED) ? 0 : DT;
+  static constexpr int NB = 2 + DX;
+};
+
+template <typename T, int COST, int DT, int K, int W, bool WINDOW, bool HARD>
+__device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const int b, const T scale,
+                                              T (*hand)[W][Carry<COST, DT>::NB], double* red) {
+  constexpr int NL = 32 * W;
+  constexpr int CW = NL * K;
+  constexpr int DX = Carry<COST, DT>::DX;
+  constexpr int NB = Carry<COST, DT>::NB;
+  constexpr bool FUSED = COST != COST_PRECOMPUTED;
+  const int lane = threadIdx.x & 31;
+  const int wg = (W == 1) ? 0 : int(threadIdx.x >> 5);
+  const int L = wg * 32 + lane;
+  const T BIG = Num<T>::big();
+  const int N = a.N, M = a.M;
+  const int n = int(a.xlen[b]), m = int(a.ylen[b]);
+  const int nch_b = (m + CW - 1) / CW;
+  const int steps = n + NL - 1;
+  const T* xb = a.x + size_t(b) * N * DT;
+  const T* yb = a.y + size_t(b) * M * DT;
+  const T* Cb = a.C + size_t(b) * N * M;
+  T* dCb = a.dC + size_t(b) * N * M;
+  const int* wb = a.window + size_t(b) * N * 2;
+  T* bnd = a.bnd + size_t(b) * N * NB;
+  const T g = a.grad[b];
+  const T slope_unit = (COST == COST_SQEUCLIDEAN) ? T(2) : T(1);  // d cost / d x = slope_unit * cost_slope
+  double ec = 0.0;
+
+  for (int c = nch_b - 1; c >= 0; --c) {
+    const int j0 = c * CW + L * K;
+    T yv[K][DT];
+    T dyacc[K][DT];
+    if (FUSED) {
+#pragma unroll
+      for (int k = 0; k < K; ++k)
+#pragma unroll
+        for (int d = 0; d < DT; ++d) {
+          yv[k][d] = (j0 + k < M) ? yb[size_t(j0 + k) * DT + d] : T(0);
+          dyacc[k][d] = T(0);
+        }
+    }
+    T Eb[K], Sb[K];  // E and S of this lane's columns on the row below (processed one step ago)
+#pragma unroll
+    for (int k = 0; k < K; ++k) { Eb[k] = T(0); Sb[k] = -BIG; }
+    T Efirst = T(0), Sfirst = -BIG;  // (E, S) of column j0 on the row just processed -> lane L - 1
+    T dxout[DX > 0 ? DX : 1];        // dx of that row accumulated from column j0 rightwards
+#pragma unroll
+    for (int d = 0; d < DX; ++d) dxout[d] = T(0);
+    T pE = T(0), pS = -BIG;  // right neighbour received one step ago = diagonal neighbour now
+    if (W > 1) {
+      if (lane == 0) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          hand[h][wg][0] = T(0);
+          hand[h][wg][1] = -BIG;
+#pragma unroll
+          for (int d = 0; d < DX; ++d) hand[h][wg][2 + d] = T(0);
+        }
+      }
+      __syncthreads();
+    }
+    const T* sbase = a.saved + (size_t(b) * a.nch + c) * size_t(N) * CW;
+    int slot = (n + NL - 2) % N;  // forward step of (row i, lane L) is i + L, the same for all lanes
+    for (int tau = 0; tau < steps; ++tau) {
+      const int i = n - 1 - tau + (NL - 1 - L);
+      const bool live = (i >= 0) && (i < n);
+      T Er = __shfl_down_sync(FULL_MASK, Efirst, 1);
+      T Sr = __shfl_down_sync(FULL_MASK, Sfirst, 1);
+      T dxin[DX > 0 ? DX : 1];
+#pragma unroll
+      for (int d = 0; d < DX; ++d) dxin[d] = __shfl_down_sync(FULL_MASK, dxout[d], 1);
+      if (lane == 31) {
+        if (W > 1 && wg < W - 1) {  // lane 0 of the warp on the right, one step ago
+          const T* h = hand[(tau + 1) & 1][wg + 1];
+          Er = h[0];
+          Sr = h[1];
+#pragma unroll
+          for (int d = 0; d < DX; ++d) dxin[d] = h[2 + d];
+        } else if (c + 1 < nch_b && live) {  // first column of the chunk to the right
+          const T* q = bnd + size_t(i) * NB;
+          Er = q[0];
+          Sr = q[1];
+#pragma unroll
+          for (int d = 0; d < DX; ++d) dxin[d] = q[2 + d];
+        } else {  // column m_b: nothing to the right
+          Er = T(0);
+          Sr = -BIG;
+#pragma unroll
+          for (int d = 0; d < DX; ++d) dxin[d] = T(0);
+        }
+      }
+      T Ed = pE, Sd = pS;
+      pE = Er;
+      pS = Sr;
+      if (live) {
+        T s[K];
+        load_step<T, K>(sbase + size_t(slot) * CW, L, NL, s);
+        T xr[DT];
+        T cr[K];
+        if (FUSED) {
+#pragma unroll
+          for (int d = 0; d < DT; ++d) xr[d] = xb[size_t(i) * DT + d];
+        } else {
+#pragma unroll
+          for (int k = 0; k < K; ++k) cr[k] = (j0 + k < M) ? Cb[size_t(i) * M + j0 + k] : T(0);
+        }
+        int lo = 0, hi = 0;
+        if (WINDOW) { lo = wb[2 * i]; hi = wb[2 * i + 1]; }
+        T ecrow = T(0);
+#pragma unroll
+        for (int k = K - 1; k >= 0; --k) {
+          const int j = j0 + k;
+          T cst;
+          if (FUSED) {
+            cst = T(0);
+#pragma unroll
+            for (int d = 0; d < DT; ++d) cst += cost_term<T, COST>(xr[d] - yv[k][d]);
+          } else {
+            cst = cr[k];
+          }
+          const T Rp = s[k] + cst * scale;
+          T e;
+          if (HARD) {
+            e = (Sb[k] == T(1) ? Eb[k] : T(0)) + (Sr == T(2) ? Er : T(0)) + (Sd == T(0) ? Ed : T(0));
+          } else {
+            e = Eb[k] * Num<T>::ex2(Sb[k] - Rp) + Er * Num<T>::ex2(Sr - Rp) + Ed * Num<T>::ex2(Sd - Rp);
+          }
+          if (i == n - 1 && j == m - 1) e = T(1);
+          bool valid = j < m;
+          if (WINDOW) valid = valid && j >= lo && j < hi;
+          if (!valid) e = T(0);
+          Ed = Eb[k];
+          Sd = Sb[k];
+          Eb[k] = e;
+          Sb[k] = s[k];
+          Er = e;
+          Sr = s[k];
+          ecrow += e * cst;
+          if (FUSED) {
+#pragma unroll
+            for (int d = 0; d < DT; ++d) {
+              const T gd = e * cost_slope<T, COST>(xr[d] - yv[k][d]);
+              dxin[d] += gd;
+              dyacc[k][d] += gd;
+            }
+          } else if (j < M) {
+            dCb[size_t(i) * M + j] = g * e;
+          }
+        }
+        ec += double(ecrow);
+        Efirst = Er;
+        Sfirst = Sr;
+#pragma unroll
+        for (int d = 0; d < DX; ++d) dxout[d] = dxin[d];
+        if (L == 0) {
+          if (c > 0) {  // hand the row over to the chunk on the left
+            T* q = bnd + size_t(i) * NB;
+            q[0] = Efirst;
+            q[1] = Sfirst;
+#pragma unroll
+            for (int d = 0; d < DX; ++d) q[2 + d] = dxout[d];
+          } else if (FUSED) {
+#pragma unroll
+            for (int d = 0; d < DX; ++d) a.dx[(size_t(b) * N + i) * DT + d] = slope_unit * g * dxout[d];
+          }
+        }
+      }
+      slot = (slot == 0) ? N - 1 : slot - 1;
+      if (W > 1) {
+        if (lane == 0) {
+          T* h = hand[tau & 1][wg];
+          h[0] = Efirst;
+          h[1] = Sfirst;
+#pragma unroll
+          for (int d = 0; d < DX; ++d) h[2 + d] = dxout[d];
+        }
+        __syncthreads();
+      }
+    }
+    if (FUSED) {
+#pragma unroll
+      for (int k = 0; k < K; ++k)
+        if (j0 + k < m) {
+#pragma unroll
+          for (int d = 0; d < DT; ++d) a.dy[(size_t(b) * M + j0 + k) * DT + d] = -slope_unit * g * dyacc[k][d];
+        }
+    }
+    group_sync<W>();  // bnd written by this chunk is read by the next
+  }
+  ec = group_sum<W>(ec, red);
+  if (L == 0) a.ec[b] = ec;
+}
+
+// Grid as the forward: W == 1: ceil(B / 4) blocks of 4 warps; W > 1: B blocks of W warps.
+template <typename T, int COST, int DT, int K, int W, bool WINDOW>
+__global__ void __launch_bounds__(W == 1 ? 128 : 32 * W)
+backward_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* C, const T* __restrict__ gamma,
+                const long long* __restrict__ xlen, const long long* __restrict__ ylen,
+                const int* __restrict__ window, const T* __restrict__ grad, const T* __restrict__ saved,
+                T* __restrict__ dx, T* __restrict__ dy, T* dC, double* __restrict__ ec, T* __restrict__ bnd,
+                int B, int N, int M, int nch) {
+  __shared__ T hand[2][W][Carry<COST, DT>::NB];
+  __shared__ double red[W];
+  const int b = (W == 1) ? int(blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) : int(blockIdx.x);
+  if (b >= B) return;
+  const BackwardArgs<T> a{x, y, C, xlen, ylen, window, grad, saved, dx, dy, dC, ec, bnd, N, M, nch};
+  const T g = *gamma;
+  if (g == T(0)) backward_pair<T, COST, DT, K, W, WINDOW, true>(a, b, T(1), hand, red);
+  else backward_pair<T, COST, DT, K, W, WINDOW, false>(a, b, T(1) / (g * T(LN2)), hand, red);
+}
+
+}  // namespace sdtw

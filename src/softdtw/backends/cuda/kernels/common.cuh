@@ -1,0 +1,168 @@
+// Shared pieces of the soft-DTW kernels: numeric helpers, soft-min, costs, the group layout.
+//
+// Layout every kernel uses (research/gpu-kernels.md, "Recommended design"):
+//   * a *group* of NL = 32 * W lanes works on one pair (W = 1: one warp; W > 1: a whole block);
+//   * lane L owns K consecutive columns [j0, j0 + K) of the current column chunk, j0 = c * CW + L * K,
+//     CW = NL * K columns per chunk; longer y are processed chunk after chunk;
+//   * rows are skewed: at step t lane L works on row i = t - L, so the left neighbour (lane L - 1)
+//     finished the same row one step earlier and hands its last column over by __shfl_up_sync
+//     (through shared memory between warps, through a global boundary column between chunks).
+// Values live in log2 units (costs scaled by 1 / (gamma ln 2)), so the soft-min needs ex2/lg2 only.
+#pragma once
+
+namespace sdtw {
+
+constexpr unsigned FULL_MASK = 0xffffffffu;
+constexpr double LN2 = 0.6931471805599453094;
+
+enum Cost { COST_SQEUCLIDEAN = 0, COST_L1 = 1, COST_PRECOMPUTED = 2 };
+
+template <typename T> struct Num;
+
+template <> struct Num<float> {
+  // Large finite stand-in for +inf: no inf - inf, and 2^(-BIG) flushes to 0.
+  static __device__ __forceinline__ float big() { return 1e30f; }
+  static __device__ __forceinline__ float ex2(float v) {
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v));
+    return r;
+  }
+  static __device__ __forceinline__ float lg2(float v) {
+    float r;
+    asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v));
+    return r;
+  }
+  static __device__ __forceinline__ float mn(float a, float b) { return fminf(a, b); }
+  static __device__ __forceinline__ float mx(float a, float b) { return fmaxf(a, b); }
+  static __device__ __forceinline__ float abs(float a) { return fabsf(a); }
+};
+
+template <> struct Num<double> {
+  static __device__ __forceinline__ double big() { return 1e200; }
+  static __device__ __forceinline__ double ex2(double v) { return exp2(v); }
+  static __device__ __forceinline__ double lg2(double v) { return log2(v); }
+  static __device__ __forceinline__ double mn(double a, double b) { return fmin(a, b); }
+  static __device__ __forceinline__ double mx(double a, double b) { return fmax(a, b); }
+  static __device__ __forceinline__ double abs(double a) { return fabs(a); }
+};
+
+// Soft-min of three values in log2 units with the median trick: with m <= med <= M,
+// smin = m - log2(1 + 2^(m - med) + 2^(m - M)); no exponent is ever positive, 2 ex2 + 1 lg2.
+template <typename T>
+__device__ __forceinline__ T soft_min3(T a, T b, T c) {
+  const T lo = Num<T>::mn(a, b), hi = Num<T>::mx(a, b);
+  const T m = Num<T>::mn(lo, c);
+  const T M = Num<T>::mx(hi, c);
+  const T med = Num<T>::mx(lo, Num<T>::mn(hi, c));
+  return m - Num<T>::lg2(T(1) + Num<T>::ex2(m - med) + Num<T>::ex2(m - M));
+}
+
+// Hard min with tslearn's tie-breaking: diagonal, then up, then left. `choice` gets 0, 1 or 2.
+template <typename T>
+__device__ __forceinline__ T hard_min3(T diag, T up, T left, T& choice) {
+  if (diag <= up && diag <= left) { choice = T(0); return diag; }
+  if (up <= left) { choice = T(1); return up; }
+  choice = T(2);
+  return left;
+}
+
+// Per-feature cost term and its derivative with respect to x (d = x - y).
+template <typename T, int COST>
+__device__ __forceinline__ T cost_term(T d) {
+  return COST == COST_SQEUCLIDEAN ? d * d : Num<T>::abs(d);
+}
+template <typename T, int COST>
+__device__ __forceinline__ T cost_slope(T d) {
+  // sign(0) = 0, as torch.sign, so the l1 gradient matches the reference exactly at ties.
+  return COST == COST_SQEUCLIDEAN ? d : T((d > T(0)) - (d < T(0)));
+}
+
+// Where lane L's K values of one step go in the step-major table: VEC-wide vectors, consecutive
+// lanes at consecutive addresses, so one warp's store of a step covers contiguous memory.
+template <int K>
+struct StepLayout {
+  static constexpr int VEC = (K % 4 == 0) ? 4 : ((K % 2 == 0) ? 2 : 1);
+  static __device__ __forceinline__ int offset(int L, int k, int NL) {
+    return (k / VEC) * NL * VEC + L * VEC + (k % VEC);
+  }
+};
+
+template <typename T, int VEC> struct Vec;
+template <typename T> struct Vec<T, 1> {
+  static __device__ __forceinline__ void store(T* p, const T* v) { p[0] = v[0]; }
+  static __device__ __forceinline__ void load(const T* p, T* v) { v[0] = p[0]; }
+};
+template <> struct Vec<float, 2> {
+  static __device__ __forceinline__ void store(float* p, const float* v) {
+    *reinterpret_cast<float2*>(p) = make_float2(v[0], v[1]);
+  }
+  static __device__ __forceinline__ void load(const float* p, float* v) {
+    const float2 q = *reinterpret_cast<const float2*>(p);
+    v[0] = q.x; v[1] = q.y;
+  }
+};
+template <> struct Vec<float, 4> {
+  static __device__ __forceinline__ void store(float* p, const float* v) {
+    *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+  }
+  static __device__ __forceinline__ void load(const float* p, float* v) {
+    const float4 q = *reinterpret_cast<const float4*>(p);
+    v[0] = q.x; v[1] = q.y; v[2] = q.z; v[3] = q.w;
+  }
+};
+template <> struct Vec<double, 2> {
+  static __device__ __forceinline__ void store(double* p, const double* v) {
+    *reinterpret_cast<double2*>(p) = make_double2(v[0], v[1]);
+  }
+  static __device__ __forceinline__ void load(const double* p, double* v) {
+    const double2 q = *reinterpret_cast<const double2*>(p);
+    v[0] = q.x; v[1] = q.y;
+  }
+};
+template <> struct Vec<double, 4> {  // two 16-byte accesses: there is no 32-byte vector type
+  static __device__ __forceinline__ void store(double* p, const double* v) {
+    Vec<double, 2>::store(p, v);
+    Vec<double, 2>::store(p + 2, v + 2);
+  }
+  static __device__ __forceinline__ void load(const double* p, double* v) {
+    Vec<double, 2>::load(p, v);
+    Vec<double, 2>::load(p + 2, v + 2);
+  }
+};
+
+// All K values of one lane and one step, to / from the step-major table.
+template <typename T, int K>
+__device__ __forceinline__ void store_step(T* row, int L, int NL, const T* v) {
+  constexpr int VEC = StepLayout<K>::VEC;
+#pragma unroll
+  for (int k = 0; k < K; k += VEC) Vec<T, VEC>::store(row + StepLayout<K>::offset(L, k, NL), v + k);
+}
+template <typename T, int K>
+__device__ __forceinline__ void load_step(const T* row, int L, int NL, T* v) {
+  constexpr int VEC = StepLayout<K>::VEC;
+#pragma unroll
+  for (int k = 0; k < K; k += VEC) Vec<T, VEC>::load(row + StepLayout<K>::offset(L, k, NL), v + k);
+}
+
+// The group of lanes that works on one pair: one warp (W == 1) or one whole block (W > 1).
+template <int W>
+__device__ __forceinline__ void group_sync() {
+  if (W > 1) __syncthreads(); else __syncwarp();
+}
+
+// Sum over the group; every lane of the group gets the result (W > 1: through `scratch`, W doubles).
+template <int W>
+__device__ __forceinline__ double group_sum(double v, double* scratch) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
+  if (W == 1) return v;
+  const int warp = threadIdx.x >> 5;
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) scratch[warp] = v;
+  __syncthreads();
+  double s = 0.0;
+  for (int w = 0; w < W; ++w) s += scratch[w];
+  return s;
+}
+
+}  // namespace sdtw

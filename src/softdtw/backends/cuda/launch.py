@@ -1,0 +1,210 @@
+"""Launch layer: grid choice (the plan), template arguments, and launches on PyTorch's current stream.
+
+A *plan* fixes how one pair is laid out on the GPU (kernels/common.cuh): K columns per lane, W warps
+per pair, and ``nch`` chunks of CW = 32·W·K columns to cover M. It is a pure function of the problem
+size and the device's SM count, so :func:`softdtw.backends.cuda.saved_spec` and the kernels agree on
+the saved table's shape, ``(B, nch · N · CW)``.
+
+Launches go through cuda-core on ``torch.cuda.current_stream()`` (a non-default stream and CUDA-graph
+capture work unchanged); arguments are raw pointers (``tensor.data_ptr()``) and NumPy scalars.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import threading
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+import torch
+
+from . import compile as _compile
+
+#: Column widths per lane and warps per pair the kernels are instantiated with.
+K_CHOICES = (1, 2, 4, 8, 16)
+W_CHOICES = (1, 2, 4, 8, 16)
+#: Pairs per block when a pair has one warp (W == 1).
+PAIRS_PER_BLOCK = 4
+#: Warps per SM that keep the MUFU pipe busy (research/gpu-kernels.md: >= 16 needed).
+_RESIDENT_WARPS_PER_SM = 16
+
+COST_IDS = {"sqeuclidean": 0, "l1": 1, "precomputed": 2}
+_CTYPE = {torch.float32: "float", torch.float64: "double"}
+
+
+@dataclass(frozen=True)
+class Plan:
+    K: int  # columns per lane
+    W: int  # warps per pair
+    nch: int  # column chunks
+
+    @property
+    def CW(self) -> int:
+        """Columns per chunk."""
+        return 32 * self.W * self.K
+
+    def saved_numel(self, N: int) -> int:
+        """Elements per pair of the step-major table S: nch chunks of N step rows of CW values."""
+        return self.nch * N * self.CW
+
+    def block(self) -> int:
+        return 32 * PAIRS_PER_BLOCK if self.W == 1 else 32 * self.W
+
+    def grid(self, B: int) -> int:
+        return -(-B // PAIRS_PER_BLOCK) if self.W == 1 else B
+
+
+def k_max(dtype: torch.dtype, D: int) -> int:
+    """Largest K whose y columns (and dy accumulators) fit in registers: K·D <= 32 (16 for float64)."""
+    budget = 32 if dtype == torch.float32 else 16
+    cap = 16 if dtype == torch.float32 else 8
+    k = max(1, min(cap, budget // max(D, 1)))
+    return 1 << (k.bit_length() - 1)  # a power of two
+
+
+@lru_cache(maxsize=None)
+def sm_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+@lru_cache(maxsize=4096)
+def choose_plan(B: int, N: int, M: int, kmax: int, sms: int) -> Plan:
+    """Pick (K, W) by a small model of the kernel's time, in units of one cell's dependent latency.
+
+    One step of a lane costs about K cells plus a fixed overhead (shuffles, loads; a barrier when W > 1);
+    a pair needs nch·(N + 32W − 1) steps. The GPU runs ~16 warps per SM at full rate: a batch with fewer
+    warps is latency-bound (more warps per pair shorten the critical path), a bigger one throughput-bound
+    (then W = 1 and large K waste the least on pipeline fill and overheads).
+    """
+    resident = sms * _RESIDENT_WARPS_PER_SM
+    best, best_time = None, math.inf
+    for W in W_CHOICES:
+        for K in K_CHOICES:
+            if K > kmax:
+                continue
+            CW = 32 * W * K
+            if CW >= 2 * M and (K > 1 or W > 1):
+                continue  # half the lanes would idle: a narrower layout is never worse
+            nch = -(-M // CW)
+            step = K + 2.0 + (1.5 if W > 1 else 0.0)
+            steps = nch * (N + 32 * W - 1)
+            latency = steps * step
+            time = latency * max(1.0, B * W / resident)
+            if time < best_time * 0.97:  # prefer the earlier (narrower) layout on near-ties
+                best, best_time = Plan(K, W, nch), time
+    return best
+
+
+_forced: list = []
+
+
+@contextlib.contextmanager
+def forced_plan(K: int, W: int):
+    """Run every launch inside the block with K columns per lane and W warps per pair (tests, benchmarks).
+
+    The chunk count follows from M. Plans differ in layout only, never in results beyond rounding.
+    """
+    if K not in K_CHOICES or W not in W_CHOICES:
+        raise ValueError(f"K must be one of {K_CHOICES} and W one of {W_CHOICES}; got K={K}, W={W}.")
+    _forced.append((K, W))
+    try:
+        yield
+    finally:
+        _forced.pop()
+
+
+def plan_for(B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index: int) -> Plan:
+    """The plan for a problem; D = 0 for a precomputed cost."""
+    if _forced:
+        K, W = _forced[-1]
+        return Plan(K, W, -(-M // (32 * W * K)))
+    return choose_plan(B, N, M, k_max(dtype, D), sm_count(device_index))
+
+
+def expression(kernel: str, dtype: torch.dtype, cost: str, D: int, plan: Plan, window: bool,
+               store: bool | None = None) -> str:
+    """The C++ name expression of one instantiation, e.g. ``sdtw::forward_kernel<float, 0, 1, 16, 1, false, true>``."""
+    args = [_CTYPE[dtype], str(COST_IDS[cost]), str(max(D, 1)), str(plan.K), str(plan.W),
+            "true" if window else "false"]
+    if store is not None:
+        args.append("true" if store else "false")
+    return f"sdtw::{kernel}<{', '.join(args)}>"
+
+
+# --- streams and contexts ---------------------------------------------------------------------------
+
+class _StreamHandle:
+    """Exposes a raw CUstream through the ``__cuda_stream__`` protocol cuda-core understands."""
+
+    def __init__(self, handle: int):
+        self.handle = handle
+
+    def __cuda_stream__(self):
+        return (0, self.handle)
+
+
+_local = threading.local()
+_streams: dict = {}
+
+
+def ensure_context(device_index: int):
+    """The cuda-core Device, with its primary context (the one PyTorch uses) made current once per thread.
+
+    Later calls rely on PyTorch: selecting a device (``torch.cuda.device``) makes that device's primary
+    context current again, which :func:`launch` does whenever PyTorch's current device differs.
+    """
+    devices = getattr(_local, "devices", None)
+    if devices is None:
+        devices = _local.devices = {}
+    dev = devices.get(device_index)
+    if dev is None:
+        cc = _compile.cuda_core()
+        dev = cc.Device(device_index)
+        dev.set_current()
+        devices[device_index] = dev
+    return dev
+
+
+def current_stream(device_index: int):
+    """cuda-core Stream wrapping ``torch.cuda.current_stream(device)`` (cached per raw handle)."""
+    handle = torch.cuda.current_stream(device_index).cuda_stream
+    key = (device_index, handle)
+    stream = _streams.get(key)
+    if stream is None:
+        dev = ensure_context(device_index)
+        stream = dev.create_stream(_StreamHandle(handle))
+        _streams[key] = stream
+    return stream
+
+
+def ptr(t: torch.Tensor | None) -> int:
+    """Raw device pointer of a tensor, 0 for an unused argument."""
+    return 0 if t is None else t.data_ptr()
+
+
+def i32(v: int) -> np.int32:
+    return np.int32(v)
+
+
+def launch(name: str, expr: str, device_index: int, grid: int, block: int, args) -> None:
+    """Compile (first use) and launch ``expr`` from ``kernels/<name>.cu`` on the current torch stream."""
+    if torch.cuda.current_device() != device_index:
+        with torch.cuda.device(device_index):
+            return launch(name, expr, device_index, grid, block, args)
+    cc = _compile.cuda_core()
+    ensure_context(device_index)
+    kernel = _compile.get_kernel(name, expr, device_index)
+    config = _config(cc, grid, block)
+    cc.launch(current_stream(device_index), config, kernel, *args)
+
+
+_configs: dict = {}
+
+
+def _config(cc, grid: int, block: int):
+    key = (grid, block)
+    config = _configs.get(key)
+    if config is None:
+        config = _configs[key] = cc.LaunchConfig(grid=grid, block=block)
+    return config

@@ -1,0 +1,482 @@
+"""The cuda backend against the float64 reference (run on the GPU), plus streams, graphs and the cache.
+
+Every test is marked ``cuda`` and skipped without a GPU. Run on a GPU machine with
+``PYTHONPATH=src python3 -m pytest -m cuda tests/backends/test_cuda.py``.
+
+Tolerances (issue 3): float32 values within 1e-5 and gradients within 1e-3 of the float64 reference,
+float64 within 1e-10; errors are max |a - b| / max |b| over the batch (tests/_helpers.rel_err).
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+import threading
+
+import pytest
+import torch
+
+from softdtw._windows import build_window
+from softdtw.backends import reference as ref
+from tests._helpers import rel_err
+
+pytestmark = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+TOL = {torch.float32: (1e-5, 1e-3), torch.float64: (1e-10, 1e-10)}  # (value, gradients)
+
+
+def cuda_backend():
+    return importlib.import_module("softdtw.backends.cuda")
+
+
+def launch_module():
+    return importlib.import_module("softdtw.backends.cuda.launch")
+
+
+def _problem(B, N, M, D, seed=0, lengths=False, band=None, itakura=None):
+    """Fresh float64 data on the GPU: x, y, x_lengths, y_lengths, window (or None)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(B, N, D, generator=g, dtype=torch.float64)
+    y = torch.randn(B, M, D, generator=g, dtype=torch.float64)
+    xl = torch.full((B,), N, dtype=torch.int64)
+    yl = torch.full((B,), M, dtype=torch.int64)
+    if lengths and B > 1:
+        xl[1:] = torch.randint(max(1, N // 2), N + 1, (B - 1,), generator=g)
+        yl[1:] = torch.randint(max(1, M // 2), M + 1, (B - 1,), generator=g)
+    window = build_window(xl, yl, N, M, band, itakura)
+    dev = "cuda"
+    return (x.to(dev), y.to(dev), xl.to(dev), yl.to(dev), None if window is None else window.to(dev))
+
+
+def _gamma(value, dtype):
+    return torch.tensor(value, dtype=dtype, device="cuda")
+
+
+def _grad(B, dtype, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.rand(B, generator=g, dtype=torch.float64) + 0.5).to("cuda", dtype)
+
+
+def reference_fused(x, y, gamma, cost, xl, yl, window, grad):
+    """Value, dx, dy, dgamma from the reference backend in float64 (on the GPU)."""
+    x, y, gamma, grad = x.double(), y.double(), gamma.double(), grad.double()
+    v, R = ref.forward(x, y, gamma, cost, xl, yl, window, "store")
+    dx, dy, dg = ref.backward(grad, x, y, gamma, cost, xl, yl, window, v, R, "store")
+    return v, dx, dy, dg
+
+
+def cuda_fused(x, y, gamma, cost, xl, yl, window, grad, memory="store"):
+    be = cuda_backend()
+    v, saved = be.forward(x, y, gamma, cost, xl, yl, window, memory)
+    dx, dy, dg = be.backward(grad, x, y, gamma, cost, xl, yl, window, v, saved, memory)
+    return v, dx, dy, dg
+
+
+def _errors(got, want):
+    return [rel_err(a, b) for a, b in zip(got, want)]
+
+
+def _check(got, want, dtype, check_dgamma=True):
+    errs = _errors(got, want)
+    tv, tg = TOL[dtype]
+    names = ["value", "dx", "dy", "dgamma"][: len(errs)]
+    msg = ", ".join(f"{n}={e:.2e}" for n, e in zip(names, errs))
+    assert all(torch.isfinite(t).all() for t in got), f"non-finite output ({msg})"
+    assert errs[0] <= tv, msg
+    limit = len(errs) if check_dgamma else len(errs) - 1
+    assert all(e <= tg for e in errs[1:limit]), msg
+
+
+# --- fused costs over the edge shapes -----------------------------------------------------------------
+
+FUSED_CASES = [
+    # B, N, M, D, cost, gamma, lengths, band, itakura
+    (3, 1, 1, 1, "sqeuclidean", 1.0, False, None, None),
+    (2, 1, 7, 3, "sqeuclidean", 0.1, False, None, None),
+    (2, 7, 1, 1, "l1", 1.0, False, None, None),
+    (2, 2, 33, 1, "sqeuclidean", 10.0, False, None, None),
+    (3, 31, 32, 3, "sqeuclidean", 1.0, True, None, None),
+    (3, 32, 31, 1, "l1", 0.1, True, None, None),
+    (3, 33, 127, 3, "sqeuclidean", 1.0, True, 5, None),
+    (3, 127, 33, 1, "sqeuclidean", 0.01, False, None, 2.0),
+    (2, 513, 513, 1, "sqeuclidean", 1.0, True, None, None),
+    (2, 513, 513, 3, "l1", 0.1, False, 20, None),
+    (1, 1500, 127, 1, "sqeuclidean", 1.0, False, None, None),
+    (2, 33, 1500, 3, "sqeuclidean", 0.1, True, None, None),
+    (2, 127, 513, 16, "sqeuclidean", 1.0, True, None, None),  # largest in-kernel D
+    (2, 127, 513, 17, "l1", 1.0, True, 30, None),  # smallest GEMM-path D
+    (2, 127, 513, 64, "sqeuclidean", 1.0, True, None, None),
+    (2, 33, 31, 300, "sqeuclidean", 10.0, False, None, None),
+    (2, 31, 33, 300, "l1", 1.0, True, None, None),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("B,N,M,D,cost,gamma,lengths,band,itakura", FUSED_CASES)
+def test_fused_matches_reference(dtype, B, N, M, D, cost, gamma, lengths, band, itakura):
+    x, y, xl, yl, w = _problem(B, N, M, D, seed=N + 7 * M + D, lengths=lengths, band=band, itakura=itakura)
+    want = reference_fused(x, y, _gamma(gamma, torch.float64), cost, xl, yl, w, _grad(B, torch.float64))
+    got = cuda_fused(x.to(dtype), y.to(dtype), _gamma(gamma, dtype), cost, xl, yl, w, _grad(B, dtype))
+    # dgamma = (value - <E, C>) / gamma cancels; in float32 it is checked only where it is not tiny.
+    _check(got, want, dtype, check_dgamma=dtype == torch.float64 or gamma >= 0.1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("gamma", [1e-3, 1e-2, 0.1, 1.0, 10.0])
+def test_gamma_range(dtype, gamma):
+    x, y, xl, yl, w = _problem(4, 64, 80, 2, seed=3, lengths=True)
+    want = reference_fused(x, y, _gamma(gamma, torch.float64), "sqeuclidean", xl, yl, w, _grad(4, torch.float64))
+    got = cuda_fused(x.to(dtype), y.to(dtype), _gamma(gamma, dtype), "sqeuclidean", xl, yl, w, _grad(4, dtype))
+    _check(got, want, dtype, check_dgamma=dtype == torch.float64 or gamma >= 0.1)
+
+
+# --- every layout: warps per pair, columns per lane, column chunks ---------------------------------------
+
+LAYOUTS = [(1, 1), (2, 1), (4, 1), (16, 1), (1, 2), (2, 4), (4, 2), (8, 1), (1, 16), (4, 16)]
+
+
+@pytest.mark.parametrize("K,W", LAYOUTS)
+@pytest.mark.parametrize("gamma", [0.0, 0.5])
+def test_forced_layouts(K, W, gamma):
+    """Small problems under every (K, W): exercises shuffles, warp hand-offs and chunk boundaries."""
+    x, y, xl, yl, w = _problem(3, 70, 300, 2, seed=K * 100 + W, lengths=True, band=40)
+    want = reference_fused(x, y, _gamma(gamma, torch.float64), "sqeuclidean", xl, yl, w, _grad(3, torch.float64))
+    with launch_module().forced_plan(K, W):
+        got = cuda_fused(x, y, _gamma(gamma, torch.float64), "sqeuclidean", xl, yl, w, _grad(3, torch.float64))
+        gc = _cost_path(x, y, gamma, xl, yl, None, torch.float64)
+    _check(got, want, torch.float64)
+    wc = _cost_reference(x, y, gamma, xl, yl, None)
+    _check(gc, wc, torch.float64)
+
+
+def test_plans_cover_the_shapes():
+    lm = launch_module()
+    for B in (1, 16, 32, 1000, 20000):
+        for M in (1, 16, 128, 512, 1024, 2048, 8192):
+            p = lm.choose_plan(B, 512, M, 16, 132)
+            assert p.nch * p.CW >= M
+            assert p.nch * p.CW < 2 * M + 32 * p.W * p.K
+
+
+# --- precomputed cost --------------------------------------------------------------------------------
+
+def _cost_matrix(x, y):
+    return ((x.unsqueeze(2) - y.unsqueeze(1)) ** 2).sum(-1) - 0.3  # some negative costs too
+
+
+def _cost_reference(x, y, gamma, xl, yl, w):
+    C = _cost_matrix(x, y).double()
+    g = torch.tensor(gamma, dtype=torch.float64, device="cuda")
+    grad = _grad(x.shape[0], torch.float64)
+    v, R = ref.forward_cost(C, g, xl, yl, w, "store")
+    dC, dg = ref.backward_cost(grad, C, g, xl, yl, w, v, R, "store")
+    return v, dC, dg
+
+
+def _cost_path(x, y, gamma, xl, yl, w, dtype, memory="store"):
+    be = cuda_backend()
+    C = _cost_matrix(x, y).to(dtype)
+    g = torch.tensor(gamma, dtype=dtype, device="cuda")
+    grad = _grad(x.shape[0], dtype)
+    v, saved = be.forward_cost(C, g, xl, yl, w, memory)
+    dC, dg = be.backward_cost(grad, C, g, xl, yl, w, v, saved, memory)
+    return v, dC, dg
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("B,N,M,gamma,lengths,band,itakura", [
+    (2, 1, 1, 1.0, False, None, None),
+    (3, 31, 33, 0.1, True, None, None),
+    (3, 127, 513, 1.0, True, 10, None),
+    (2, 513, 127, 1.0, False, None, 3.0),
+    (2, 1500, 1500, 0.5, True, None, None),
+    (2, 40, 50, 0.0, True, 4, None),
+])
+def test_cost_path_matches_reference(dtype, B, N, M, gamma, lengths, band, itakura):
+    x, y, xl, yl, w = _problem(B, N, M, 2, seed=N + M, lengths=lengths, band=band, itakura=itakura)
+    want = _cost_reference(x, y, gamma, xl, yl, w)
+    got = _cost_path(x, y, gamma, xl, yl, w, dtype)
+    _check(got, want, dtype, check_dgamma=dtype == torch.float64 or gamma >= 0.1)
+
+
+# --- hard DTW ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("N,M,D,band", [(1, 1, 1, None), (31, 33, 1, None), (127, 513, 3, None),
+                                        (513, 127, 2, 20), (200, 200, 1, 0)])
+def test_hard_dtw(dtype, N, M, D, band):
+    x, y, xl, yl, w = _problem(3, N, M, D, seed=N * M, lengths=True, band=band)
+    want = reference_fused(x, y, _gamma(0.0, torch.float64), "sqeuclidean", xl, yl, w, _grad(3, torch.float64))
+    got = cuda_fused(x.to(dtype), y.to(dtype), _gamma(0.0, dtype), "sqeuclidean", xl, yl, w, _grad(3, dtype))
+    _check(got, want, dtype)
+    assert torch.equal(got[3], torch.zeros_like(got[3]))  # no d/dgamma at gamma = 0
+
+
+def test_hard_tie_breaking_follows_diagonal_up_left():
+    # Constant series: every path has the same cost, so the argmin ties everywhere.
+    x = torch.zeros(1, 5, 1, dtype=torch.float64, device="cuda")
+    y = torch.zeros(1, 7, 1, dtype=torch.float64, device="cuda")
+    xl, yl = torch.tensor([5], device="cuda"), torch.tensor([7], device="cuda")
+    C = _cost_matrix(x, y) + 1.3
+    g = _gamma(0.0, torch.float64)
+    ones = torch.ones(1, dtype=torch.float64, device="cuda")
+    v, R = ref.forward_cost(C, g, xl, yl, None, "store")
+    E_ref, _ = ref.backward_cost(ones, C, g, xl, yl, None, v, R, "store")
+    be = cuda_backend()
+    vc, saved = be.forward_cost(C, g, xl, yl, None, "store")
+    E, _ = be.backward_cost(ones, C, g, xl, yl, None, vc, saved, "store")
+    assert torch.equal(E, E_ref)
+
+
+# --- modes, limits, determinism ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+def test_value_only_mode_saves_nothing_and_matches_store(dtype):
+    be = cuda_backend()
+    x, y, xl, yl, w = _problem(5, 100, 90, 3, lengths=True, band=15)
+    x, y, g = x.to(dtype), y.to(dtype), _gamma(0.3, dtype)
+    v_none, saved = be.forward(x, y, g, "sqeuclidean", xl, yl, w, "none")
+    v_store, saved_store = be.forward(x, y, g, "sqeuclidean", xl, yl, w, "store")
+    assert saved.numel() == 0 and torch.equal(v_none, v_store)
+    shape, sdtype = be.saved_spec("fused", 5, 100, 90, 3, dtype, "store")
+    assert tuple(saved_store.shape) == tuple(shape) and saved_store.dtype == sdtype
+    assert be.saved_spec("cost", 5, 100, 90, 0, dtype, "none") == ((0,), dtype)
+    with pytest.raises(NotImplementedError, match="checkpoint"):
+        be.forward(x, y, g, "sqeuclidean", xl, yl, w, "checkpoint")
+
+
+def test_backward_without_saved_recomputes():
+    be = cuda_backend()
+    x, y, xl, yl, w = _problem(2, 40, 50, 1)
+    g, grad = _gamma(1.0, torch.float64), _grad(2, torch.float64)
+    v, saved = be.forward(x, y, g, "sqeuclidean", xl, yl, w, "store")
+    a = be.backward(grad, x, y, g, "sqeuclidean", xl, yl, w, v, saved, "store")
+    b = be.backward(grad, x, y, g, "sqeuclidean", xl, yl, w, v, saved.new_empty((0,)), "store")
+    assert all(torch.equal(p, q) for p, q in zip(a, b))
+
+
+@pytest.mark.parametrize("N", [1024, 4096])
+def test_small_gamma_long_series_stays_finite(N):
+    """gamma = 1e-4 at N = M = 4096 in float32: finite value and gradients, value close to float64."""
+    x, y, xl, yl, w = _problem(1, N, N, 1, seed=5)
+    g = 1e-4
+    got = cuda_fused(x.float(), y.float(), _gamma(g, torch.float32), "sqeuclidean", xl, yl, w,
+                     _grad(1, torch.float32))
+    assert all(torch.isfinite(t).all() for t in got)
+    value64, _ = cuda_backend().forward(x, y, _gamma(g, torch.float64), "sqeuclidean", xl, yl, w, "none")
+    assert rel_err(got[0], value64) <= 1e-5
+    if N == 1024:  # the reference's Python loop over 8k diagonals is too slow for 4096
+        want = reference_fused(x, y, _gamma(g, torch.float64), "sqeuclidean", xl, yl, w, _grad(1, torch.float64))
+        assert rel_err(got[0], want[0]) <= 1e-5
+
+
+def test_long_pair_against_reference():
+    """N = M = 4096 (several column chunks at one warp per pair), float64, against the GPU reference."""
+    x, y, xl, yl, w = _problem(1, 4096, 2500, 1, seed=11)
+    want = reference_fused(x, y, _gamma(1.0, torch.float64), "sqeuclidean", xl, yl, w, _grad(1, torch.float64))
+    got = cuda_fused(x, y, _gamma(1.0, torch.float64), "sqeuclidean", xl, yl, w, _grad(1, torch.float64))
+    _check(got, want, torch.float64)
+
+
+def test_8192_runs():
+    x, y, xl, yl, w = _problem(2, 8192, 8192, 1, seed=2)
+    got = cuda_fused(x.float(), y.float(), _gamma(1.0, torch.float32), "sqeuclidean", xl, yl, w,
+                     _grad(2, torch.float32))
+    assert all(torch.isfinite(t).all() for t in got)
+    v64, _ = cuda_backend().forward(x, y, _gamma(1.0, torch.float64), "sqeuclidean", xl, yl, w, "none")
+    assert rel_err(got[0], v64) <= 1e-5
+
+
+@pytest.mark.parametrize("K,W", [(None, None), (2, 4)])
+def test_two_runs_identical(K, W):
+    x, y, xl, yl, w = _problem(6, 300, 260, 3, lengths=True, band=30)
+    x, y = x.float(), y.float()
+    args = (x, y, _gamma(0.2, torch.float32), "sqeuclidean", xl, yl, w, _grad(6, torch.float32))
+    if K is None:
+        a, b = cuda_fused(*args), cuda_fused(*args)
+    else:
+        with launch_module().forced_plan(K, W):
+            a, b = cuda_fused(*args), cuda_fused(*args)
+    assert all(torch.equal(p, q) for p, q in zip(a, b))
+
+
+def test_non_default_stream():
+    x, y, xl, yl, w = _problem(4, 200, 150, 2, lengths=True)
+    args = (x.float(), y.float(), _gamma(0.5, torch.float32), "l1", xl, yl, w, _grad(4, torch.float32))
+    eager = cuda_fused(*args)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        side = cuda_fused(*args)
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    assert all(torch.equal(p, q) for p, q in zip(eager, side))
+
+
+def test_cuda_graph_capture_of_forward_and_backward():
+    """Capture forward + backward once, replay on new data: same results as eager calls."""
+    be = cuda_backend()
+    x, y, xl, yl, w = _problem(8, 128, 100, 2, lengths=True, band=20)
+    x, y = x.float(), y.float()
+    g, grad = _gamma(0.7, torch.float32), _grad(8, torch.float32)
+
+    def step():
+        v, saved = be.forward(x, y, g, "sqeuclidean", xl, yl, w, "store")
+        return (v,) + be.backward(grad, x, y, g, "sqeuclidean", xl, yl, w, v, saved, "store")
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()  # compile and load outside the capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = step()
+    for seed in (21, 22):
+        x2, y2, _, _, _ = _problem(8, 128, 100, 2, seed=seed)
+        x.copy_(x2)
+        y.copy_(y2)
+        g.fill_(0.3 + seed / 100)
+        graph.replay()
+        torch.cuda.synchronize()
+        eager = step()
+        assert all(torch.equal(p, q) for p, q in zip(out, eager))
+
+
+# --- the public API on CUDA ---------------------------------------------------------------------------
+
+def _api():
+    return importlib.import_module("softdtw")
+
+
+def _pair_grads(fn, x, y, **kw):
+    x = x.detach().clone().requires_grad_()
+    y = y.detach().clone().requires_grad_()
+    v = fn(x, y, **kw)
+    v.sum().backward()
+    return v.detach(), x.grad, y.grad
+
+
+@pytest.mark.parametrize("name", ["soft_dtw", "soft_dtw_divergence", "dtw"])
+def test_public_functions_match_reference(name):
+    sd = _api()
+    fn = getattr(sd, name)
+    x, y, xl, yl, _ = _problem(4, 60, 45, 3, seed=9, lengths=True)
+    kw = dict(x_lengths=xl, y_lengths=yl, bandwidth=12)
+    if name != "dtw":
+        kw["gamma"] = 0.5
+    want = _pair_grads(fn, x, y, backend="reference", **kw)
+    got = _pair_grads(fn, x, y, **kw)
+    assert all(rel_err(a, b) <= 1e-10 for a, b in zip(got, want))
+    got32 = _pair_grads(fn, x.float(), y.float(), **kw)
+    assert rel_err(got32[0], want[0]) <= 1e-5
+    assert all(rel_err(a, b) <= 1e-3 for a, b in zip(got32[1:], want[1:]))
+
+
+def test_learnable_gamma_gradient():
+    sd = _api()
+    x, y, _, _, _ = _problem(3, 50, 40, 2, seed=4)
+    out = {}
+    for backend in ("reference", None):
+        g = torch.tensor(0.8, dtype=torch.float64, device="cuda", requires_grad=True)
+        sd.soft_dtw(x, y, g, backend=backend).sum().backward()
+        out[backend] = g.grad
+    assert rel_err(out[None], out["reference"]) <= 1e-10
+
+
+def test_alignment_path_and_from_cost():
+    sd = _api()
+    x, y, _, _, _ = _problem(2, 40, 55, 2, seed=6)
+    E = sd.soft_dtw_alignment(x, y, gamma=0.3)
+    E_ref = sd.soft_dtw_alignment(x, y, gamma=0.3, backend="reference")
+    assert E.device.type == "cuda" and rel_err(E, E_ref) <= 1e-10
+    paths = sd.dtw_path(x, y)
+    paths_ref = sd.dtw_path(x, y, backend="reference")
+    assert all(torch.equal(p, q) for p, q in zip(paths, paths_ref))
+    C = torch.rand(2, 40, 55, dtype=torch.float64, device="cuda", requires_grad=True)
+    v = sd.soft_dtw_from_cost(C, gamma=0.2)
+    v.sum().backward()
+    C2 = C.detach().clone().requires_grad_()
+    v_ref = sd.soft_dtw_from_cost(C2, gamma=0.2, backend="reference")
+    v_ref.sum().backward()
+    assert rel_err(v, v_ref) <= 1e-10 and rel_err(C.grad, C2.grad) <= 1e-10
+
+
+def test_module_and_half_precision_inputs():
+    sd = _api()
+    x, y, _, _, _ = _problem(4, 30, 30, 2, seed=8)
+    loss = sd.SoftDTW(gamma=0.5)
+    v = loss(x.half(), y.half())
+    v_ref = sd.soft_dtw(x.half().double(), y.half().double(), gamma=0.5)
+    assert v.dtype == torch.float16 and rel_err(v.double(), v_ref) <= 2e-3
+
+
+def test_bad_inputs_raise_clear_errors_on_cuda():
+    sd = _api()
+    x, y, _, _, _ = _problem(2, 10, 12, 2)
+    bad = x.clone()
+    bad[0, 3, 1] = float("nan")
+    with pytest.raises(ValueError, match="NaN"):
+        sd.soft_dtw(bad, y)
+    with pytest.raises(ValueError, match="feature size"):
+        sd.soft_dtw(x, y[..., :1])
+    with pytest.raises(ValueError, match="x_lengths"):
+        sd.soft_dtw(x, y, x_lengths=torch.tensor([11, 3], device="cuda"))
+    with pytest.raises(ValueError, match="backend='cpu'"):
+        sd.soft_dtw(x, y, backend="cpu")
+    with pytest.raises(ValueError, match="gamma"):
+        sd.soft_dtw(x, y, gamma=-1.0)
+
+
+# --- compilation, cache, launch layer -------------------------------------------------------------------
+
+def _fresh_compile_module(monkeypatch, cache):
+    comp = importlib.import_module("softdtw.backends.cuda.compile")
+    monkeypatch.setenv("SOFTDTW_CACHE_DIR", str(cache))
+    return comp
+
+
+def test_disk_cache_is_used_and_atomic(tmp_path, monkeypatch):
+    comp = _fresh_compile_module(monkeypatch, tmp_path / "cache")
+    expr = "sdtw::forward_kernel<float, 0, 1, 2, 1, false, false>"
+    before = dict(comp.STATS)
+    comp.cubin_for("forward", expr, "sm_90")
+    files = list((tmp_path / "cache").glob("forward-sm_90-*.cubin"))
+    assert len(files) == 1 and comp.STATS["compiles"] == before["compiles"] + 1
+    comp.cubin_for("forward", expr, "sm_90")
+    assert comp.STATS["disk_hits"] == before["disk_hits"] + 1
+    # Concurrent writers of the same entry leave one valid file and no temporaries.
+    cubin, mangled = comp.cubin_for("forward", expr, "sm_90")
+    threads = [threading.Thread(target=comp._store_cached, args=(files[0], cubin, mangled)) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert comp._load_cached(files[0]) == (cubin, mangled)
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == [files[0].name]
+
+
+def test_unwritable_cache_falls_back_to_memory(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    comp = _fresh_compile_module(monkeypatch, blocker / "cache")
+    monkeypatch.setattr(comp, "_warned_cache", False)
+    with pytest.warns(RuntimeWarning, match="SOFTDTW_CACHE_DIR"):
+        cubin, mangled = comp.cubin_for("forward", "sdtw::forward_kernel<float, 1, 1, 1, 1, false, false>", "sm_90")
+    assert cubin[:4] == b"\x7fELF" and mangled
+
+
+def test_nvrtc_errors_name_kernel_arch_and_log():
+    comp = importlib.import_module("softdtw.backends.cuda.compile")
+    with pytest.raises(RuntimeError, match=r"(?s)forward_kernel<float, 9>.*sm_90.*compiler log"):
+        comp.compile_cubin("forward", "sdtw::forward_kernel<float, 9>", "sm_90")
+
+
+def test_missing_cuda_core_says_what_to_install(monkeypatch):
+    comp = importlib.import_module("softdtw.backends.cuda.compile")
+    monkeypatch.setitem(sys.modules, "cuda.core", None)
+    monkeypatch.setitem(sys.modules, "cuda.core.experimental", None)
+    with pytest.raises(ImportError, match=r'pip install "softdtw\[cuda1[23]\]"'):
+        comp.cuda_core()
