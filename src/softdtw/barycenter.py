@@ -31,7 +31,8 @@ class BarycenterResult(NamedTuple):
 
     Attributes:
         barycenter: `(L, D)` barycenter, or `(K, L, D)` when ``groups`` was given; dtype of X.
-        losses: objective at the initialisation and after each iteration: `(n_iter + 1,)`, or
+        losses: objective at the start (the initialisation, or its annealed refinement) and after
+            each iteration: `(n_iter + 1,)`, or
             `(n_iter + 1, K)` per barycenter when ``groups`` was given (float64, on the CPU).
         converged: True if the relative decrease of the objective fell below ``tol`` (or the
             gradient vanished) before ``max_iter`` iterations.
@@ -69,8 +70,8 @@ def soft_dtw_barycenter(X, gamma: float = 1.0, *, weights=None, groups=None, n_g
                         x_lengths=None, max_iter: int = 100, tol: float = 1e-5, method: str = "lbfgs",
                         lr: Optional[float] = None, divergence: bool = False, bandwidth: Optional[float] = None,
                         itakura_max_slope: Optional[float] = None, cost="sqeuclidean", batch_size: Optional[int] = None,
-                        memory: str = "auto", backend: Optional[str] = None, progress: bool = False
-                        ) -> BarycenterResult:
+                        anneal: Optional[bool] = None, memory: str = "auto", backend: Optional[str] = None,
+                        progress: bool = False) -> BarycenterResult:
     r"""Soft-DTW barycenter(s) of a set of series, by L-BFGS (default) or Adam.
 
     .. math:: z_k = \arg\min_z \sum_{p:\,g_p = k} w_p\,\mathrm{sdtw}_\gamma(z, x_p)
@@ -95,6 +96,11 @@ def soft_dtw_barycenter(X, gamma: float = 1.0, *, weights=None, groups=None, n_g
         bandwidth, itakura_max_slope, cost, memory, backend: as :func:`softdtw.soft_dtw`.
         batch_size: series per batched call (default: all of them); gradients are accumulated over
             chunks, so any number of series fits in memory.
+        anneal: first optimise at 10 x gamma (up to 30 iterations) and start from there if that is
+            better at gamma: soft-DTW is non-convex in z and the smoother problem avoids many poor
+            local minima (on CBF it beats tslearn's objective by a few to 25 %). Default (None): on
+            for the "mean" initialisation, off for a given init tensor (e.g. k-means' current centres,
+            whose objective is then guaranteed not to increase).
         progress: show a tqdm bar over the iterations.
 
     Returns:
@@ -128,6 +134,10 @@ def soft_dtw_barycenter(X, gamma: float = 1.0, *, weights=None, groups=None, n_g
         raise ValueError(f"lr must be a positive number or None; got {lr!r}.")
     if isinstance(gamma, torch.Tensor):
         gamma = float(gamma.detach())
+    if isinstance(gamma, bool) or not isinstance(gamma, numbers.Real) or not math.isfinite(gamma) or gamma < 0:
+        raise ValueError(f"gamma must be a finite number >= 0 (a float; learnable gamma is not supported here); "
+                         f"got {gamma!r}.")
+    gamma = float(gamma)
 
     # Groups and weights ----------------------------------------------------------------------
     batched = groups is not None
@@ -178,7 +188,7 @@ def soft_dtw_barycenter(X, gamma: float = 1.0, *, weights=None, groups=None, n_g
         L = Z0.shape[1]
         if not bool(torch.isfinite(Z0).all()):
             raise ValueError("init contains NaN or Inf values; pass a finite initial barycenter.")
-    elif init is None or init == "mean":
+    elif init is None or (isinstance(init, str) and init == "mean"):
         L = int(length) if length is not None else int(lengths.max())
         if L < 1:
             raise ValueError(f"length must be >= 1; got {length!r}.")
@@ -195,6 +205,9 @@ def soft_dtw_barycenter(X, gamma: float = 1.0, *, weights=None, groups=None, n_g
     else:
         raise ValueError(f"init must be None, 'mean' or a tensor; got {init!r}.")
 
+    if anneal is None:
+        anneal = not isinstance(init, (torch.Tensor, np.ndarray))
+
     # Objective --------------------------------------------------------------------------------
     xl = lengths.to(device)
     chunk = P if batch_size is None else max(1, int(batch_size))
@@ -210,55 +223,54 @@ def soft_dtw_barycenter(X, gamma: float = 1.0, *, weights=None, groups=None, n_g
                 sx = soft_dtw(X[s:e, :n], X[s:e, :n], gamma, x_lengths=xl[s:e], y_lengths=xl[s:e], **kw)
                 const += 0.5 * _group_sum((w[s:e] * sx).double(), groups[s:e], K)
 
-    def objective(Z: torch.Tensor, backward: bool) -> torch.Tensor:
-        """Per-group objective `(K,)` float64 (detached); accumulates Z.grad when backward."""
+    def objective(Z: torch.Tensor, backward: bool, g_run: float, with_const: bool = True) -> torch.Tensor:
+        """Per-group objective `(K,)` float64 (detached) at smoothing g_run; accumulates Z.grad."""
         per_group = torch.zeros(K, dtype=torch.float64, device=device)
         for s in range(0, P, chunk):
             e = min(s + chunk, P)
             n = int(lengths[s:e].max())
-            v = soft_dtw(Z.index_select(0, groups[s:e]), X[s:e, :n], gamma, x_lengths=zl[s:e],
+            v = soft_dtw(Z.index_select(0, groups[s:e]), X[s:e, :n], g_run, x_lengths=zl[s:e],
                          y_lengths=xl[s:e], **kw)
             g = _group_sum(w[s:e] * v, groups[s:e], K)
             if backward:
                 g.sum().backward()
             per_group += g.detach().double()
         if divergence:
-            szz = soft_dtw(Z, Z, gamma, **kw)
+            szz = soft_dtw(Z, Z, g_run, **kw)
             g = -0.5 * W * szz
             if backward:
                 g.sum().backward()
-            per_group += g.detach().double() - const
+            per_group += g.detach().double() - (const if with_const else 0.0)
         return per_group
 
-    def evaluate(Zv: torch.Tensor):
-        """(total float, flat gradient, per-group objective) at barycenters Zv `(K, L, D)`."""
-        Zr = Zv.detach().clone().requires_grad_(True)
-        with torch.enable_grad():
-            per_group = objective(Zr, backward=True)
-        grad = Zr.grad if Zr.grad is not None else torch.zeros_like(Zr)
-        return float(per_group.sum()), grad.reshape(-1), per_group.cpu()
+    def make_evaluate(g_run: float, with_const: bool = True):
+        def evaluate(Zv: torch.Tensor):
+            """(total float, flat gradient, per-group objective) at barycenters Zv `(K, L, D)`."""
+            Zr = Zv.detach().clone().requires_grad_(True)
+            with torch.enable_grad():
+                per_group = objective(Zr, True, g_run, with_const)
+            grad = Zr.grad if Zr.grad is not None else torch.zeros_like(Zr)
+            return float(per_group.sum()), grad.reshape(-1), per_group.cpu()
+        return evaluate
 
-    f, g, pg = evaluate(Z0)
-    losses = [pg]
-    x = Z0.reshape(-1).clone()
-    best = (f, x.clone(), pg)
-    converged = False
-    n_iter = 0
-    bar = None
-    if progress:
-        from tqdm import tqdm
-        bar = tqdm(total=max_iter, desc="soft-DTW barycenter", unit="it", leave=False, dynamic_ncols=True)
     shape = Z0.shape
-    try:
+
+    def minimize(evaluate, Z_start, n_max, tolerance, bar=None):
+        """Run the optimiser from Z_start; returns (best flat x, losses list, converged, n_iter)."""
+        f, g, pg = evaluate(Z_start)
+        losses = [pg]
+        x = Z_start.reshape(-1).clone()
+        best = (f, x.clone(), pg)
+        converged, n_done = False, 0
         if method == "lbfgs":
             iterate = _lbfgs_iterations(lambda v: evaluate(v.view(shape)), x, f, g, pg,
                                         1.0 if lr is None else float(lr))
         else:
             step = float(lr) if lr is not None else max(0.05 * float(X.std()), 1e-8) if P * T > 1 else 0.05
             iterate = _adam_iterations(lambda v: evaluate(v.view(shape)), x, g, step)
-        for it in range(max_iter):
+        for it in range(n_max):
             x, f_new, pg, stalled = next(iterate)
-            n_iter = it + 1
+            n_done = it + 1
             losses.append(pg)
             f_prev, f = f, f_new
             if not math.isfinite(f):
@@ -268,17 +280,33 @@ def soft_dtw_barycenter(X, gamma: float = 1.0, *, weights=None, groups=None, n_g
             if bar is not None:
                 bar.update(1)
                 bar.set_postfix(loss=f"{f:.4g}")
-            if stalled or abs(f_prev - f) <= tol * max(abs(f_prev), abs(f), 1.0):
+            if stalled or abs(f_prev - f) <= tolerance * max(abs(f_prev), abs(f), 1.0):
                 converged = True
                 break
+        if float(losses[-1].sum()) > best[0]:  # the result is the best iterate; report its objective last
+            losses[-1] = best[2]
+        return best[1].view(shape), losses, converged, n_done
+
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=max_iter, desc="soft-DTW barycenter", unit="it", leave=False, dynamic_ncols=True)
+    try:
+        evaluate = make_evaluate(gamma)
+        Z_start = Z0
+        if anneal and gamma > 0 and max_iter > 0:
+            # Warm start at 10x the smoothing: a smoother objective with fewer poor local minima.
+            Z_warm, _, _, _ = minimize(make_evaluate(10.0 * gamma, with_const=False), Z0, min(max_iter, 30), 1e-5)
+            with torch.no_grad():
+                f0 = float(objective(Z0, False, gamma).sum())
+                f1 = float(objective(Z_warm, False, gamma).sum())
+            if f1 < f0:
+                Z_start = Z_warm
+        best_Z, losses, converged, n_iter = minimize(evaluate, Z_start, max_iter, tol, bar)
     finally:
         if bar is not None:
             bar.close()
-
     loss_t = torch.stack(losses)
-    if float(loss_t[-1].sum()) > best[0]:  # the result is the best iterate; report its objective last
-        loss_t[-1] = best[2]
-    best_Z = best[1].view(shape)
     bary = best_Z.to(X.dtype)
     if not batched:
         return BarycenterResult(bary[0], loss_t[:, 0], converged, n_iter)

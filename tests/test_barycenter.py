@@ -1,0 +1,148 @@
+"""soft_dtw_barycenter: objective vs tslearn, batching, lengths, weights, methods, errors."""
+import numpy as np
+import pytest
+import torch
+
+from softdtw import soft_dtw
+from softdtw.barycenter import BarycenterResult, soft_dtw_barycenter
+from softdtw.datasets import make_cbf
+
+
+def _objective(Z, X, gamma, weights=None, lengths=None, divergence=False):
+    """sum_p w_p sdtw(Z, X_p) (or the divergence), evaluated pair by pair in float64."""
+    total = 0.0
+    for p in range(len(X)):
+        x = X[p, : (len(X[p]) if lengths is None else int(lengths[p]))].double()
+        w = 1.0 if weights is None else float(weights[p])
+        v = soft_dtw(Z.double(), x, gamma)
+        if divergence:
+            v = v - 0.5 * soft_dtw(Z.double(), Z.double(), gamma) - 0.5 * soft_dtw(x, x, gamma)
+        total += w * float(v)
+    return total
+
+
+@pytest.fixture(scope="module")
+def data():
+    X, y = make_cbf(12, length=32, seed=1, dtype=torch.float64)
+    return X, y
+
+
+@pytest.mark.parametrize("seed", [0, 1, 3])
+@pytest.mark.parametrize("gamma", [0.1, 1.0])
+def test_objective_no_worse_than_tslearn(seed, gamma):
+    ts = pytest.importorskip("tslearn.barycenters")
+    X, y = make_cbf(12, length=32, seed=seed, dtype=torch.float64)
+    if seed == 3:
+        X = X[y == 0]  # one class
+    z_ts = ts.softdtw_barycenter(X.numpy(), gamma=gamma, max_iter=100, tol=1e-5)
+    res = soft_dtw_barycenter(X, gamma, max_iter=100, tol=1e-5)
+    ours = _objective(res.barycenter, X, gamma)
+    theirs = _objective(torch.from_numpy(z_ts), X, gamma)
+    assert ours <= theirs + 1e-6 * abs(theirs)
+    assert res.losses[-1].item() == pytest.approx(ours, rel=1e-9)
+
+
+def test_result_fields_and_monotone_objective(data):
+    X, _ = data
+    res = soft_dtw_barycenter(X, 1.0, max_iter=15)
+    assert isinstance(res, BarycenterResult)
+    assert res.barycenter.shape == (32, 1) and res.barycenter.dtype == torch.float64
+    assert res.losses.shape == (res.n_iter + 1,)
+    assert (res.losses[1:] <= res.losses[:-1] + 1e-9).all()
+    assert isinstance(res.converged, bool)
+
+
+def test_batched_groups_equal_separate_problems(data):
+    X, y = data
+    # Adam is coordinate-wise, so on this separable objective one batched run is exactly K separate runs.
+    res = soft_dtw_barycenter(X, 1.0, groups=y, max_iter=15, tol=0, method="adam", lr=0.1, anneal=False)
+    assert res.barycenter.shape == (3, 32, 1) and res.losses.shape == (16, 3)
+    for k in range(3):
+        single = soft_dtw_barycenter(X[y == k], 1.0, max_iter=15, tol=0, method="adam", lr=0.1, anneal=False)
+        torch.testing.assert_close(res.barycenter[k], single.barycenter, rtol=1e-7, atol=1e-7)
+        torch.testing.assert_close(res.losses[:, k], single.losses, rtol=1e-9, atol=1e-9)
+        assert res.losses[-1, k].item() == pytest.approx(_objective(res.barycenter[k], X[y == k], 1.0), rel=1e-8)
+
+
+def test_batched_lbfgs_improves_every_group(data):
+    X, y = data
+    res = soft_dtw_barycenter(X, 1.0, groups=y, max_iter=30)
+    start = soft_dtw_barycenter(X, 1.0, groups=y, max_iter=0)
+    assert (res.losses[-1] < start.losses[0]).all()
+
+
+def test_unequal_lengths_ignore_the_padding(data):
+    X, _ = data
+    lengths = torch.tensor([32, 20, 25, 32, 18, 30, 32, 22, 27, 32, 19, 31])
+    Xp = X.clone()
+    for p, n in enumerate(lengths):
+        Xp[p, n:] = 1e3  # garbage past the lengths
+    res = soft_dtw_barycenter(Xp, 1.0, x_lengths=lengths, max_iter=30, length=28)
+    assert res.barycenter.shape == (28, 1)
+    assert torch.isfinite(res.barycenter).all()
+    assert res.barycenter.abs().max() < 50
+    assert res.losses[-1].item() == pytest.approx(_objective(res.barycenter, X, 1.0, lengths=lengths), rel=1e-8)
+    assert res.losses[-1] < res.losses[0]
+
+
+def test_zero_weight_is_the_same_as_leaving_the_series_out(data):
+    X, _ = data
+    w = torch.ones(12, dtype=torch.float64)
+    w[[2, 5]] = 0
+    keep = w > 0
+    a = soft_dtw_barycenter(X, 1.0, weights=w, max_iter=40, tol=0)
+    b = soft_dtw_barycenter(X[keep], 1.0, max_iter=40, tol=0)
+    assert _objective(a.barycenter, X[keep], 1.0) == pytest.approx(_objective(b.barycenter, X[keep], 1.0), rel=1e-4)
+    # Weights scale the objective.
+    c = soft_dtw_barycenter(X, 1.0, weights=2 * torch.ones(12), max_iter=0)
+    d = soft_dtw_barycenter(X, 1.0, max_iter=0)
+    assert c.losses[0].item() == pytest.approx(2 * d.losses[0].item())
+
+
+def test_adam_divergence_and_init(data):
+    X, _ = data
+    res = soft_dtw_barycenter(X, 1.0, method="adam", lr=0.1, max_iter=30)
+    assert res.losses[-1] < res.losses[0] and res.n_iter <= 30
+    init = X[0].clone()
+    div = soft_dtw_barycenter(X, 1.0, init=init, divergence=True, max_iter=20)
+    assert torch.equal(init, X[0])  # the caller's tensor is untouched
+    assert div.losses[0].item() == pytest.approx(_objective(X[0], X, 1.0, divergence=True), rel=1e-8)
+    assert 0 <= div.losses[-1] < div.losses[0]
+
+
+def test_float32_and_max_iter_zero_returns_the_init(data):
+    X, _ = data
+    res = soft_dtw_barycenter(X.float(), 1.0, max_iter=0)
+    assert res.n_iter == 0 and res.barycenter.dtype == torch.float32
+    torch.testing.assert_close(res.barycenter, X.float().mean(0))
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(method="sgd"), "method must be one of"),
+    (dict(max_iter=-1), "max_iter must be an integer >= 0"),
+    (dict(weights=torch.ones(3)), r"weights must be a numeric tensor of shape \(12,\)"),
+    (dict(weights=-torch.ones(12)), "weights must be finite and >= 0"),
+    (dict(groups=torch.zeros(12)), "groups must be an integer tensor"),
+    (dict(groups=torch.zeros(12, dtype=torch.long), n_groups=2), "group 1 has no series"),
+    (dict(groups=torch.full((12,), 3), n_groups=2), r"groups must lie in \[0, 2\)"),
+    (dict(init=torch.zeros(5, 2)), r"init must have shape \(L, 1\)"),
+    (dict(init=torch.zeros(5, 1), length=6), "length=6 disagrees with init's length 5"),
+    (dict(init="medoid"), "init must be None, 'mean' or a tensor"),
+    (dict(n_groups=3), "n_groups=3 needs groups"),
+])
+def test_errors(data, kw, match):
+    X, _ = data
+    with pytest.raises(ValueError, match=match):
+        soft_dtw_barycenter(X, 1.0, **kw)
+
+
+@pytest.mark.cuda
+def test_cuda_batched_barycenters_match_cpu():
+    X, y = make_cbf(40, length=48, seed=2)
+    lengths = torch.randint(30, 49, (40,), generator=torch.Generator().manual_seed(0))
+    cpu = soft_dtw_barycenter(X, 1.0, groups=y, x_lengths=lengths, max_iter=10)
+    gpu = soft_dtw_barycenter(X.cuda(), 1.0, groups=y.cuda(), x_lengths=lengths.cuda(), max_iter=10)
+    assert gpu.barycenter.device.type == "cuda"
+    torch.testing.assert_close(gpu.losses[0], cpu.losses[0], rtol=1e-4, atol=1e-3)
+    assert float(gpu.losses[-1].sum()) <= float(cpu.losses[0].sum())
+    assert float(gpu.losses[-1].sum()) == pytest.approx(float(cpu.losses[-1].sum()), rel=2e-2)
