@@ -458,7 +458,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the ``softdtw`` console script; returns the exit status."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        if getattr(args, "command", None) != "bench":
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.args = list(extra) + list(args.args)  # options for the benchmark script pass through
     if getattr(args, "func", None) is None:
         parser.print_help()
         return 2

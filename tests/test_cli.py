@@ -1,0 +1,140 @@
+"""The softdtw command line end to end: every command runs and writes its files."""
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from softdtw import cli
+
+DATA = Path(__file__).parent / "data"
+SMALL_DEMO = ["demo", "--n-train", "9", "--n-test", "9", "--length", "32", "--kmeans-iter", "2",
+              "--barycenter-iter", "4", "--no-progress"]
+
+
+@pytest.mark.parametrize("command", ["demo", "align", "cluster", "bench"])
+def test_help_of_every_command(command, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main([command, "--help"])
+    assert e.value.code == 0
+    assert f"usage: softdtw {command}" in capsys.readouterr().out
+
+
+def test_no_command_prints_help(capsys):
+    assert cli.main([]) == 2
+    assert "demo" in capsys.readouterr().out
+
+
+def test_demo_writes_table_and_figures(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "demo"
+    assert cli.main(SMALL_DEMO + ["--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    for needle in ("1-NN classification", "DTW (γ=0)", "Euclidean", "class barycenters", "ARI", "accuracy"):
+        assert needle in text
+    for name in ("barycenters.png", "kmeans.png", "alignment.png"):
+        assert (out / name).stat().st_size > 1000
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_demo_without_matplotlib_says_how_to_get_figures(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    out = tmp_path / "demo"
+    assert cli.main(SMALL_DEMO + ["--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "figures skipped" in text and 'pip install "softdtw[plot]"' in text
+    assert not out.exists()
+
+
+def test_plotting_raises_a_helpful_import_error(monkeypatch):
+    from softdtw import plotting
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    with pytest.raises(ImportError, match=r'pip install "softdtw\[plot\]"'):
+        plotting.plot_alignment(np.zeros(3), np.zeros(4))
+
+
+def test_align_csv_npy_and_ucr_line(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    a = tmp_path / "a.csv"
+    a.write_text("value\n0\n1\n2\n3\n2\n")
+    b = tmp_path / "b.npy"
+    np.save(b, np.array([0.0, 0.0, 1.0, 3.0, 3.0, 2.0, 2.0]))
+    png, path_csv = tmp_path / "al.png", tmp_path / "path.csv"
+    assert cli.main(["align", str(a), str(b), "--gamma", "0.5", "--out", str(png), "--path-csv", str(path_csv)]) == 0
+    text = capsys.readouterr().out
+    assert "soft-DTW (γ=0.5)" in text and "DTW = 1" in text
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    rows = np.loadtxt(path_csv, delimiter=",", skiprows=1, dtype=int)
+    assert rows[0].tolist() == [0, 0] and rows[-1].tolist() == [4, 6]
+    # One line of a UCR file against a one-row CSV, no figure.
+    row = tmp_path / "row.csv"
+    row.write_text("1,2,3,4,5\n")
+    assert cli.main(["align", f"{DATA / 'uni_equal.ts'}:1", str(row), "--no-figure"]) == 0
+    assert "DTW = " in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args, match", [
+    (["align", "nope.csv", "nope.npy"], "no such file"),
+    (["align", str(DATA / "uni_equal.ts"), str(DATA / "uni_equal.ts")], r"pick one with .*uni_equal.ts:INDEX"),
+    (["align", f"{DATA / 'uni_equal.ts'}:7", f"{DATA / 'uni_equal.ts'}:0"], "index 7 out of range; the file has 3"),
+    (["cluster", str(DATA / "uni_equal.ts"), "-k", "5"], "between 1 and the number of series"),
+    (["cluster", "missing.tsv", "-k", "2"], "no such file"),
+])
+def test_errors_are_one_line_with_status_2(args, match, capsys):
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"softdtw {args[0]}: error:")
+    assert __import__("re").search(match, err), err
+
+
+def test_cluster_ucr_file_writes_labels_centers_and_png(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "cl"
+    assert cli.main(["cluster", str(DATA / "uni_unequal_missing.ts"), "-k", "2", "--max-iter", "3",
+                     "--barycenter-iter", "3", "--out", str(out), "--no-progress"]) == 0
+    text = capsys.readouterr().out
+    assert "adjusted Rand index" in text and "inertia" in text
+    rows = np.loadtxt(out / "labels.csv", delimiter=",", skiprows=1, dtype=int)
+    assert rows.shape == (4, 3) and set(rows[:, 1]) <= {0, 1}
+    assert np.load(out / "centers.npy").shape == (2, 6, 1)
+    assert (out / "centers.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_cluster_npy_without_labels(tmp_path, capsys):
+    from softdtw.datasets import make_cbf
+    X, _ = make_cbf(12, 24, seed=0)
+    f = tmp_path / "x.npy"
+    np.save(f, X[..., 0].numpy())
+    out = tmp_path / "cl"
+    assert cli.main(["cluster", str(f), "-k", "3", "--max-iter", "2", "--barycenter-iter", "2", "--out", str(out),
+                     "--no-figure", "--standardize", "--no-progress"]) == 0
+    assert "adjusted Rand" not in capsys.readouterr().out
+    assert np.loadtxt(out / "labels.csv", delimiter=",", skiprows=1).shape == (12, 2)
+
+
+def test_bench_outside_a_checkout_says_so(monkeypatch, capsys):
+    monkeypatch.setattr(cli, "_checkout_root", lambda: None)
+    assert cli.main(["bench"]) == 1
+    assert "source checkout" in capsys.readouterr().out
+
+
+def test_bench_runs_the_script_for_the_device(monkeypatch, tmp_path, capsys):
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "cpu.py").write_text("import sys; print('BENCH', sys.argv[1:])\n")
+    (tmp_path / "benchmarks" / "gpu.py").write_text("import sys; print('BENCH', sys.argv[1:])\n")
+    monkeypatch.setattr(cli, "_checkout_root", lambda: tmp_path)
+    calls = []
+    monkeypatch.setattr(cli.subprocess, "call", lambda cmd, **kw: calls.append((cmd, kw)) or 0)
+    assert cli.main(["bench", "--quick"]) == 0
+    cmd, kw = calls[0]
+    assert cmd[0] == sys.executable and cmd[1].endswith(("cpu.py", "gpu.py")) and cmd[2:] == ["--quick"]
+    assert kw["cwd"] == str(tmp_path)
+
+
+def test_python_dash_m_softdtw():
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    r = subprocess.run([sys.executable, "-m", "softdtw", "--version"], capture_output=True, text=True,
+                       env={**__import__("os").environ, "PYTHONPATH": src})
+    assert r.returncode == 0 and r.stdout.startswith("softdtw ")
