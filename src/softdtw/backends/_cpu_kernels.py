@@ -23,6 +23,15 @@ inf - inf or NaN appears. The backward uses the normalised weights of Cuturi & B
 Algorithm 2: each cell s stores the weights of its three predecessors inside its own soft-min,
 w = 2^(S'[s] - R'[p]) <= 1 with S' = R' - C' the soft-min value of s, and E[p] = sum_s E[s] w(p->s).
 
+Two dtypes
+----------
+The *data* dtype T (that of x, y or C) is used for costs, exp2/log2, E and the gradients. The
+*state* dtype S (that of the R buffers and of the saved table) holds the accumulated costs R'.
+S = T, except for float32 data whose backward is needed: then S = float64. R' grows like the path
+cost over gamma (~1e4 for N = 64, gamma = 0.1), where a float32 ulp is ~1e-3, and the backward's
+exponents are differences of such neighbours: a float32 R' put 6e-4 relative error into the
+gradients (measured), a float64 R' with float32 exp2/log2 of the (small) differences puts ~1e-7.
+
 All kernels use ``error_model="numpy"``: Python's error model inserts a zero-division check in
 every division, which stops vectorisation.
 """
@@ -129,6 +138,11 @@ def sentinel(like):
     raise NotImplementedError("sentinel is a Numba kernel helper")
 
 
+def exp_floor(like):
+    """Smallest argument exp2_neg distinguishes (dtype of ``like``); smaller ones are clamped to it."""
+    raise NotImplementedError("exp_floor is a Numba kernel helper")
+
+
 def flush_exponent(like):
     """Weights below 2^flush count as 0 and |E| below it is flushed (dtype of ``like``).
 
@@ -207,17 +221,25 @@ def _constant_overload(index):
 
 
 overload(sentinel, jit_options=_OPTIONS)(_constant_overload(0))
+overload(exp_floor, jit_options=_OPTIONS)(_constant_overload(1))
 overload(flush_exponent, jit_options=_OPTIONS)(_constant_overload(2))
 
 
 @njit(**_INLINE)
-def softmin3(a, b, c):
-    """-log2(2^-a + 2^-b + 2^-c), shifted by the minimum so that every exponent is <= 0."""
+def softmin3(a, b, c, like):
+    """-log2(2^-a + 2^-b + 2^-c), shifted by the minimum so that every exponent is <= 0.
+
+    a, b, c in the state dtype; the exponentials run in the dtype of ``like`` (the data dtype) on
+    differences already clamped to exp2's range, so a float64 sentinel never becomes a float32 inf.
+    """
     lo = min(a, min(b, c))
     hi = max(a, max(b, c))
     mid = max(min(a, b), min(max(a, b), c))
-    one = type(a)(1.0)
-    return lo - log2_1to3(one + exp2_neg(lo - mid) + exp2_neg(lo - hi))
+    t = type(like)
+    floor = type(lo)(exp_floor(like))
+    e_mid = exp2_neg(t(max(lo - mid, floor)))
+    e_hi = exp2_neg(t(max(lo - hi, floor)))
+    return lo - type(lo)(log2_1to3(t(1.0) + e_mid + e_hi))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -317,13 +339,17 @@ def _cost_row(i, b0, nl, a, b, x, ys, C, cost_kind, lo, hi, xrow, crow):
 
 @njit(**_JIT)
 def _dp_row_soft(a, b, prev, cur, crow, lo, hi, left, inv, big):
-    """cur[j + 1] = C'[i, j] + smin(prev[j], prev[j + 1], cur[j]) for j in [a, b), in log2 units."""
+    """cur[j + 1] = C'[i, j] + smin(prev[j], prev[j + 1], cur[j]) for j in [a, b), in log2 units.
+
+    prev, cur, left, inv, big: state dtype; crow: data dtype.
+    """
     L = crow.shape[1]
     for k in range(L):
         left[k] = big
     for j in range(a, b):
         for k in range(L):
-            r = crow[j, k] * inv + softmin3(prev[j, k], prev[j + 1, k], left[k])
+            c = crow[j, k]
+            r = c * inv + softmin3(prev[j, k], prev[j + 1, k], left[k], c)
             r = r if ((j >= lo[k]) & (j < hi[k])) else big
             left[k] = r
             cur[j + 1, k] = r
@@ -360,16 +386,20 @@ def _store_row(i, b0, nl, a, b, cur, out_scale, big, R_out):
 @njit(**_JIT)
 def _forward_group(g, lanes, x, y, C, cost_kind, N, M, gamma, x_lengths, y_lengths, window,
                    has_window, store, R_out, values):
-    """Forward of pairs [g * lanes, g * lanes + lanes): values, and R (natural units) if store."""
+    """Forward of pairs [g * lanes, g * lanes + lanes): values, and R (natural units) if store.
+
+    The state dtype is R_out's (a placeholder's when not storing), the data dtype is values'.
+    """
     B = x_lengths.shape[0]
     b0 = g * lanes
     nl = min(lanes, B - b0)
     dt = values.dtype
-    big = sentinel(values[0])
+    st = R_out.dtype
+    big = sentinel(st.type(0.0))
     hard = gamma == 0
     # Costs are scaled into log2 units once per cell; the result is scaled back once per pair.
-    inv = dt.type(1.0) if hard else dt.type(1.0 / (gamma * LN2))
-    out_scale = dt.type(1.0) if hard else dt.type(gamma * LN2)
+    inv = st.type(1.0) if hard else st.type(1.0 / (gamma * LN2))
+    out_scale = st.type(1.0) if hard else st.type(gamma * LN2)
 
     D = x.shape[2]
     fused = cost_kind != COST_GIVEN
@@ -378,13 +408,13 @@ def _forward_group(g, lanes, x, y, C, cost_kind, N, M, gamma, x_lengths, y_lengt
         _pack_y(y, b0, nl, ys)
     xrow = np.zeros((D, lanes), dt)
     crow = np.zeros((M + 2, lanes), dt)
-    prev = np.full((M + 2, lanes), big, dt)
-    cur = np.full((M + 2, lanes), big, dt)
+    prev = np.full((M + 2, lanes), big, st)
+    cur = np.full((M + 2, lanes), big, st)
     prev[0, :] = 0  # R[-1, -1] = 0; buffer position p holds column p - 1
     prev_lo, prev_hi, cur_lo, cur_hi = 0, 1, 0, 0  # written position ranges of the two buffers
     lo = np.zeros(lanes, np.int64)
     hi = np.zeros(lanes, np.int64)
-    left = np.empty(lanes, dt)
+    left = np.empty(lanes, st)
 
     n_rows = 0
     for k in range(nl):
@@ -411,9 +441,12 @@ def _forward_group(g, lanes, x, y, C, cost_kind, N, M, gamma, x_lengths, y_lengt
 
 
 @njit(parallel=True, **_JIT)
-def forward_kernel(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, has_window, store, lanes,
-            R_out, values):
+def forward_kernel(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, has_window, store,
+                   lanes, R_out, values):
     """Soft-DTW values `(B,)` into ``values`` and, if ``store``, R `(B, N, M)` into ``R_out``.
+
+    R_out's dtype is the state dtype, also when not storing (then R_out is a `(0, 0, 0)`
+    placeholder). values has the data dtype.
 
     x `(B, N, D)`, y `(B, M, D)` for fused costs (``cost_kind`` 0 or 1); C `(B, N, M)` for
     COST_GIVEN (then x, y are `(B, 0, 0)` placeholders and only their dtype matters). gamma: float
@@ -456,11 +489,15 @@ def _load_R_row(i, b0, nl, a, b, R_saved, inv, big, out):
 
 
 @njit(**_INLINE)
-def _weight(t, flush):
-    """(w, w t) for w = 2^t, t <= 0; 0 below 2^flush (no denormals, and the sentinel gives 0)."""
-    zero = type(t)(0.0)
-    w = exp2_neg(t) if t > flush else zero
-    return w, w * max(t, flush)
+def _weight(t, like):
+    """(w, w t) for w = 2^t, t <= 0 (state dtype; clamped at 0 against rounding), in the data dtype.
+
+    0 below 2^flush: no denormals, and a sentinel difference gives exactly 0.
+    """
+    flush = flush_exponent(like)
+    t = type(like)(max(min(t, type(t)(0.0)), type(t)(flush)))
+    w = exp2_neg(t) if t > flush else type(like)(0.0)
+    return w, w * t
 
 
 @njit(**_JIT)
@@ -473,14 +510,13 @@ def _weights_soft(a, b, rup, rcur, crow, inv, wd, wu, wl, ent):
     so the gradient to gamma built from it has no cancellation, unlike (value - <E, C>) / gamma.
     """
     L = crow.shape[1]
-    zero = crow.dtype.type(0.0)  # typed: a literal int would promote float32 to float64
-    flush = flush_exponent(zero)
     for j in range(a, b):
         for k in range(L):
-            s = rcur[j + 1, k] - crow[j, k] * inv
-            w_d, h_d = _weight(min(s - rup[j, k], zero), flush)
-            w_u, h_u = _weight(min(s - rup[j + 1, k], zero), flush)
-            w_l, h_l = _weight(min(s - rcur[j, k], zero), flush)
+            c = crow[j, k]
+            s = rcur[j + 1, k] - c * inv
+            w_d, h_d = _weight(s - rup[j, k], c)
+            w_u, h_u = _weight(s - rup[j + 1, k], c)
+            w_l, h_l = _weight(s - rcur[j, k], c)
             wd[j + 1, k] = w_d
             wu[j + 1, k] = w_u
             wl[j + 1, k] = w_l
@@ -555,13 +591,15 @@ def _grad_row(a, b, cost_kind, e_cur, xrow, ys, ent, dxrow, dys, e_ent):
 @njit(**_JIT)
 def _backward_group(g, lanes, x, y, C, cost_kind, N, M, gamma, x_lengths, y_lengths, window,
                     has_window, grad, values, R_saved, dx, dy, dC, dgamma):
+    """Backward of pairs [g * lanes, g * lanes + lanes); state dtype R_saved's, data dtype values'."""
     B = x_lengths.shape[0]
     b0 = g * lanes
     nl = min(lanes, B - b0)
     dt = values.dtype
-    big = sentinel(values[0])
+    st = R_saved.dtype
+    big = sentinel(st.type(0.0))
     hard = gamma == 0
-    inv = dt.type(1.0) if hard else dt.type(1.0 / (gamma * LN2))
+    inv = st.type(1.0) if hard else st.type(1.0 / (gamma * LN2))
     D = x.shape[2]
     fused = cost_kind != COST_GIVEN
     # sqeuclidean's derivative carries a factor 2; applied once per pair with grad.
@@ -574,8 +612,8 @@ def _backward_group(g, lanes, x, y, C, cost_kind, N, M, gamma, x_lengths, y_leng
     xrow = np.zeros((D, lanes), dt)
     dxrow = np.zeros((D, lanes), dt)
     crow = np.zeros((M + 2, lanes), dt)
-    rup = np.full((M + 2, lanes), big, dt)
-    rcur = np.full((M + 2, lanes), big, dt)
+    rup = np.full((M + 2, lanes), big, st)
+    rcur = np.full((M + 2, lanes), big, st)
     # Weights of rows i (cur) and i + 1 (next); finite everywhere, exact only inside the ranges.
     wd_cur = np.zeros((M + 2, lanes), dt)
     wu_cur = np.zeros((M + 2, lanes), dt)
@@ -636,9 +674,10 @@ def _backward_group(g, lanes, x, y, C, cost_kind, N, M, gamma, x_lengths, y_leng
 
 
 @njit(parallel=True, **_JIT)
-def backward_kernel(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, has_window, lanes, grad,
-             values, R_saved, dx, dy, dC, dgamma):
-    """Gradients of sum_b grad[b] * value[b] from the saved table R `(B, N, M)` (natural units).
+def backward_kernel(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, has_window, lanes,
+                    grad, values, R_saved, dx, dy, dC, dgamma):
+    """Gradients of sum_b grad[b] * value[b] from the saved table R `(B, N, M)` (natural units,
+    state dtype; float64 for float32 data, see the module docstring).
 
     Fused costs write dx `(B, N, D)` and dy `(B, M, D)`; COST_GIVEN writes dC `(B, N, M)`. All
     three must be zero-filled by the caller (padded steps and cells are not written). dgamma `(B,)`.

@@ -7,8 +7,11 @@ size and calls the kernels; the arithmetic lives in ``_cpu_kernels.py``.
 - Fused costs ("sqeuclidean", "l1") are computed inside the kernels one row at a time: no
   `(B, N, M)` cost tensor exists in the forward or the backward.
 - memory="none": O(lanes · (M + D·M)) scratch per thread, nothing saved.
-- memory="store": saves the table R `(B, N, M)` in the data dtype (natural units; the sentinel
-  1e30 (float32) / 1e300 (float64) on cells outside a pair's lengths or window).
+- memory="store": saves the table R `(B, N, M)` in float64 for both data dtypes (natural units;
+  the sentinel 1e300 on cells outside a pair's lengths or window). A float32 table would put
+  ~1e-3 relative error into float32 gradients at gamma = 0.1 (the backward's exponents are
+  differences of neighbouring R / gamma, which reach ~1e4); see ``_cpu_kernels.py``. Values
+  only (no gradient) run entirely in float32 for float32 data.
 - memory="checkpoint": not implemented yet (raises NotImplementedError); use "store".
 - gamma == 0 is hard DTW; its backward follows the argmin path (ties: diagonal, up, left).
 
@@ -34,6 +37,11 @@ _VECTOR = 8
 # Bound on a group's packed y and its gradient, `(M, D, lanes)` each: long, wide series get
 # fewer lanes instead of a huge per-thread buffer.
 _GROUP_BYTES = 64 << 20
+
+#: Memory modes this backend runs (read by ``softdtw._ops.resolve_memory``).
+MEMORY_MODES = ("none", "store")
+#: dtype of the saved table R, whatever the data dtype.
+SAVED_DTYPE = torch.float64
 
 _CHECKPOINT_MESSAGE = (
     "memory='checkpoint' is not implemented by the cpu backend yet; use memory='store', which "
@@ -81,22 +89,26 @@ def _check_memory(memory: str) -> bool:
 
 
 def saved_spec(kind, B, N, M, D, dtype, memory):
-    """What :func:`forward` / :func:`forward_cost` save: R `(B, N, M)` in the data dtype, or nothing."""
+    """What :func:`forward` / :func:`forward_cost` save: R `(B, N, M)` float64, or nothing."""
     if memory == "none":
         return (0,), dtype
     if memory == "checkpoint":
         raise NotImplementedError(_CHECKPOINT_MESSAGE)
-    return (B, N, M), dtype
+    return (B, N, M), SAVED_DTYPE
 
 
 def _run_forward(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, store, B, N, M, D, dtype):
     values = torch.empty(B, dtype=dtype)
-    saved = torch.empty((B, N, M) if store else (0,), dtype=dtype)
+    if store:
+        saved = torch.empty((B, N, M), dtype=SAVED_DTYPE)
+        state = saved.numpy()
+    else:  # values only: the DP state stays in the data dtype
+        saved = torch.empty((0,), dtype=dtype)
+        state = _placeholder(dtype)
     win, has_win = _window_args(window)
     kernels.forward_kernel(
         x, y, C, cost_kind, _gamma(gamma), _view(x_lengths), _view(y_lengths), win, has_win,
-        store, _lanes(B, M, D, dtype), saved.numpy() if store else _placeholder(dtype),
-        values.numpy(),
+        store, _lanes(B, M, D, dtype), state, values.numpy(),
     )
     return values, saved
 
