@@ -138,3 +138,16 @@ def test_python_dash_m_softdtw():
     r = subprocess.run([sys.executable, "-m", "softdtw", "--version"], capture_output=True, text=True,
                        env={**__import__("os").environ, "PYTHONPATH": src})
     assert r.returncode == 0 and r.stdout.startswith("softdtw ")
+
+
+@pytest.mark.parametrize("script, args", [
+    ("forecasting.py", ["--steps", "15"]),
+    ("barycenter_clustering.py", ["--n", "24", "--max-iter", "5"]),
+])
+def test_examples_run(script, args, tmp_path):
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, str(root / "examples" / script), *args, "--out", str(tmp_path)],
+                       capture_output=True, text=True, timeout=300,
+                       env={**__import__("os").environ, "PYTHONPATH": str(root / "src")})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "figure" in r.stdout
