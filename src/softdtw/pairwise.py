@@ -85,10 +85,10 @@ def _batch_size(device, N, M, D, itemsize, fused, needs_grad, budget, total_pair
     if needs_grad:
         per_pair += 4 * N * M + itemsize * (N + M) * D * 2  # backward table + gradient buffers
     b = max(1, budget // per_pair)
-    cap = 65536 if device.type == "cuda" else 8192
+    cap = 65536 if device.type == "cuda" else 16384
     b = min(b, cap)
     # Enough chunks for a progress bar that moves; large batches keep the kernels busy.
-    floor = 4096 if device.type == "cuda" else 1024
+    floor = 4096
     b = min(b, max(floor, math.ceil(total_pairs / 50)))
     return int(max(1, min(b, total_pairs)))
 
