@@ -1,5 +1,4 @@
 """soft_dtw_barycenter: objective vs tslearn, batching, lengths, weights, methods, errors."""
-import numpy as np
 import pytest
 import torch
 

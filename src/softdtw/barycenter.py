@@ -111,7 +111,7 @@ def soft_dtw_barycenter(X, gamma: float = 1.0, *, weights=None, groups=None, n_g
 
     Example:
         >>> import torch
-        >>> from softdtw import soft_dtw_barycenter
+        >>> from softdtw.barycenter import soft_dtw_barycenter
         >>> from softdtw.datasets import make_cbf
         >>> X, y = make_cbf(30, length=64)
         >>> res = soft_dtw_barycenter(X, gamma=1.0, groups=y, max_iter=20)   # one per class

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import List, NamedTuple, Optional, Sequence, Tuple
+from typing import List, NamedTuple, Optional, Tuple
 
 import numpy as np
 import torch

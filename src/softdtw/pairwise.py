@@ -146,7 +146,7 @@ def pairwise_soft_dtw(X, Y=None, gamma: Union[float, torch.Tensor] = 1.0, *, div
 
     Example:
         >>> import torch
-        >>> from softdtw import pairwise_soft_dtw
+        >>> from softdtw.pairwise import pairwise_soft_dtw
         >>> X = torch.randn(5, 20, 2)
         >>> K = pairwise_soft_dtw(X, gamma=0.1, divergence=True)
         >>> K.shape, bool(K.diagonal().abs().max() < 1e-4)
@@ -221,7 +221,7 @@ def pairwise_soft_dtw(X, Y=None, gamma: Union[float, torch.Tensor] = 1.0, *, div
     bar = None
     if show:
         from tqdm import tqdm
-        bar = tqdm(total=total, desc="pairwise soft-DTW" if float(gamma) != 0 else "pairwise DTW", unit="pair",
+        bar = tqdm(total=total, desc="pairwise DTW" if _is_zero(gamma) else "pairwise soft-DTW", unit="pair",
                    leave=False, dynamic_ncols=True)
     try:
         for start in range(0, total, B):
@@ -247,6 +247,14 @@ def pairwise_soft_dtw(X, Y=None, gamma: Union[float, torch.Tensor] = 1.0, *, div
         # With Y = X the diagonal is a - a/2 - a/2 = 0 exactly (the self-terms are the diagonal).
         out = out - 0.5 * sx.unsqueeze(1) - 0.5 * sy.unsqueeze(0)
     return out
+
+
+def _is_zero(gamma) -> bool:
+    g = gamma.detach() if isinstance(gamma, torch.Tensor) else gamma
+    try:
+        return float(g) == 0.0
+    except (TypeError, ValueError):
+        return False
 
 
 def _self_terms(run, A, al, al_dev, B) -> torch.Tensor:
