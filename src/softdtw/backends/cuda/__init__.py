@@ -10,11 +10,15 @@ instantiation of the same templates; float32 runs its DP in float32).
   tensor exists in the forward or the backward, dx and dy come out of the backward kernel). Larger D
   takes the cost from :mod:`softdtw.costs` (a GEMM for sqeuclidean), runs the precomputed-cost kernels
   and turns E into dx, dy by GEMMs.
-- memory="none": nothing saved, O(B·N) scratch at most. memory="store": the forward saves S, the
-  soft-min of the three predecessors of every cell in log2 units (hard DTW: the argmin 0/1/2), in the
-  data dtype, step-major: ``saved[b, (c·N + t mod N)·CW + offset(L, k)]`` for chunk c, step t, lane L and
-  column k of the lane (``StepLayout`` in common.cuh), shape ``(B, nch·N·CW)`` with nch·CW >= M (padding
-  below 2x, usually none). memory="checkpoint" is not implemented yet.
+- memory="none": nothing saved, O(B·N) scratch at most. memory="store": the forward saves one 4-byte
+  (float32) or 8-byte (float64) word per cell, step-major: ``saved[b, (c·N + t mod N)·CW + offset(L, k)]``
+  for chunk c, step t, lane L and column k of the lane (``StepLayout`` in common.cuh), shape
+  ``(B, nch·N·CW)`` with nch·CW >= M (padding below 2x, usually none). The word (``Link`` in common.cuh):
+  float32 inputs — int32 holding the cell's normalised soft-min weights of its up and left predecessors
+  as two 16-bit fixed-point numbers (the diagonal's is 1 - up - left; exact to 7.6e-6 for any gamma,
+  N and cost scale, where an fp32 S would lose ulp(|R| / gamma) in every weight); float64 inputs — S,
+  the soft-min of the three predecessors in log2 units. Hard DTW stores the argmin (one-hot weights /
+  0, 1, 2). memory="checkpoint" is not implemented yet.
 - gamma == 0 is hard DTW; its backward follows the argmin path (ties: diagonal, up, left). gamma is read
   on the device, so nothing here synchronises with the host (CUDA graphs capture every call).
 
@@ -55,13 +59,18 @@ def _plan(kind: str, B: int, N: int, M: int, D: int, dtype: torch.dtype, device_
     return _launch.plan_for(B, N, M, D if _fused(kind, D) else 0, dtype, device_index)
 
 
+def _saved_dtype(dtype: torch.dtype) -> torch.dtype:
+    """float32 data saves packed fixed-point weights (int32), float64 data saves S (float64)."""
+    return torch.int32 if dtype == torch.float32 else dtype
+
+
 def saved_spec(kind, B, N, M, D, dtype, memory):
     """Shape and dtype of what :func:`forward` / :func:`forward_cost` save (see the module docstring)."""
     if memory == "none":
         return (0,), dtype
     _check_memory(memory)
     plan = _plan(kind, B, N, M, D, dtype, torch.cuda.current_device())
-    return (B, plan.saved_numel(N)), dtype
+    return (B, plan.saved_numel(N)), _saved_dtype(dtype)
 
 
 # --- launches ---------------------------------------------------------------------------------------
@@ -74,7 +83,8 @@ def _run_forward(x, y, C, cost: str, D: int, gamma, x_lengths, y_lengths, window
     dev = data.device.index
     plan = _launch.plan_for(B, N, M, D, data.dtype, dev)
     value = torch.empty(B, dtype=data.dtype, device=data.device)
-    saved = data.new_empty((B, plan.saved_numel(N)) if store else (0,))
+    saved = (data.new_empty((B, plan.saved_numel(N)), dtype=_saved_dtype(data.dtype)) if store
+             else data.new_empty((0,)))
     bnd = data.new_empty((B, N)) if plan.nch > 1 else None
     expr = _launch.expression("forward_kernel", data.dtype, cost, D, plan, window is not None, store)
     args = (_launch.ptr(x), _launch.ptr(y), _launch.ptr(C), gamma.data_ptr(), x_lengths.data_ptr(),

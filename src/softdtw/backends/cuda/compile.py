@@ -230,7 +230,8 @@ def get_kernel(name: str, expr: str, device_index: int):
         return kernel
     cc = cuda_core()
     cubin, mangled = cubin_for(name, expr, arch_of(device_index))
-    obj = cc.ObjectCode.from_cubin(cubin, symbol_mapping={expr: mangled})
+    # cuda-core's symbol mapping holds the mangled names as bytes, as NVRTC returns them.
+    obj = cc.ObjectCode.from_cubin(cubin, symbol_mapping={expr: mangled.encode()})
     kernel = obj.get_kernel(expr)
     with _lock:
         _kernels.setdefault(key, kernel)

@@ -1,8 +1,9 @@
 // Soft-DTW backward: the expected alignment E = dR[n-1, m-1] / dC and what follows from it.
 //
-// E[p] = sum over the successors s of p (down, right, diagonal) of E[s] * w(p -> s), with
-// w = 2^(S[s] - R[p]) <= 1 (normalised weights, log2 units; S from the forward, R[p] = S[p] + cost[p]).
-// Hard DTW (gamma == 0): w = 1 if s chose p as its argmin (S holds the choice), else 0.
+// E[p] = sum over the successors s of p (down, right, diagonal) of E[s] * w(p -> s), where w <= 1 is p's
+// normalised weight in s's soft-min, 2^(S[s] - R[p]) in log2 units (Link<T> in common.cuh): float reads
+// it from the word the forward stored for s; double evaluates it from S[s] and R[p] = S[p] + cost[p].
+// Hard DTW (gamma == 0): w = 1 if s chose p as its argmin, else 0.
 //
 // The same group layout as the forward runs in reverse: rows enter at the last lane, columns of a
 // lane go right to left, and (E, S) of each lane's first column moves one lane down per step by
@@ -25,7 +26,7 @@ struct BackwardArgs {
   const long long* ylen;  // (B,)
   const int* window;      // (B, N, 2) or unused
   const T* grad;          // (B,)
-  const T* saved;         // (B, nch, N, CW) step-major S from the forward
+  const typename Link<T>::Word* saved;  // (B, nch, N, CW) step-major links from the forward
   T* dx;                  // (B, N, DT), zero-initialised
   T* dy;                  // (B, M, DT), zero-initialised
   T* dC;                  // (B, N, M), zero-initialised (or C itself)
@@ -48,10 +49,11 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
   constexpr int DX = Carry<COST, DT>::DX;
   constexpr int NB = Carry<COST, DT>::NB;
   constexpr bool FUSED = COST != COST_PRECOMPUTED;
+  using Word = typename Link<T>::Word;
+  const Word BORDER = Link<T>::border();
   const int lane = threadIdx.x & 31;
   const int wg = (W == 1) ? 0 : int(threadIdx.x >> 5);
   const int L = wg * 32 + lane;
-  const T BIG = Num<T>::big();
   const int N = a.N, M = a.M;
   const int n = int(a.xlen[b]), m = int(a.ylen[b]);
   const int nch_b = (m + CW - 1) / CW;
@@ -79,33 +81,36 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
           dyacc[k][d] = T(0);
         }
     }
-    T Eb[K], Sb[K];  // E and S of this lane's columns on the row below (processed one step ago)
+    T Eb[K];
+    Word Sb[K];  // E and link of this lane's columns on the row below (processed one step ago)
 #pragma unroll
-    for (int k = 0; k < K; ++k) { Eb[k] = T(0); Sb[k] = -BIG; }
-    T Efirst = T(0), Sfirst = -BIG;  // (E, S) of column j0 on the row just processed -> lane L - 1
+    for (int k = 0; k < K; ++k) { Eb[k] = T(0); Sb[k] = BORDER; }
+    T Efirst = T(0);
+    Word Sfirst = BORDER;  // (E, link) of column j0 on the row just processed -> lane L - 1
     T dxout[DX > 0 ? DX : 1];        // dx of that row accumulated from column j0 rightwards
 #pragma unroll
     for (int d = 0; d < DX; ++d) dxout[d] = T(0);
-    T pE = T(0), pS = -BIG;  // right neighbour received one step ago = diagonal neighbour now
+    T pE = T(0);
+    Word pS = BORDER;  // right neighbour received one step ago = diagonal neighbour now
     if (W > 1) {
       if (lane == 0) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           hand[h][wg][0] = T(0);
-          hand[h][wg][1] = -BIG;
+          hand[h][wg][1] = Link<T>::to_slot(BORDER);
 #pragma unroll
           for (int d = 0; d < DX; ++d) hand[h][wg][2 + d] = T(0);
         }
       }
       __syncthreads();
     }
-    const T* sbase = a.saved + (size_t(b) * a.nch + c) * size_t(N) * CW;
+    const Word* sbase = a.saved + (size_t(b) * a.nch + c) * size_t(N) * CW;
     int slot = (n + NL - 2) % N;  // forward step of (row i, lane L) is i + L, the same for all lanes
     for (int tau = 0; tau < steps; ++tau) {
       const int i = n - 1 - tau + (NL - 1 - L);
       const bool live = (i >= 0) && (i < n);
       T Er = __shfl_down_sync(FULL_MASK, Efirst, 1);
-      T Sr = __shfl_down_sync(FULL_MASK, Sfirst, 1);
+      Word Sr = __shfl_down_sync(FULL_MASK, Sfirst, 1);
       T dxin[DX > 0 ? DX : 1];
 #pragma unroll
       for (int d = 0; d < DX; ++d) dxin[d] = __shfl_down_sync(FULL_MASK, dxout[d], 1);
@@ -113,28 +118,29 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
         if (W > 1 && wg < W - 1) {  // lane 0 of the warp on the right, one step ago
           const T* h = hand[(tau + 1) & 1][wg + 1];
           Er = h[0];
-          Sr = h[1];
+          Sr = Link<T>::from_slot(h[1]);
 #pragma unroll
           for (int d = 0; d < DX; ++d) dxin[d] = h[2 + d];
         } else if (c + 1 < nch_b && live) {  // first column of the chunk to the right
           const T* q = bnd + size_t(i) * NB;
           Er = q[0];
-          Sr = q[1];
+          Sr = Link<T>::from_slot(q[1]);
 #pragma unroll
           for (int d = 0; d < DX; ++d) dxin[d] = q[2 + d];
         } else {  // column m_b: nothing to the right
           Er = T(0);
-          Sr = -BIG;
+          Sr = BORDER;
 #pragma unroll
           for (int d = 0; d < DX; ++d) dxin[d] = T(0);
         }
       }
-      T Ed = pE, Sd = pS;
+      T Ed = pE;
+      Word Sd = pS;
       pE = Er;
       pS = Sr;
       if (live) {
-        T s[K];
-        load_step<T, K>(sbase + size_t(slot) * CW, L, NL, s);
+        Word s[K];
+        load_step<Word, K>(sbase + size_t(slot) * CW, L, NL, s);
         T xr[DT];
         T cr[K];
         if (FUSED) {
@@ -158,13 +164,10 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
           } else {
             cst = cr[k];
           }
-          const T Rp = s[k] + cst * scale;
-          T e;
-          if (HARD) {
-            e = (Sb[k] == T(1) ? Eb[k] : T(0)) + (Sr == T(2) ? Er : T(0)) + (Sd == T(0) ? Ed : T(0));
-          } else {
-            e = Eb[k] * Num<T>::ex2(Sb[k] - Rp) + Er * Num<T>::ex2(Sr - Rp) + Ed * Num<T>::ex2(Sd - Rp);
-          }
+          T Rp = T(0);
+          if constexpr (Link<T>::NEEDS_R) Rp = s[k] + cst * scale;
+          T e = Eb[k] * Link<T>::w_up(Sb[k], Rp, HARD) + Er * Link<T>::w_left(Sr, Rp, HARD) +
+                Ed * Link<T>::w_diag(Sd, Rp, HARD);
           if (i == n - 1 && j == m - 1) e = T(1);
           bool valid = j < m;
           if (WINDOW) valid = valid && j >= lo && j < hi;
@@ -196,7 +199,7 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
           if (c > 0) {  // hand the row over to the chunk on the left
             T* q = bnd + size_t(i) * NB;
             q[0] = Efirst;
-            q[1] = Sfirst;
+            q[1] = Link<T>::to_slot(Sfirst);
 #pragma unroll
             for (int d = 0; d < DX; ++d) q[2 + d] = dxout[d];
           } else if (FUSED) {
@@ -210,7 +213,7 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
         if (lane == 0) {
           T* h = hand[tau & 1][wg];
           h[0] = Efirst;
-          h[1] = Sfirst;
+          h[1] = Link<T>::to_slot(Sfirst);
 #pragma unroll
           for (int d = 0; d < DX; ++d) h[2 + d] = dxout[d];
         }
@@ -236,7 +239,8 @@ template <typename T, int COST, int DT, int K, int W, bool WINDOW>
 __global__ void __launch_bounds__(W == 1 ? 128 : 32 * W)
 backward_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* C, const T* __restrict__ gamma,
                 const long long* __restrict__ xlen, const long long* __restrict__ ylen,
-                const int* __restrict__ window, const T* __restrict__ grad, const T* __restrict__ saved,
+                const int* __restrict__ window, const T* __restrict__ grad,
+                const typename Link<T>::Word* __restrict__ saved,
                 T* __restrict__ dx, T* __restrict__ dy, T* dC, double* __restrict__ ec, T* __restrict__ bnd,
                 int B, int N, int M, int nch) {
   __shared__ T hand[2][W][Carry<COST, DT>::NB];

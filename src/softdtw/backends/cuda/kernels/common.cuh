@@ -59,12 +59,91 @@ __device__ __forceinline__ T soft_min3(T a, T b, T c) {
 
 // Hard min with tslearn's tie-breaking: diagonal, then up, then left. `choice` gets 0, 1 or 2.
 template <typename T>
-__device__ __forceinline__ T hard_min3(T diag, T up, T left, T& choice) {
-  if (diag <= up && diag <= left) { choice = T(0); return diag; }
-  if (up <= left) { choice = T(1); return up; }
-  choice = T(2);
+__device__ __forceinline__ T hard_min3(T diag, T up, T left, int& choice) {
+  if (diag <= up && diag <= left) { choice = 0; return diag; }
+  if (up <= left) { choice = 1; return up; }
+  choice = 2;
   return left;
 }
+
+// ---- What the forward stores per cell for the backward ("link" to its three predecessors) -------------
+//
+// float: the normalised soft-min weights themselves, w_p = 2^(S - R[p]) for p = up, left (diagonal =
+//   1 - up - left), as two 16-bit fixed-point numbers in one 32-bit word. Each weight is exact to
+//   7.6e-6 whatever the size of R, gamma or N (an fp32 S would carry an error of ulp(|R| / (gamma ln 2))
+//   into every weight: 5e-4 at |R'| = 1e4), the weights of a cell sum to 1 exactly, and the backward
+//   needs neither exp2 nor R. Hard DTW stores the argmin as one-hot weights.
+// double: S itself (the backward evaluates 2^(S - R[p]) in float64); hard DTW stores the argmin 0/1/2.
+template <typename T> struct Link;
+
+template <> struct Link<float> {
+  using Word = unsigned;
+  static constexpr float Q = 65535.f;
+  static constexpr float MAGIC = 8388608.f;  // 2^23: x + 2^23 holds round(x) in its low mantissa bits
+  static __device__ __forceinline__ unsigned border() { return 0u; }  // never read with E != 0
+  static __device__ __forceinline__ unsigned quantise(float w) {
+    return __float_as_uint(fmaf(w, Q, MAGIC)) & 0xffffu;  // round(w * 65535) without a conversion
+  }
+  static __device__ __forceinline__ float dequantise(unsigned q) {
+    return (__uint_as_float(0x4B000000u | q) - MAGIC) * (1.f / Q);  // exact integer, then one rounding
+  }
+  static __device__ __forceinline__ unsigned pack(float w_up, float w_left) {
+    const unsigned qu = quantise(w_up);
+    const unsigned ql = min(quantise(w_left), 65535u - qu);  // keeps the diagonal weight >= 0
+    return qu | (ql << 16);
+  }
+  static __device__ __forceinline__ unsigned hard(int choice) {
+    return choice == 1 ? 0xffffu : (choice == 2 ? 0xffff0000u : 0u);
+  }
+  // Soft-min of (diag, up, left) and the packed weights: the median trick plus one reciprocal.
+  static __device__ __forceinline__ float soft(float diag, float up, float left, unsigned& word) {
+    const float lo = fminf(diag, up), hi = fmaxf(diag, up);
+    const float m = fminf(lo, left);
+    const float M = fmaxf(hi, left);
+    const float med = fmaxf(lo, fminf(hi, left));
+    const float e1 = Num<float>::ex2(m - med), e2 = Num<float>::ex2(m - M);
+    const float Z = 1.f + e1 + e2;
+    float rz;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(rz) : "f"(Z));
+    const float eu = (up <= m) ? 1.f : ((up <= med) ? e1 : e2);
+    const float el = (left <= m) ? 1.f : ((left <= med) ? e1 : e2);
+    word = pack(eu * rz, el * rz);
+    return m - Num<float>::lg2(Z);
+  }
+  // Weights of the predecessor p in its successors: p is "up" of the cell below, "left" of the cell to
+  // the right, "diag" of the cell down-right. R (of p) is not needed.
+  static __device__ __forceinline__ float w_up(unsigned s, float, bool) { return dequantise(s & 0xffffu); }
+  static __device__ __forceinline__ float w_left(unsigned s, float, bool) { return dequantise(s >> 16); }
+  static __device__ __forceinline__ float w_diag(unsigned s, float, bool) {
+    return dequantise(65535u - (s & 0xffffu) - (s >> 16));
+  }
+  static constexpr bool NEEDS_R = false;
+  // Bit-exact round trip through a float slot (shared-memory and global hand-over buffers).
+  static __device__ __forceinline__ float to_slot(unsigned w) { return __uint_as_float(w); }
+  static __device__ __forceinline__ unsigned from_slot(float v) { return __float_as_uint(v); }
+};
+
+template <> struct Link<double> {
+  using Word = double;
+  static __device__ __forceinline__ double border() { return -1e200; }
+  static __device__ __forceinline__ double hard(int choice) { return double(choice); }
+  static __device__ __forceinline__ double soft(double diag, double up, double left, double& word) {
+    word = soft_min3(diag, up, left);
+    return word;
+  }
+  static __device__ __forceinline__ double w_up(double s, double R, bool hard) {
+    return hard ? (s == 1.0 ? 1.0 : 0.0) : exp2(s - R);
+  }
+  static __device__ __forceinline__ double w_left(double s, double R, bool hard) {
+    return hard ? (s == 2.0 ? 1.0 : 0.0) : exp2(s - R);
+  }
+  static __device__ __forceinline__ double w_diag(double s, double R, bool hard) {
+    return hard ? (s == 0.0 ? 1.0 : 0.0) : exp2(s - R);
+  }
+  static constexpr bool NEEDS_R = true;
+  static __device__ __forceinline__ double to_slot(double w) { return w; }
+  static __device__ __forceinline__ double from_slot(double v) { return v; }
+};
 
 // Per-feature cost term and its derivative with respect to x (d = x - y).
 template <typename T, int COST>
@@ -107,6 +186,24 @@ template <> struct Vec<float, 4> {
   }
   static __device__ __forceinline__ void load(const float* p, float* v) {
     const float4 q = *reinterpret_cast<const float4*>(p);
+    v[0] = q.x; v[1] = q.y; v[2] = q.z; v[3] = q.w;
+  }
+};
+template <> struct Vec<unsigned, 2> {
+  static __device__ __forceinline__ void store(unsigned* p, const unsigned* v) {
+    *reinterpret_cast<uint2*>(p) = make_uint2(v[0], v[1]);
+  }
+  static __device__ __forceinline__ void load(const unsigned* p, unsigned* v) {
+    const uint2 q = *reinterpret_cast<const uint2*>(p);
+    v[0] = q.x; v[1] = q.y;
+  }
+};
+template <> struct Vec<unsigned, 4> {
+  static __device__ __forceinline__ void store(unsigned* p, const unsigned* v) {
+    *reinterpret_cast<uint4*>(p) = make_uint4(v[0], v[1], v[2], v[3]);
+  }
+  static __device__ __forceinline__ void load(const unsigned* p, unsigned* v) {
+    const uint4 q = *reinterpret_cast<const uint4*>(p);
     v[0] = q.x; v[1] = q.y; v[2] = q.z; v[3] = q.w;
   }
 };

@@ -4,9 +4,10 @@
 // computed in the kernel from x `(B, N, DT)` and y `(B, M, DT)` (COST_SQEUCLIDEAN, COST_L1; y's K
 // columns of a lane sit in registers, x's row is read each step) or read from C `(B, N, M)`.
 //
-// STORE: the soft-min value S of every cell (hard DTW: the argmin 0 / 1 / 2) is written step-major,
-// saved[b][c][t mod N][layout(L, k)], so that each step of a warp writes contiguous memory and the
-// backward reads the same rows in reverse (research/gpu-kernels.md, lesson 1).
+// STORE: one word per cell for the backward (Link<T> in common.cuh: packed normalised weights for float,
+// S for double) is written step-major, saved[b][c][t mod N][layout(L, k)], so that each step of a warp
+// writes contiguous memory and the backward reads the same rows in reverse (research/gpu-kernels.md,
+// lesson 1).
 #include "common.cuh"
 
 namespace sdtw {
@@ -20,7 +21,7 @@ struct ForwardArgs {
   const long long* ylen;    // (B,)
   const int* window;        // (B, N, 2) column ranges [lo, hi), or unused
   T* value;                 // (B,)
-  T* saved;                 // (B, nch, N, CW) step-major S, or unused
+  typename Link<T>::Word* saved;  // (B, nch, N, CW) step-major links, or unused
   T* bnd;                   // (B, N): R of the last column of the previous chunk (nch > 1)
   int N, M, nch;
 };
@@ -62,7 +63,8 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
       if (lane == 31) { hand[0][wg] = BIG; hand[1][wg] = BIG; }
       __syncthreads();
     }
-    T* sbase = STORE ? a.saved + (size_t(b) * a.nch + c) * size_t(N) * CW : nullptr;
+    using Word = typename Link<T>::Word;
+    Word* sbase = STORE ? a.saved + (size_t(b) * a.nch + c) * size_t(N) * CW : nullptr;
     int slot = 0;  // t mod N
     for (int t = 0; t < steps; ++t) {
       const int i = t - L;
@@ -89,7 +91,7 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
         int lo = 0, hi = 0;
         if (WINDOW) { lo = wb[2 * i]; hi = wb[2 * i + 1]; }
         T left = leftin;
-        T sv[K];
+        Word sv[K];
 #pragma unroll
         for (int k = 0; k < K; ++k) {
           T cst;
@@ -101,21 +103,28 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
             for (int d = 0; d < DT; ++d) cst += cost_term<T, COST>(xr[d] - yv[k][d]);
           }
           const T up = r[k];
-          T s;
+          Word w = Word(0);
           T v;
-          if (HARD) v = hard_min3(diag, up, left, s) + cst;
-          else { s = soft_min3(diag, up, left); v = s + cst * scale; }
+          if (HARD) {
+            int choice;
+            v = hard_min3(diag, up, left, choice) + cst;
+            w = Link<T>::hard(choice);
+          } else if (STORE) {
+            v = Link<T>::soft(diag, up, left, w) + cst * scale;
+          } else {
+            v = soft_min3(diag, up, left) + cst * scale;
+          }
           if (WINDOW) {
             const int j = j0 + k;
             if (j < lo || j >= hi) v = BIG;  // outside the band: unreachable
           }
-          sv[k] = s;
+          sv[k] = w;
           diag = up;
           left = v;
           r[k] = v;
         }
         last = r[K - 1];
-        if (STORE) store_step<T, K>(sbase + size_t(slot) * CW, L, NL, sv);
+        if (STORE) store_step<Word, K>(sbase + size_t(slot) * CW, L, NL, sv);
         if (L == NL - 1 && c + 1 < nch_b) bnd[i] = last;
         if (i == n - 1 && c == nch_b - 1) {
 #pragma unroll
@@ -139,7 +148,7 @@ __global__ void __launch_bounds__(W == 1 ? 128 : 32 * W)
 forward_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* __restrict__ C,
                const T* __restrict__ gamma, const long long* __restrict__ xlen,
                const long long* __restrict__ ylen, const int* __restrict__ window, T* __restrict__ value,
-               T* __restrict__ saved, T* __restrict__ bnd, int B, int N, int M, int nch) {
+               typename Link<T>::Word* __restrict__ saved, T* __restrict__ bnd, int B, int N, int M, int nch) {
   __shared__ T hand[2][W];
   const int b = (W == 1) ? int(blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) : int(blockIdx.x);
   if (b >= B) return;  // only the last block of a W == 1 grid; W > 1 grids have exactly B blocks
