@@ -83,19 +83,33 @@ def row(impl, mode, B, N, M, D, memory, ms, peak=None, dtype="float32", gamma=1.
 
 # --- (a) throughput ------------------------------------------------------------------------------------
 
-def backend_step(x, y, gamma, lengths, memory):
+def backend_calls(x, y, gamma, lengths, cost="sqeuclidean"):
+    """Closures timing the backend's kernels (and their allocations) without the public API around them."""
     xl, yl = lengths
-    if memory == "none":
-        return lambda: backend.forward(x, y, gamma, "sqeuclidean", xl, yl, None, "none")
-    grad = torch.ones(x.shape[0], device="cuda")
+    grad = torch.ones(x.shape[0], device="cuda", dtype=x.dtype)
+    held = {}
 
-    def fb():
-        v, saved = backend.forward(x, y, gamma, "sqeuclidean", xl, yl, None, "store")
-        backend.backward(grad, x, y, gamma, "sqeuclidean", xl, yl, None, v, saved, "store")
-    return fb
+    def forward_none():
+        backend.forward(x, y, gamma, cost, xl, yl, None, "none")
+
+    def forward_store():
+        held["v"], held["s"] = backend.forward(x, y, gamma, cost, xl, yl, None, "store")
+
+    def backward():
+        backend.backward(grad, x, y, gamma, cost, xl, yl, None, held["v"], held["s"], "store")
+
+    def forward_backward():
+        v, saved = backend.forward(x, y, gamma, cost, xl, yl, None, "store")
+        backend.backward(grad, x, y, gamma, cost, xl, yl, None, v, saved, "store")
+    return forward_none, forward_store, backward, forward_backward
 
 
-def api_step(x, y, mode, gamma=1.0):
+def backend_step(x, y, gamma, lengths, memory):
+    calls = backend_calls(x, y, gamma, lengths)
+    return calls[0] if memory == "none" else calls[3]
+
+
+def api_step(x, y, mode, gamma=1.0, memory="auto"):
     if mode == "forward":
         def f():
             with torch.no_grad():
@@ -105,8 +119,12 @@ def api_step(x, y, mode, gamma=1.0):
     def fb():
         xc = x.clone().requires_grad_()
         yc = y.clone().requires_grad_()
-        softdtw.soft_dtw(xc, yc, gamma).sum().backward()
+        softdtw.soft_dtw(xc, yc, gamma, memory=memory).sum().backward()
     return fb
+
+
+def full_lengths(B, N, M):
+    return torch.full((B,), N, device="cuda"), torch.full((B,), M, device="cuda")
 
 
 def throughput(quick: bool):
@@ -117,16 +135,48 @@ def throughput(quick: bool):
     for N, B in sizes.items():
         x, y = data(B, N, N, 1)
         gamma = torch.tensor(1.0, device="cuda")
-        lengths = (torch.full((B,), N, device="cuda"), torch.full((B,), N, device="cuda"))
-        for mode, memory in (("forward", "none"), ("forward_backward", "store")):
-            fn = backend_step(x, y, gamma, lengths, memory)
+        fnone, fstore, bwd, fb = backend_calls(x, y, gamma, full_lengths(B, N, N))
+        for mode, memory, fn in (("forward", "none", fnone), ("forward_store", "store", fstore),
+                                 ("forward_backward", "store", fb)):
             fn()  # compile
             ms = median_ms(fn, reps=5)
             rows.append(row("softdtw-backend", mode, B, N, N, 1, memory, ms, peak_mb(fn)))
+            if mode == "forward_store":
+                ms = median_ms(bwd, reps=5)
+                rows.append(row("softdtw-backend", "backward", B, N, N, 1, memory, ms))
+        for mode, memory in (("forward", "none"), ("forward_backward", "auto")):
             fn = api_step(x, y, mode)
             ms = median_ms(fn, reps=5)
             rows.append(row("softdtw", mode, B, N, N, 1, memory, ms, peak_mb(fn)))
-        del x, y
+        del x, y, fnone, fstore, bwd, fb
+        torch.cuda.empty_cache()
+    return rows
+
+
+def sweep(quick: bool):
+    """Backend forward+backward under forced layouts (K, W) for a few shapes: data for the planner."""
+    from softdtw.backends.cuda import launch
+
+    rows = []
+    shapes = [(16, 128, 1), (16, 512, 1), (32, 1024, 1), (16, 2048, 1), (16, 512, 16), (2048, 512, 1),
+              (16384, 512, 1), (4096, 1024, 1), (65536, 128, 1)]
+    for B, N, D in shapes:
+        x, y = data(B, N, N, D)
+        gamma = torch.tensor(1.0, device="cuda")
+        calls = backend_calls(x, y, gamma, full_lengths(B, N, N))
+        plan = launch.plan_for(B, N, N, D, torch.float32, 0)
+        for K in launch.K_CHOICES:
+            for W in launch.W_CHOICES:
+                if 32 * K * W > 2 * N or K * D > 32 or (B >= 4096 and W > 2) or (B <= 64 and W * K * 32 < N // 4):
+                    continue
+                with launch.forced_plan(K, W):
+                    for mode, fn in (("forward", calls[0]), ("forward_backward", calls[3])):
+                        fn()
+                        ms = median_ms(fn, reps=3, warmup=1)
+                        chosen = (K, W) == (plan.K, plan.W)
+                        rows.append(row("softdtw-backend", mode, B, N, N, D, f"K={K},W={W}", ms,
+                                        note="planner's choice" if chosen else None))
+        del x, y, calls
         torch.cuda.empty_cache()
     return rows
 
@@ -166,6 +216,10 @@ def grid(quick: bool):
                 fn()
                 ms = median_ms(fn, reps=3 if quick else 7)
                 rows.append(row("softdtw", "forward_backward", B, N, N, D, "auto", ms, peak_mb(fn)))
+                fn = backend_step(x, y, torch.tensor(1.0, device="cuda"), full_lengths(B, N, N), "store")
+                fn()
+                ms = median_ms(fn, reps=3 if quick else 7)
+                rows.append(row("softdtw-backend", "forward_backward", B, N, N, D, "store", ms, peak_mb(fn)))
                 if pysdtw is not None:
                     fn = peer_step(pysdtw, x, y)
                     try:
@@ -184,26 +238,7 @@ def grid(quick: bool):
 
 # --- (c) per-call overhead ------------------------------------------------------------------------------
 
-def tiny(quick: bool):
-    rows = []
-    x, y = data(1, 16, 16, 1)
-    calls = 200 if quick else 1000
-    for label, env in (("softdtw", "1"), ("softdtw (SOFTDTW_CHECK_VALUES=0)", "0")):
-        os.environ["SOFTDTW_CHECK_VALUES"] = env
-        fn = api_step(x, y, "forward_backward")
-        for _ in range(20):
-            fn()
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-        ms = (time.perf_counter() - start) / calls * 1e3
-        rows.append(row(label, "forward_backward", 1, 16, 16, 1, "auto", ms, note="wall clock per call"))
-    os.environ["SOFTDTW_CHECK_VALUES"] = "1"
-    gamma = torch.tensor(1.0, device="cuda")
-    lengths = (torch.full((1,), 16, device="cuda"), torch.full((1,), 16, device="cuda"))
-    fn = backend_step(x, y, gamma, lengths, "store")
+def wall_ms(fn, calls: int) -> float:
     for _ in range(20):
         fn()
     torch.cuda.synchronize()
@@ -211,8 +246,31 @@ def tiny(quick: bool):
     for _ in range(calls):
         fn()
     torch.cuda.synchronize()
-    ms = (time.perf_counter() - start) / calls * 1e3
+    return (time.perf_counter() - start) / calls * 1e3
+
+
+def tiny(quick: bool):
+    rows = []
+    x, y = data(1, 16, 16, 1)
+    calls = 200 if quick else 1000
+    for label, env, memory in (("softdtw", "1", "auto"), ("softdtw memory=store", "1", "store"),
+                               ("softdtw memory=store SOFTDTW_CHECK_VALUES=0", "0", "store")):
+        os.environ["SOFTDTW_CHECK_VALUES"] = env
+        ms = wall_ms(api_step(x, y, "forward_backward", memory=memory), calls)
+        rows.append(row(label, "forward_backward", 1, 16, 16, 1, memory, ms, note="wall clock per call"))
+    os.environ["SOFTDTW_CHECK_VALUES"] = "1"
+    gamma = torch.tensor(1.0, device="cuda")
+    ms = wall_ms(backend_step(x, y, gamma, full_lengths(1, 16, 16), "store"), calls)
     rows.append(row("softdtw-backend", "forward_backward", 1, 16, 16, 1, "store", ms, note="wall clock per call"))
+    # Pieces of the host overhead, for the notes.
+    probes = {
+        "torch.cuda.mem_get_info": lambda: torch.cuda.mem_get_info(),
+        "x.clone()": lambda: x.clone(),
+        "torch.isfinite(x).all() -> bool": lambda: bool(torch.isfinite(x).all()),
+        "backend.forward none": lambda: backend.forward(x, y, gamma, "sqeuclidean", *full_lengths(1, 16, 16), None, "none"),
+    }
+    for name, fn in probes.items():
+        print(json.dumps({"probe": name, "us": round(wall_ms(fn, calls) * 1e3, 2)}), flush=True)
     return rows
 
 
@@ -266,7 +324,8 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "h100.json"))
     parser.add_argument("--quick", action="store_true", help="smaller batches, fewer repetitions")
-    parser.add_argument("--sections", default="compile,throughput,grid,tiny")
+    parser.add_argument("--sections", default="compile,throughput,grid,tiny",
+                        help="comma-separated: compile, throughput, sweep, grid, tiny")
     args = parser.parse_args()
     sections = args.sections.split(",")
     report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "git_sha": git_sha(),
@@ -275,6 +334,8 @@ def main():
         report["compile"] = compile_time()
     if "throughput" in sections:
         report["rows"] += throughput(args.quick)
+    if "sweep" in sections:
+        report["rows"] += sweep(args.quick)
     if "grid" in sections:
         report["rows"] += grid(args.quick)
     if "tiny" in sections:

@@ -94,10 +94,11 @@ def _run_forward(x, y, C, cost: str, D: int, gamma, x_lengths, y_lengths, window
     return value, saved
 
 
-def _run_backward(grad, x, y, C, dC, cost: str, D: int, gamma, x_lengths, y_lengths, window, saved):
-    """Launch backward_kernel. Fused: returns (dx, dy, ec). Precomputed: fills dC, returns (None, None, ec).
+def _run_backward(grad, x, y, C, dC, cost: str, D: int, gamma, x_lengths, y_lengths, window, value, saved):
+    """Launch backward_kernel. Fused: returns (dx, dy, dgamma). Precomputed: fills dC, returns (None, None, dgamma).
 
-    ec `(B,)` float64 is <E_b, C_b>, for d value / d gamma.
+    The kernel writes every element of dx, dy and dgamma (zeros past the lengths, dgamma = 0 at gamma = 0);
+    dC must come zero-filled (or be C itself, overwritten in place where the kernel visits).
     """
     data = C if C is not None else x
     B, N = data.shape[0], data.shape[1]
@@ -105,27 +106,20 @@ def _run_backward(grad, x, y, C, dC, cost: str, D: int, gamma, x_lengths, y_leng
     dev = data.device.index
     plan = _launch.plan_for(B, N, M, D, data.dtype, dev)
     fused = C is None
-    dx = torch.zeros_like(x) if fused else None
-    dy = torch.zeros_like(y) if fused else None
-    ec = torch.empty(B, dtype=torch.float64, device=data.device)
+    dx = torch.empty_like(x) if fused else None
+    dy = torch.empty_like(y) if fused else None
+    dgamma = torch.empty(B, dtype=data.dtype, device=data.device)
     carry = 2 + (D if fused else 0)
     bnd = data.new_empty((B, N, carry)) if plan.nch > 1 else None
-    grad = grad.to(data.dtype).contiguous()
+    if grad.dtype != data.dtype or not grad.is_contiguous():
+        grad = grad.to(data.dtype).contiguous()
     expr = _launch.expression("backward_kernel", data.dtype, cost, D, plan, window is not None)
     args = (_launch.ptr(x), _launch.ptr(y), _launch.ptr(C), gamma.data_ptr(), x_lengths.data_ptr(),
             y_lengths.data_ptr(), _launch.ptr(window), grad.data_ptr(), saved.data_ptr(), _launch.ptr(dx),
-            _launch.ptr(dy), _launch.ptr(dC), ec.data_ptr(), _launch.ptr(bnd), _launch.i32(B), _launch.i32(N),
-            _launch.i32(M), _launch.i32(plan.nch))
+            _launch.ptr(dy), _launch.ptr(dC), value.data_ptr(), dgamma.data_ptr(), _launch.ptr(bnd),
+            _launch.i32(B), _launch.i32(N), _launch.i32(M), _launch.i32(plan.nch))
     _launch.launch("backward", expr, dev, plan.grid(B), plan.block(), args)
-    return dx, dy, ec
-
-
-def _dgamma(grad, value, ec, gamma):
-    """grad_b (value_b - <E_b, C_b>) / gamma per pair (in float64: the two terms nearly cancel), 0 at gamma = 0."""
-    g = gamma.detach().double()
-    safe = torch.where(g == 0, torch.ones_like(g), g)
-    d = grad.double() * (value.double() - ec) / safe
-    return torch.where(g == 0, torch.zeros_like(d), d).to(value.dtype)
+    return dx, dy, dgamma
 
 
 def _window(window):
@@ -149,9 +143,9 @@ def backward_cost(grad, C, gamma, x_lengths, y_lengths, window, value, saved, me
     if saved.numel() == 0:  # nothing was kept: run the forward again, storing
         _, saved = _run_forward(None, None, C, "precomputed", 0, gamma, x_lengths, y_lengths, window, True)
     dC = torch.zeros_like(C)
-    _, _, ec = _run_backward(grad, None, None, C, dC, "precomputed", 0, gamma, x_lengths, y_lengths, window,
-                             saved)
-    return dC, _dgamma(grad, value, ec, gamma)
+    _, _, dgamma = _run_backward(grad, None, None, C, dC, "precomputed", 0, gamma, x_lengths, y_lengths, window,
+                                 value, saved)
+    return dC, dgamma
 
 
 def forward(x, y, gamma, cost, x_lengths, y_lengths, window, memory):
@@ -175,8 +169,7 @@ def backward(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved
         return _backward_gemm(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved)
     if saved.numel() == 0:
         _, saved = _run_forward(x, y, None, cost, D, gamma, x_lengths, y_lengths, window, True)
-    dx, dy, ec = _run_backward(grad, x, y, None, None, cost, D, gamma, x_lengths, y_lengths, window, saved)
-    return dx, dy, _dgamma(grad, value, ec, gamma)
+    return _run_backward(grad, x, y, None, None, cost, D, gamma, x_lengths, y_lengths, window, value, saved)
 
 
 def _backward_gemm(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved):
@@ -186,13 +179,14 @@ def _backward_gemm(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value,
     C = costs.pairwise_cost(cost, x, y).contiguous()
     if saved.numel() == 0:
         _, saved = _run_forward(None, None, C, "precomputed", 0, gamma, x_lengths, y_lengths, window, True)
-    _, _, ec = _run_backward(grad, None, None, C, C, "precomputed", 0, gamma, x_lengths, y_lengths, window, saved)
+    _, _, dgamma = _run_backward(grad, None, None, C, C, "precomputed", 0, gamma, x_lengths, y_lengths, window,
+                                 value, saved)
     # The kernel writes rows < n_b of the chunks it visits; clear what it left of the cost.
     rows = torch.arange(N, device=x.device) < x_lengths.unsqueeze(1)
     cols = torch.arange(M, device=x.device) < y_lengths.unsqueeze(1)
     dC = C.mul_(rows.unsqueeze(2)).mul_(cols.unsqueeze(1))
     dx, dy = _cost_vjp(cost, x, y, dC)
-    return dx, dy, _dgamma(grad, value, ec, gamma)
+    return dx, dy, dgamma
 
 
 def _cost_vjp(cost, x, y, dC):

@@ -125,6 +125,7 @@ def plan_for(B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index: i
     return choose_plan(B, N, M, k_max(dtype, D), sm_count(device_index))
 
 
+@lru_cache(maxsize=4096)
 def expression(kernel: str, dtype: torch.dtype, cost: str, D: int, plan: Plan, window: bool,
                store: bool | None = None) -> str:
     """The C++ name expression of one instantiation, e.g. ``sdtw::forward_kernel<float, 0, 1, 16, 1, false, true>``."""
@@ -169,9 +170,17 @@ def ensure_context(device_index: int):
     return dev
 
 
+def _raw_stream(device_index: int) -> int:
+    """Raw CUstream of PyTorch's current stream; the private accessor saves ~2 µs per call where present."""
+    get = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if get is not None:
+        return get(device_index)
+    return torch.cuda.current_stream(device_index).cuda_stream
+
+
 def current_stream(device_index: int):
     """cuda-core Stream wrapping ``torch.cuda.current_stream(device)`` (cached per raw handle)."""
-    handle = torch.cuda.current_stream(device_index).cuda_stream
+    handle = _raw_stream(device_index)
     key = (device_index, handle)
     stream = _streams.get(key)
     if stream is None:

@@ -12,7 +12,9 @@
 //     (per-lane registers, written at the end of each chunk), both already multiplied by grad[b];
 //   * precomputed cost: dC[b, i, j] = grad[b] * E[b, i, j] (dC may alias C: each cell is read, then written,
 //     by the same lane in the same step);
-//   * ec[b] = <E_b, C_b> in natural units (float64), for d value / d gamma.
+//   * dgamma[b] = grad[b] * (value[b] - <E_b, C_b>) / gamma, 0 at gamma = 0 (<E, C> summed in float64:
+//     the two terms nearly cancel).
+// dx rows past x_lengths and dy columns past y_lengths are written as zeros here (outputs need no memset).
 #include "common.cuh"
 
 namespace sdtw {
@@ -27,10 +29,11 @@ struct BackwardArgs {
   const int* window;      // (B, N, 2) or unused
   const T* grad;          // (B,)
   const typename Link<T>::Word* saved;  // (B, nch, N, CW) step-major links from the forward
-  T* dx;                  // (B, N, DT), zero-initialised
-  T* dy;                  // (B, M, DT), zero-initialised
+  T* dx;                  // (B, N, DT)
+  T* dy;                  // (B, M, DT)
   T* dC;                  // (B, N, M), zero-initialised (or C itself)
-  double* ec;             // (B,)
+  const T* value;         // (B,) forward values
+  T* dgamma;              // (B,)
   T* bnd;                 // (B, N, NB): (E, S, dx[DT]) of the first column of the chunk to the right
   int N, M, nch;
 };
@@ -43,7 +46,7 @@ struct Carry {  // values handed from lane to lane along a row: E, S, and for fu
 
 template <typename T, int COST, int DT, int K, int W, bool WINDOW, bool HARD>
 __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const int b, const T scale,
-                                              T (*hand)[W][Carry<COST, DT>::NB], double* red) {
+                                              const T gamma, T (*hand)[W][Carry<COST, DT>::NB], double* red) {
   constexpr int NL = 32 * W;
   constexpr int CW = NL * K;
   constexpr int DX = Carry<COST, DT>::DX;
@@ -67,6 +70,14 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
   const T g = a.grad[b];
   const T slope_unit = (COST == COST_SQEUCLIDEAN) ? T(2) : T(1);  // d cost / d x = slope_unit * cost_slope
   double ec = 0.0;
+  if (FUSED) {  // rows past n_b and columns past the visited chunks get zero gradients
+    for (int i = n + L; i < N; i += NL)
+#pragma unroll
+      for (int d = 0; d < DT; ++d) a.dx[(size_t(b) * N + i) * DT + d] = T(0);
+    for (int j = nch_b * CW + L; j < M; j += NL)
+#pragma unroll
+      for (int d = 0; d < DT; ++d) a.dy[(size_t(b) * M + j) * DT + d] = T(0);
+  }
 
   for (int c = nch_b - 1; c >= 0; --c) {
     const int j0 = c * CW + L * K;
@@ -106,6 +117,28 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
     }
     const Word* sbase = a.saved + (size_t(b) * a.nch + c) * size_t(N) * CW;
     int slot = (n + NL - 2) % N;  // forward step of (row i, lane L) is i + L, the same for all lanes
+    // Everything the next step reads from memory (links, x row, C row, window), loaded one step ahead.
+    Word sn[K];
+    T xn[DT];
+    T cn[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) { sn[k] = BORDER; cn[k] = T(0); }
+#pragma unroll
+    for (int d = 0; d < DT; ++d) xn[d] = T(0);
+    int lon = 0, hin = 0;
+    auto fetch = [&](const int row, const int at) {
+      if (row < 0 || row >= n) return;
+      load_step<Word, K>(sbase + size_t(at) * CW, L, NL, sn);
+      if (FUSED) {
+#pragma unroll
+        for (int d = 0; d < DT; ++d) xn[d] = xb[size_t(row) * DT + d];
+      } else {
+#pragma unroll
+        for (int k = 0; k < K; ++k) cn[k] = (j0 + k < M) ? Cb[size_t(row) * M + j0 + k] : T(0);
+      }
+      if (WINDOW) { lon = wb[2 * row]; hin = wb[2 * row + 1]; }
+    };
+    fetch(n - 1 + (NL - 1 - L), slot);
     for (int tau = 0; tau < steps; ++tau) {
       const int i = n - 1 - tau + (NL - 1 - L);
       const bool live = (i >= 0) && (i < n);
@@ -138,20 +171,17 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
       Word Sd = pS;
       pE = Er;
       pS = Sr;
+      Word s[K];
+      T xr[DT];
+      T cr[K];
+#pragma unroll
+      for (int k = 0; k < K; ++k) { s[k] = sn[k]; cr[k] = cn[k]; }
+#pragma unroll
+      for (int d = 0; d < DT; ++d) xr[d] = xn[d];
+      const int lo = lon, hi = hin;
+      slot = (slot == 0) ? N - 1 : slot - 1;
+      fetch(i - 1, slot);
       if (live) {
-        Word s[K];
-        load_step<Word, K>(sbase + size_t(slot) * CW, L, NL, s);
-        T xr[DT];
-        T cr[K];
-        if (FUSED) {
-#pragma unroll
-          for (int d = 0; d < DT; ++d) xr[d] = xb[size_t(i) * DT + d];
-        } else {
-#pragma unroll
-          for (int k = 0; k < K; ++k) cr[k] = (j0 + k < M) ? Cb[size_t(i) * M + j0 + k] : T(0);
-        }
-        int lo = 0, hi = 0;
-        if (WINDOW) { lo = wb[2 * i]; hi = wb[2 * i + 1]; }
         T ecrow = T(0);
 #pragma unroll
         for (int k = K - 1; k >= 0; --k) {
@@ -208,7 +238,6 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
           }
         }
       }
-      slot = (slot == 0) ? N - 1 : slot - 1;
       if (W > 1) {
         if (lane == 0) {
           T* h = hand[tau & 1][wg];
@@ -223,15 +252,19 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
     if (FUSED) {
 #pragma unroll
       for (int k = 0; k < K; ++k)
-        if (j0 + k < m) {
+        if (j0 + k < M) {
 #pragma unroll
-          for (int d = 0; d < DT; ++d) a.dy[(size_t(b) * M + j0 + k) * DT + d] = -slope_unit * g * dyacc[k][d];
+          for (int d = 0; d < DT; ++d)
+            a.dy[(size_t(b) * M + j0 + k) * DT + d] = (j0 + k < m) ? -slope_unit * g * dyacc[k][d] : T(0);
         }
     }
     group_sync<W>();  // bnd written by this chunk is read by the next
   }
   ec = group_sum<W>(ec, red);
-  if (L == 0) a.ec[b] = ec;
+  if (L == 0) {
+    const double dg = HARD ? 0.0 : double(g) * (double(a.value[b]) - ec) / double(gamma);
+    a.dgamma[b] = T(dg);
+  }
 }
 
 // Grid as the forward: W == 1: ceil(B / 4) blocks of 4 warps; W > 1: B blocks of W warps.
@@ -241,16 +274,16 @@ backward_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* C, co
                 const long long* __restrict__ xlen, const long long* __restrict__ ylen,
                 const int* __restrict__ window, const T* __restrict__ grad,
                 const typename Link<T>::Word* __restrict__ saved,
-                T* __restrict__ dx, T* __restrict__ dy, T* dC, double* __restrict__ ec, T* __restrict__ bnd,
-                int B, int N, int M, int nch) {
+                T* __restrict__ dx, T* __restrict__ dy, T* dC, const T* __restrict__ value,
+                T* __restrict__ dgamma, T* __restrict__ bnd, int B, int N, int M, int nch) {
   __shared__ T hand[2][W][Carry<COST, DT>::NB];
   __shared__ double red[W];
   const int b = (W == 1) ? int(blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) : int(blockIdx.x);
   if (b >= B) return;
-  const BackwardArgs<T> a{x, y, C, xlen, ylen, window, grad, saved, dx, dy, dC, ec, bnd, N, M, nch};
+  const BackwardArgs<T> a{x, y, C, xlen, ylen, window, grad, saved, dx, dy, dC, value, dgamma, bnd, N, M, nch};
   const T g = *gamma;
-  if (g == T(0)) backward_pair<T, COST, DT, K, W, WINDOW, true>(a, b, T(1), hand, red);
-  else backward_pair<T, COST, DT, K, W, WINDOW, false>(a, b, T(1) / (g * T(LN2)), hand, red);
+  if (g == T(0)) backward_pair<T, COST, DT, K, W, WINDOW, true>(a, b, T(1), g, hand, red);
+  else backward_pair<T, COST, DT, K, W, WINDOW, false>(a, b, T(1) / (g * T(LN2)), g, hand, red);
 }
 
 }  // namespace sdtw

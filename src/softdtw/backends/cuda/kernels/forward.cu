@@ -65,6 +65,27 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
     }
     using Word = typename Link<T>::Word;
     Word* sbase = STORE ? a.saved + (size_t(b) * a.nch + c) * size_t(N) * CW : nullptr;
+    // Row data of the row this lane works on next, loaded one step ahead (software pipelining: the
+    // loads are in flight during the current step's arithmetic).
+    T xn[DT];
+    T cn[K];
+#pragma unroll
+    for (int d = 0; d < DT; ++d) xn[d] = T(0);
+#pragma unroll
+    for (int k = 0; k < K; ++k) cn[k] = T(0);
+    int lon = 0, hin = 0;
+    auto fetch = [&](const int row) {
+      if (row < 0 || row >= n) return;
+      if (COST != COST_PRECOMPUTED) {
+#pragma unroll
+        for (int d = 0; d < DT; ++d) xn[d] = xb[size_t(row) * DT + d];
+      } else {
+#pragma unroll
+        for (int k = 0; k < K; ++k) cn[k] = (j0 + k < M) ? Cb[size_t(row) * M + j0 + k] : T(0);
+      }
+      if (WINDOW) { lon = wb[2 * row]; hin = wb[2 * row + 1]; }
+    };
+    fetch(-L);
     int slot = 0;  // t mod N
     for (int t = 0; t < steps; ++t) {
       const int i = t - L;
@@ -78,18 +99,15 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
       T diag = prevleft;
       if (L == 0 && c == 0) diag = (i == 0) ? T(0) : BIG;  // R[-1, -1] = 0
       prevleft = leftin;
+      T xr[DT];
+      T cr[K];
+#pragma unroll
+      for (int d = 0; d < DT; ++d) xr[d] = xn[d];
+#pragma unroll
+      for (int k = 0; k < K; ++k) cr[k] = cn[k];
+      const int lo = lon, hi = hin;
+      fetch(i + 1);
       if (live) {
-        T xr[DT];
-        T cr[K];
-        if (COST != COST_PRECOMPUTED) {
-#pragma unroll
-          for (int d = 0; d < DT; ++d) xr[d] = xb[size_t(i) * DT + d];
-        } else {
-#pragma unroll
-          for (int k = 0; k < K; ++k) cr[k] = (j0 + k < M) ? Cb[size_t(i) * M + j0 + k] : T(0);
-        }
-        int lo = 0, hi = 0;
-        if (WINDOW) { lo = wb[2 * i]; hi = wb[2 * i + 1]; }
         T left = leftin;
         Word sv[K];
 #pragma unroll
@@ -143,8 +161,10 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
 }
 
 // Grid: W == 1: ceil(B / 4) blocks of 4 warps, a pair per warp; W > 1: B blocks of W warps.
+// Register cap: one-warp pairs keep >= 20 (float) / 16 (double) warps per SM, which the MUFU pipe needs
+// (research/gpu-kernels.md: occupancy scan); without it ptxas picked 96 registers and double spilled.
 template <typename T, int COST, int DT, int K, int W, bool WINDOW, bool STORE>
-__global__ void __launch_bounds__(W == 1 ? 128 : 32 * W)
+__global__ void __launch_bounds__(W == 1 ? 128 : 32 * W, W == 1 ? (sizeof(T) == 4 ? 5 : 4) : (W < 16 ? 16 / W : 1))
 forward_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* __restrict__ C,
                const T* __restrict__ gamma, const long long* __restrict__ xlen,
                const long long* __restrict__ ylen, const int* __restrict__ window, T* __restrict__ value,
