@@ -103,7 +103,9 @@ def soft_dtw_divergence(x, y, gamma: Union[float, torch.Tensor] = 1.0, *, cost="
               - \tfrac12 \mathrm{sdtw}_\gamma(y, y)
 
     Three separate dynamic programs, so N != M is fine. Arguments as :func:`soft_dtw`; each self-term
-    uses that series' own lengths (and the band scaled to them).
+    uses that series' own lengths (and the band scaled to them). Non-negativity is a property of the
+    unconstrained divergence with the squared Euclidean cost; with a band it is still 0 at x = y but
+    may dip slightly below 0 elsewhere, since the band restricts the cross and self terms differently.
 
     Returns:
         `(B,)` divergences, same dtype as x. Devices: CPU, CUDA. Differentiable in: x, y, gamma.
