@@ -104,11 +104,6 @@ def test_progress_bar_only_for_real_jobs(capsys):
     assert capsys.readouterr().err == ""
 
 
-def test_distributed_hook_is_reserved():
-    with pytest.raises(NotImplementedError, match=r"distributed=True\) is not implemented yet"):
-        pairwise_soft_dtw(torch.randn(2, 3, 1), distributed=True)
-
-
 @pytest.mark.parametrize("X, Y, kw, err, match", [
     (torch.randn(2, 3, 1), torch.randn(2, 3, 2), {}, ValueError, "same feature size D"),
     (torch.randn(2, 3, 1, 1), None, {}, ValueError, r"set of series of shape \(P, T, D\)"),

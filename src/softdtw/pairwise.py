@@ -134,8 +134,10 @@ def pairwise_soft_dtw(X, Y=None, gamma: Union[float, torch.Tensor] = 1.0, *, div
             memory up to 4 GiB on CUDA).
         progress: show a tqdm progress bar (on stderr) for jobs of more than a few chunks;
             tiny jobs never show one. False turns it off.
-        distributed: reserved for splitting the pairs over the processes of a torch.distributed
-            group; not implemented yet (raises NotImplementedError).
+        distributed: inside an initialised torch.distributed group, each rank computes an equal share
+            of the pairs and the matrix is all-gathered, so every rank returns the whole `(P, Q)`
+            matrix (NCCL with X on each rank's GPU, gloo with CPU tensors). Every rank must pass the
+            same X, Y and options. Values only: call it under ``torch.no_grad()``.
 
     Returns:
         `(P, Q)` tensor, dtype of X, on X's device. Differentiable in X and Y when they require grad
@@ -152,12 +154,6 @@ def pairwise_soft_dtw(X, Y=None, gamma: Union[float, torch.Tensor] = 1.0, *, div
         >>> K.shape, bool(K.diagonal().abs().max() < 1e-4)
         (torch.Size([5, 5]), True)
     """
-    if distributed:
-        raise NotImplementedError(
-            "pairwise_soft_dtw(distributed=True) is not implemented yet: splitting the pairs over a "
-            "torch.distributed group is planned. Use distributed=False (one device) for now, or split X "
-            "into row blocks yourself and compute pairwise_soft_dtw(X_block, Y) on each rank."
-        )
     X = as_series_set(X, "X")
     symmetric_input = Y is None
     if symmetric_input:
@@ -202,6 +198,7 @@ def pairwise_soft_dtw(X, Y=None, gamma: Union[float, torch.Tensor] = 1.0, *, div
     B = int(batch_size) if batch_size is not None else _batch_size(
         device, N, M, D, X.element_size(), fused, needs_grad, budget, total)
 
+    rank, world = _group(distributed, needs_grad)
     kwargs = dict(cost=cost, bandwidth=bandwidth, itakura_max_slope=itakura_max_slope, memory=memory,
                   backend=backend)
     xl_dev, yl_dev = xl.to(device), yl.to(device)
@@ -214,39 +211,90 @@ def pairwise_soft_dtw(X, Y=None, gamma: Union[float, torch.Tensor] = 1.0, *, div
         return soft_dtw(xa, yb, gamma, x_lengths=al_dev.index_select(0, i_dev),
                         y_lengths=bl_dev.index_select(0, j_dev), **kwargs)
 
-    n_chunks = math.ceil(total / B)
-    cells = float((xl.double().mean() * yl.double().mean()).item()) * total
-    show = bool(progress) and n_chunks > 2 and cells >= 5e7
+    # This rank's share of the flat pair indices (all of them without distribution).
+    lo, hi = total * rank // world, total * (rank + 1) // world
+    n_chunks = math.ceil((hi - lo) / B)
+    cells = float((xl.double().mean() * yl.double().mean()).item()) * (hi - lo)
+    show = bool(progress) and n_chunks > 2 and cells >= 5e7 and rank == 0
     out = torch.empty(P, Q, dtype=X.dtype, device=device)
+    local = torch.empty(hi - lo, dtype=X.dtype, device=device) if world > 1 else None
     bar = None
     if show:
         from tqdm import tqdm
-        bar = tqdm(total=total, desc="pairwise DTW" if _is_zero(gamma) else "pairwise soft-DTW", unit="pair",
+        bar = tqdm(total=hi - lo, desc="pairwise DTW" if _is_zero(gamma) else "pairwise soft-DTW", unit="pair",
                    leave=False, dynamic_ncols=True)
     try:
-        for start in range(0, total, B):
-            i, j = _chunk_pairs(start, min(start + B, total), P, Q, triangle, row_offsets)
+        for start in range(lo, hi, B):
+            stop = min(start + B, hi)
+            i, j = _chunk_pairs(start, stop, P, Q, triangle, row_offsets)
             v = run(X, xl, xl_dev, Y, yl, yl_dev, i, j).to(X.dtype)
-            i_dev, j_dev = i.to(device), j.to(device)
-            out[i_dev, j_dev] = v
-            if triangle:
-                out[j_dev, i_dev] = v
+            if local is not None:
+                local[start - lo:stop - lo] = v
+            else:
+                _scatter(out, v, i, j, triangle)
             if bar is not None:
                 bar.update(len(i))
     finally:
         if bar is not None:
             bar.close()
+    if local is not None:
+        _all_gather_pairs(out, local, total, world, B, P, Q, triangle, row_offsets)
 
     if divergence:
         if symmetric_input:
             sx = out.diagonal().clone()
             sy = sx
-        else:
+        else:  # P + Q programs against P * Q: every rank computes them itself rather than gathering
             sx = _self_terms(run, X, xl, xl_dev, B)
             sy = _self_terms(run, Y, yl, yl_dev, B)
         # With Y = X the diagonal is a - a/2 - a/2 = 0 exactly (the self-terms are the diagonal).
         out = out - 0.5 * sx.unsqueeze(1) - 0.5 * sy.unsqueeze(0)
     return out
+
+
+def _group(distributed: bool, needs_grad: bool) -> Tuple[int, int]:
+    """(rank, world size) of the pair split: (0, 1) unless distributed."""
+    if not distributed:
+        return 0, 1
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        raise RuntimeError(
+            "pairwise_soft_dtw(distributed=True) needs an initialised torch.distributed process group; call "
+            "torch.distributed.init_process_group('nccl' for GPUs or 'gloo' for CPUs) on every rank first, "
+            "or pass distributed=False."
+        )
+    if needs_grad:
+        raise ValueError(
+            "pairwise_soft_dtw(distributed=True) computes values only (the all-gather is not differentiable); "
+            "call it under torch.no_grad() or with inputs that do not require grad."
+        )
+    return dist.get_rank(), dist.get_world_size()
+
+
+def _scatter(out: torch.Tensor, v: torch.Tensor, i: torch.Tensor, j: torch.Tensor, triangle: bool) -> None:
+    i_dev, j_dev = i.to(out.device), j.to(out.device)
+    out[i_dev, j_dev] = v
+    if triangle:
+        out[j_dev, i_dev] = v
+
+
+def _all_gather_pairs(out, local, total, world, B, P, Q, triangle, row_offsets) -> None:
+    """Gather every rank's flat block of values and scatter them into ``out`` (on every rank)."""
+    import torch.distributed as dist
+
+    width = -(-total // world)  # ceil: the largest block
+    send = torch.zeros(width, dtype=local.dtype, device=local.device)
+    send[:local.numel()] = local
+    blocks = [torch.empty_like(send) for _ in range(world)]
+    dist.all_gather(blocks, send)
+    step = max(B, 1 << 22)  # in chunks, so the index tensors stay small
+    for r, block in enumerate(blocks):
+        lo, hi = total * r // world, total * (r + 1) // world
+        for start in range(lo, hi, step):
+            stop = min(start + step, hi)
+            i, j = _chunk_pairs(start, stop, P, Q, triangle, row_offsets)
+            _scatter(out, block[start - lo:stop - lo], i, j, triangle)
 
 
 def _is_zero(gamma) -> bool:
