@@ -99,6 +99,7 @@ def backend_calls(x, y, gamma, lengths, cost="sqeuclidean"):
         backend.backward(grad, x, y, gamma, cost, xl, yl, None, held["v"], held["s"], "store")
 
     def forward_backward():
+        held.clear()  # never hold two saved tables
         v, saved = backend.forward(x, y, gamma, cost, xl, yl, None, "store")
         backend.backward(grad, x, y, gamma, cost, xl, yl, None, v, saved, "store")
     return forward_none, forward_store, backward, forward_backward
@@ -144,6 +145,8 @@ def throughput(quick: bool):
             if mode == "forward_store":
                 ms = median_ms(bwd, reps=5)
                 rows.append(row("softdtw-backend", "backward", B, N, N, 1, memory, ms))
+        fb()  # leaves nothing held
+        torch.cuda.empty_cache()
         for mode, memory in (("forward", "none"), ("forward_backward", "auto")):
             fn = api_step(x, y, mode)
             ms = median_ms(fn, reps=5)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one script the GPU machine runs: environment, cuda tests, compute-sanitizer, benchmark.
 #
-#   scripts/gpu_run.sh [env] [tests] [sanitize] [bench|bench-quick] [probe]   (default: all but probe)
+#   scripts/gpu_run.sh [env] [tests] [sanitize] [bench|bench-quick] [ncu]   (default: env tests sanitize bench)
 #
 # Logs and results go to $OUT (default ./gpu_out): env.txt, pytest.log, memcheck.log, racecheck.log,
 # bench.log, h100.json, h100.md. Wheels in .whl/ (pysdtw) are installed to /tmp/site when present.
@@ -53,7 +53,10 @@ if has bench || has bench-quick; then
   tail -45 "$OUT/bench.log"
 fi
 
-if has probe; then
-  timeout 300 python3 benchmarks/gpu.py --out "$OUT/probe.json" ${BENCH_ARGS:-} >"$OUT/probe.log" 2>&1
-  tail -30 "$OUT/probe.log"
+if has ncu; then  # Nsight Compute on the three kernels of one step (PROFILE_ARGS="B N [D]")
+  timeout 240 ncu --clock-control none --kernel-name regex:"forward_kernel|backward_kernel" --launch-count 3 \
+    --section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis \
+    --section LaunchStats python3 scripts/cuda_profile.py ${PROFILE_ARGS:-4096 512} >"$OUT/ncu.log" 2>&1
+  echo "ncu: exit $?"
+  grep -E "forward_kernel|backward_kernel|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\)|Achieved Occupancy|Registers Per|Warp Cycles Per Issued|Stall|L1/TEX Hit|L2 Hit|Executed Ipc|Theoretical Occ" "$OUT/ncu.log" | head -80
 fi

@@ -66,13 +66,26 @@ def k_max(dtype: torch.dtype, D: int) -> int:
     return 1 << (k.bit_length() - 1)  # a power of two
 
 
+#: Shared memory for the backward's cp.async ring: two stages of (link + C) per thread must fit 40 KB.
+_RING_BYTES = 40960
+
+
+def k_ring(dtype: torch.dtype, D: int, W: int) -> int:
+    """Largest K (power of two) whose ring stage, threads · K · bytes per cell, fits twice in 40 KB."""
+    threads = 32 * PAIRS_PER_BLOCK if W == 1 else 32 * W
+    item = 4 if dtype == torch.float32 else 8
+    per_cell = item + (item if D == 0 else 0)  # link word, plus C for a precomputed cost
+    k = max(1, _RING_BYTES // (2 * threads * per_cell))
+    return 1 << (k.bit_length() - 1)
+
+
 @lru_cache(maxsize=None)
 def sm_count(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
 @lru_cache(maxsize=4096)
-def choose_plan(B: int, N: int, M: int, kmax: int, sms: int) -> Plan:
+def choose_plan(B: int, N: int, M: int, kmax: int, sms: int, kring: tuple = ()) -> Plan:
     """Pick (K, W) by a small model of the kernel's time, in units of one cell's dependent latency.
 
     One step of a lane costs about K cells plus a fixed overhead (shuffles, loads; a barrier when W > 1);
@@ -82,9 +95,9 @@ def choose_plan(B: int, N: int, M: int, kmax: int, sms: int) -> Plan:
     """
     resident = sms * _RESIDENT_WARPS_PER_SM
     best, best_time = None, math.inf
-    for W in W_CHOICES:
+    for wi, W in enumerate(W_CHOICES):
         for K in K_CHOICES:
-            if K > kmax:
+            if K > kmax or (kring and K > kring[wi]):
                 continue
             CW = 32 * W * K
             if CW >= 2 * M and (K > 1 or W > 1):
@@ -119,10 +132,12 @@ def forced_plan(K: int, W: int):
 
 def plan_for(B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index: int) -> Plan:
     """The plan for a problem; D = 0 for a precomputed cost."""
+    kring = tuple(k_ring(dtype, D, W) for W in W_CHOICES)
     if _forced:
         K, W = _forced[-1]
+        K = min(K, kring[W_CHOICES.index(W)])  # what the shared-memory ring allows
         return Plan(K, W, -(-M // (32 * W * K)))
-    return choose_plan(B, N, M, k_max(dtype, D), sm_count(device_index))
+    return choose_plan(B, N, M, k_max(dtype, D), sm_count(device_index), kring)
 
 
 @lru_cache(maxsize=4096)

@@ -5,10 +5,12 @@
 // it from the word the forward stored for s; double evaluates it from S[s] and R[p] = S[p] + cost[p].
 // Hard DTW (gamma == 0): w = 1 if s chose p as its argmin, else 0.
 //
-// The same group layout as the forward runs in reverse: rows enter at the last lane, columns of a
-// lane go right to left, and (E, S) of each lane's first column moves one lane down per step by
-// __shfl_down_sync. Outputs:
-//   * fused costs: dx (carried along the row with (E, S), written by lane 0 of the first chunk) and dy
+// The same group layout as the forward runs in reverse: rows enter at the last lane of each warp, columns
+// of a lane go right to left, and (E, link) of each lane's first column moves one lane down per step by
+// __shfl_down_sync. As in the forward, per-row inputs (x row, window, the boundary column of the chunk
+// to the right) come 32 rows at a time per warp, a block ahead, and per-cell inputs (the stored links, C)
+// stream through a cp.async ring P - 1 steps ahead, so no step waits for DRAM. Outputs:
+//   * fused costs: dx (carried along the row with (E, link), written by lane 0 of the first chunk) and dy
 //     (per-lane registers, written at the end of each chunk), both already multiplied by grad[b];
 //   * precomputed cost: dC[b, i, j] = grad[b] * E[b, i, j] (dC may alias C: each cell is read, then written,
 //     by the same lane in the same step);
@@ -34,19 +36,28 @@ struct BackwardArgs {
   T* dC;                  // (B, N, M), zero-initialised (or C itself)
   const T* value;         // (B,) forward values
   T* dgamma;              // (B,)
-  T* bnd;                 // (B, N, NB): (E, S, dx[DT]) of the first column of the chunk to the right
+  T* bnd;                 // (B, N, NB): (E, link, dx[DT]) of the first column of the chunk to the right
   int N, M, nch;
 };
 
 template <int COST, int DT>
-struct Carry {  // values handed from lane to lane along a row: E, S, and for fused costs dx[DT]
+struct Carry {  // values handed from lane to lane along a row: E, link, and for fused costs dx[DT]
   static constexpr int DX = (COST == COST_PRECOMPUTED) ? 0 : DT;
   static constexpr int NB = 2 + DX;
 };
 
-template <typename T, int COST, int DT, int K, int W, bool WINDOW, bool HARD>
+// The per-row inputs that travel along the lanes with the (reverse) wavefront.
+template <typename T, int DT, int NB>
+struct BwdRow {
+  T x[DT];
+  int lo, hi;  // window columns [lo, hi)
+  T right[NB];  // (E, link, dx) of the next chunk's first column (read by lane 31 of the last warp only)
+};
+
+template <typename T, int COST, int DT, int K, int W, bool WINDOW, bool HARD, int P>
 __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const int b, const T scale,
-                                              const T gamma, T (*hand)[W][Carry<COST, DT>::NB], double* red) {
+                                              const T gamma, T (*hand)[W][Carry<COST, DT>::NB], double* red,
+                                              typename Link<T>::Word* wring, T* cring) {
   constexpr int NL = 32 * W;
   constexpr int CW = NL * K;
   constexpr int DX = Carry<COST, DT>::DX;
@@ -69,6 +80,9 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
   T* bnd = a.bnd + size_t(b) * N * NB;
   const T g = a.grad[b];
   const T slope_unit = (COST == COST_SQEUCLIDEAN) ? T(2) : T(1);  // d cost / d x = slope_unit * cost_slope
+  const size_t stage = size_t(blockDim.x) * K;                     // ring stride between stages
+  Word* my_wring = wring + size_t(threadIdx.x) * K;
+  T* my_cring = cring + size_t(threadIdx.x) * K;
   double ec = 0.0;
   if (FUSED) {  // rows past n_b and columns past the visited chunks get zero gradients
     for (int i = n + L; i < N; i += NL)
@@ -116,32 +130,72 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
       __syncthreads();
     }
     const Word* sbase = a.saved + (size_t(b) * a.nch + c) * size_t(N) * CW;
-    int slot = (n + NL - 2) % N;  // forward step of (row i, lane L) is i + L, the same for all lanes
-    // Everything the next step reads from memory (links, x row, C row, window), loaded one step ahead.
-    Word sn[K];
-    T xn[DT];
-    T cn[K];
+
+    // Row stream: lane 31 of warp wg works on row top - (tau mod 32) at step tau, with
+    // top = n - 1 + 32 * (W - 1 - wg) - 32 * floor(tau / 32); lane l of the warp holds row top - l.
+    const bool edge = (wg == W - 1) && (c + 1 < nch_b);  // lane 31 of this warp reads the next chunk
+    auto load_row = [&](const int row, BwdRow<T, DT, NB>& q) {
+      const bool ok = row >= 0 && row < n;
 #pragma unroll
-    for (int k = 0; k < K; ++k) { sn[k] = BORDER; cn[k] = T(0); }
+      for (int d = 0; d < DT; ++d) q.x[d] = (FUSED && ok) ? xb[size_t(row) * DT + d] : T(0);
+      q.lo = (WINDOW && ok) ? wb[2 * row] : 0;
+      q.hi = (WINDOW && ok) ? wb[2 * row + 1] : 0;
+      q.right[0] = (edge && ok) ? bnd[size_t(row) * NB] : T(0);
+      q.right[1] = (edge && ok) ? bnd[size_t(row) * NB + 1] : Link<T>::to_slot(BORDER);
 #pragma unroll
-    for (int d = 0; d < DT; ++d) xn[d] = T(0);
-    int lon = 0, hin = 0;
-    auto fetch = [&](const int row, const int at) {
-      if (row < 0 || row >= n) return;
-      load_step<Word, K>(sbase + size_t(at) * CW, L, NL, sn);
-      if (FUSED) {
-#pragma unroll
-        for (int d = 0; d < DT; ++d) xn[d] = xb[size_t(row) * DT + d];
-      } else {
-#pragma unroll
-        for (int k = 0; k < K; ++k) cn[k] = (j0 + k < M) ? Cb[size_t(row) * M + j0 + k] : T(0);
-      }
-      if (WINDOW) { lon = wb[2 * row]; hin = wb[2 * row + 1]; }
+      for (int d = 0; d < DX; ++d) q.right[2 + d] = (edge && ok) ? bnd[size_t(row) * NB + 2 + d] : T(0);
     };
-    fetch(n - 1 + (NL - 1 - L), slot);
+    const int top0 = n - 1 + 32 * (W - 1 - wg);
+    BwdRow<T, DT, NB> cur, nxt, mine;
+    load_row(top0 - lane, cur);
+    load_row(top0 - 32 - lane, nxt);
+#pragma unroll
+    for (int d = 0; d < DT; ++d) mine.x[d] = T(0);
+    mine.lo = mine.hi = 0;
+
+    // Link (and C) ring: the values of reverse step tau (row n - 1 - tau + NL - 1 - L, stored at forward
+    // step n + NL - 2 - tau, i.e. slot (n + NL - 2 - tau) mod N), issued P - 1 steps ahead.
+    int islot = (n + NL - 2) % N;
+    auto issue = [&](const int tau) {
+      const int row = n - 1 - tau + (NL - 1 - L);
+      const bool ok = row >= 0 && row < n;
+      const int s = tau % P;
+      cp_async_step<Word, K>(my_wring + s * stage, sbase + size_t(islot) * CW, L, NL, ok);
+      if (!FUSED) {
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+          const bool in = ok && j0 + k < M;
+          cp_async<int(sizeof(T))>(my_cring + s * stage + k, in ? Cb + size_t(row) * M + j0 + k : Cb, in);
+        }
+      }
+      cp_async_commit();
+      islot = (islot == 0) ? N - 1 : islot - 1;
+    };
+    for (int tau = 0; tau < P - 1; ++tau) issue(tau);
+
     for (int tau = 0; tau < steps; ++tau) {
       const int i = n - 1 - tau + (NL - 1 - L);
       const bool live = (i >= 0) && (i < n);
+      if ((tau & 31) == 0 && tau > 0) {
+        cur = nxt;
+        load_row(top0 - 32 * (tau / 32) - 32 - lane, nxt);
+      }
+      const int src = tau & 31;
+#pragma unroll
+      for (int d = 0; d < DT; ++d) {
+        const T in = __shfl_sync(FULL_MASK, cur.x[d], src);
+        const T dn = __shfl_down_sync(FULL_MASK, mine.x[d], 1);
+        mine.x[d] = (lane == 31) ? in : dn;
+      }
+      if (WINDOW) {
+        const int lin = __shfl_sync(FULL_MASK, cur.lo, src), hin = __shfl_sync(FULL_MASK, cur.hi, src);
+        const int ldn = __shfl_down_sync(FULL_MASK, mine.lo, 1), hdn = __shfl_down_sync(FULL_MASK, mine.hi, 1);
+        mine.lo = (lane == 31) ? lin : ldn;
+        mine.hi = (lane == 31) ? hin : hdn;
+      }
+      T nextchunk[NB];
+#pragma unroll
+      for (int q = 0; q < NB; ++q) nextchunk[q] = __shfl_sync(FULL_MASK, cur.right[q], src);
       T Er = __shfl_down_sync(FULL_MASK, Efirst, 1);
       Word Sr = __shfl_down_sync(FULL_MASK, Sfirst, 1);
       T dxin[DX > 0 ? DX : 1];
@@ -154,33 +208,27 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
           Sr = Link<T>::from_slot(h[1]);
 #pragma unroll
           for (int d = 0; d < DX; ++d) dxin[d] = h[2 + d];
-        } else if (c + 1 < nch_b && live) {  // first column of the chunk to the right
-          const T* q = bnd + size_t(i) * NB;
-          Er = q[0];
-          Sr = Link<T>::from_slot(q[1]);
+        } else {  // first column of the chunk to the right, or nothing right of column m_b - 1
+          Er = nextchunk[0];
+          Sr = Link<T>::from_slot(nextchunk[1]);
 #pragma unroll
-          for (int d = 0; d < DX; ++d) dxin[d] = q[2 + d];
-        } else {  // column m_b: nothing to the right
-          Er = T(0);
-          Sr = BORDER;
-#pragma unroll
-          for (int d = 0; d < DX; ++d) dxin[d] = T(0);
+          for (int d = 0; d < DX; ++d) dxin[d] = nextchunk[2 + d];
         }
       }
       T Ed = pE;
       Word Sd = pS;
       pE = Er;
       pS = Sr;
+      issue(tau + P - 1);
+      cp_async_wait<P - 1>();
       Word s[K];
-      T xr[DT];
       T cr[K];
 #pragma unroll
-      for (int k = 0; k < K; ++k) { s[k] = sn[k]; cr[k] = cn[k]; }
-#pragma unroll
-      for (int d = 0; d < DT; ++d) xr[d] = xn[d];
-      const int lo = lon, hi = hin;
-      slot = (slot == 0) ? N - 1 : slot - 1;
-      fetch(i - 1, slot);
+      for (int k = 0; k < K; ++k) {
+        s[k] = my_wring[(tau % P) * stage + k];
+        cr[k] = T(0);
+        if constexpr (!FUSED) cr[k] = my_cring[(tau % P) * stage + k];
+      }
       if (live) {
         T ecrow = T(0);
 #pragma unroll
@@ -190,7 +238,7 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
           if (FUSED) {
             cst = T(0);
 #pragma unroll
-            for (int d = 0; d < DT; ++d) cst += cost_term<T, COST>(xr[d] - yv[k][d]);
+            for (int d = 0; d < DT; ++d) cst += cost_term<T, COST>(mine.x[d] - yv[k][d]);
           } else {
             cst = cr[k];
           }
@@ -200,7 +248,7 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
                 Ed * Link<T>::w_diag(Sd, Rp, HARD);
           if (i == n - 1 && j == m - 1) e = T(1);
           bool valid = j < m;
-          if (WINDOW) valid = valid && j >= lo && j < hi;
+          if (WINDOW) valid = valid && j >= mine.lo && j < mine.hi;
           if (!valid) e = T(0);
           Ed = Eb[k];
           Sd = Sb[k];
@@ -212,7 +260,7 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
           if (FUSED) {
 #pragma unroll
             for (int d = 0; d < DT; ++d) {
-              const T gd = e * cost_slope<T, COST>(xr[d] - yv[k][d]);
+              const T gd = e * cost_slope<T, COST>(mine.x[d] - yv[k][d]);
               dxin[d] += gd;
               dyacc[k][d] += gd;
             }
@@ -249,6 +297,7 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
         __syncthreads();
       }
     }
+    cp_async_wait<0>();
     if (FUSED) {
 #pragma unroll
       for (int k = 0; k < K; ++k)
@@ -276,14 +325,21 @@ backward_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* C, co
                 const typename Link<T>::Word* __restrict__ saved,
                 T* __restrict__ dx, T* __restrict__ dy, T* dC, const T* __restrict__ value,
                 T* __restrict__ dgamma, T* __restrict__ bnd, int B, int N, int M, int nch) {
+  using Word = typename Link<T>::Word;
+  constexpr int THREADS = W == 1 ? 128 : 32 * W;
+  constexpr int STAGE = THREADS * K * int(sizeof(Word) + (COST == COST_PRECOMPUTED ? sizeof(T) : 0));
+  constexpr int P = ring_depth(STAGE);
+  static_assert(P * STAGE <= 40960, "ring too large: the planner limits K for this W (launch.k_max)");
   __shared__ T hand[2][W][Carry<COST, DT>::NB];
   __shared__ double red[W];
+  __shared__ __align__(16) Word wring[P * THREADS * K];
+  __shared__ __align__(16) T cring[COST == COST_PRECOMPUTED ? P * THREADS * K : 1];
   const int b = (W == 1) ? int(blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) : int(blockIdx.x);
   if (b >= B) return;
   const BackwardArgs<T> a{x, y, C, xlen, ylen, window, grad, saved, dx, dy, dC, value, dgamma, bnd, N, M, nch};
   const T g = *gamma;
-  if (g == T(0)) backward_pair<T, COST, DT, K, W, WINDOW, true>(a, b, T(1), g, hand, red);
-  else backward_pair<T, COST, DT, K, W, WINDOW, false>(a, b, T(1) / (g * T(LN2)), g, hand, red);
+  if (g == T(0)) backward_pair<T, COST, DT, K, W, WINDOW, true, P>(a, b, T(1), g, hand, red, wring, cring);
+  else backward_pair<T, COST, DT, K, W, WINDOW, false, P>(a, b, T(1) / (g * T(LN2)), g, hand, red, wring, cring);
 }
 
 }  // namespace sdtw

@@ -241,6 +241,45 @@ __device__ __forceinline__ void load_step(const T* row, int L, int NL, T* v) {
   for (int k = 0; k < K; k += VEC) Vec<T, VEC>::load(row + StepLayout<K>::offset(L, k, NL), v + k);
 }
 
+// ---- Asynchronous copies into a per-lane ring in shared memory (cp.async, sm_80+) ---------------------
+//
+// Per-cell inputs (the stored links, a precomputed C) are needed once, at a known future step, by one
+// lane. Each lane copies its own values P - 1 steps ahead into its private slot of a P-stage ring, so
+// DRAM latency (~1 µs) never sits on the step's critical path and no registers hold the prefetch.
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+template <int BYTES>
+__device__ __forceinline__ void cp_async(void* dst, const void* src, bool valid) {
+  static_assert(BYTES == 4 || BYTES == 8 || BYTES == 16, "cp.async copies 4, 8 or 16 bytes");
+  // src-size 0 zero-fills the destination without reading the source.
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(smem_addr(dst)), "l"(src), "n"(BYTES),
+               "r"(valid ? BYTES : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int PENDING>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING)); }
+
+// Copy one lane's K step-major values (StepLayout) into its ring slot (K contiguous values).
+template <typename E, int K>
+__device__ __forceinline__ void cp_async_step(E* dst, const E* row, int L, int NL, bool valid) {
+  constexpr int VEC = StepLayout<K>::VEC;
+  constexpr int BYTES = VEC * int(sizeof(E));
+  constexpr int PIECE = BYTES > 16 ? 16 : BYTES;
+#pragma unroll
+  for (int k = 0; k < K; k += VEC) {
+    const E* src = row + StepLayout<K>::offset(L, k, NL);
+#pragma unroll
+    for (int b = 0; b < BYTES; b += PIECE)
+      cp_async<PIECE>(reinterpret_cast<char*>(dst + k) + b, reinterpret_cast<const char*>(src) + b, valid);
+  }
+}
+
+// Ring depth: as deep as fits a 40 KB budget per block, between 2 and 8 stages.
+__host__ __device__ constexpr int ring_depth(int bytes_per_stage) {
+  return bytes_per_stage <= 0 ? 2 : (40960 / bytes_per_stage > 8 ? 8 : (40960 / bytes_per_stage < 2 ? 2 : 40960 / bytes_per_stage));
+}
+
 // The group of lanes that works on one pair: one warp (W == 1) or one whole block (W > 1).
 template <int W>
 __device__ __forceinline__ void group_sync() {
