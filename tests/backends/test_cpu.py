@@ -22,6 +22,17 @@ from tests._helpers import case, rel_err
 F64 = torch.float64
 
 
+@pytest.fixture(params=["lanes", "pairs"], autouse=True)
+def plan(request, monkeypatch):
+    """Every test runs both ways of spreading a batch: SIMD lanes across pairs (any lane count,
+    also partial vectors) and one pair at a time in row strips. cpu._plan picks by batch size."""
+    if request.param == "pairs":
+        monkeypatch.setattr(cpu, "_plan", lambda B, M, D, dtype: (True, cpu._MAX_LANES[dtype]))
+    else:
+        monkeypatch.setattr(cpu, "_plan", lambda B, M, D, dtype: (False, min(cpu._MAX_LANES[dtype], -(-B // 2))))
+    return request.param
+
+
 def _lengths(*values):
     return torch.tensor(values, dtype=torch.int64)
 
