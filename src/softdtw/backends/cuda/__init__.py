@@ -97,8 +97,8 @@ def _run_forward(x, y, C, cost: str, D: int, gamma, x_lengths, y_lengths, window
 def _run_backward(grad, x, y, C, dC, cost: str, D: int, gamma, x_lengths, y_lengths, window, value, saved):
     """Launch backward_kernel. Fused: returns (dx, dy, dgamma). Precomputed: fills dC, returns (None, None, dgamma).
 
-    The kernel writes every element of dx, dy and dgamma (zeros past the lengths, dgamma = 0 at gamma = 0);
-    dC must come zero-filled (or be C itself, overwritten in place where the kernel visits).
+    The kernel writes every element of dx, dy, dC and dgamma (zeros past the lengths and outside the
+    window, dgamma = 0 at gamma = 0); dC may be C itself (overwritten in place).
     """
     data = C if C is not None else x
     B, N = data.shape[0], data.shape[1]
@@ -142,7 +142,7 @@ def backward_cost(grad, C, gamma, x_lengths, y_lengths, window, value, saved, me
     window = _window(window)
     if saved.numel() == 0:  # nothing was kept: run the forward again, storing
         _, saved = _run_forward(None, None, C, "precomputed", 0, gamma, x_lengths, y_lengths, window, True)
-    dC = torch.zeros_like(C)
+    dC = torch.empty_like(C)  # the kernel writes every element
     _, _, dgamma = _run_backward(grad, None, None, C, dC, "precomputed", 0, gamma, x_lengths, y_lengths, window,
                                  value, saved)
     return dC, dgamma
@@ -174,18 +174,14 @@ def backward(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved
 
 def _backward_gemm(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved):
     """Large D: the cost again by GEMM, E written over it in place (grad_b · E_b), then dx, dy by GEMMs."""
-    B, N, _ = x.shape
-    M = y.shape[1]
     C = costs.pairwise_cost(cost, x, y).contiguous()
     if saved.numel() == 0:
         _, saved = _run_forward(None, None, C, "precomputed", 0, gamma, x_lengths, y_lengths, window, True)
+    # grad_b · E_b overwrites C in place (each cell is read, then written, by the same lane; the kernel
+    # also zeroes the cells past the lengths), so the backward holds one (B, N, M) buffer besides S.
     _, _, dgamma = _run_backward(grad, None, None, C, C, "precomputed", 0, gamma, x_lengths, y_lengths, window,
                                  value, saved)
-    # The kernel writes rows < n_b of the chunks it visits; clear what it left of the cost.
-    rows = torch.arange(N, device=x.device) < x_lengths.unsqueeze(1)
-    cols = torch.arange(M, device=x.device) < y_lengths.unsqueeze(1)
-    dC = C.mul_(rows.unsqueeze(2)).mul_(cols.unsqueeze(1))
-    dx, dy = _cost_vjp(cost, x, y, dC)
+    dx, dy = _cost_vjp(cost, x, y, C)
     return dx, dy, dgamma
 
 

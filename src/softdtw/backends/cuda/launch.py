@@ -86,12 +86,13 @@ def sm_count(device_index: int) -> int:
 
 @lru_cache(maxsize=4096)
 def choose_plan(B: int, N: int, M: int, kmax: int, sms: int, kring: tuple = ()) -> Plan:
-    """Pick (K, W) by a small model of the kernel's time, in units of one cell's dependent latency.
+    """Pick (K, W) by a model of the kernels' time, fitted to a sweep of layouts on an H100.
 
-    One step of a lane costs about K cells plus a fixed overhead (shuffles, loads; a barrier when W > 1);
-    a pair needs nch·(N + 32W − 1) steps. The GPU runs ~16 warps per SM at full rate: a batch with fewer
-    warps is latency-bound (more warps per pair shorten the critical path), a bigger one throughput-bound
-    (then W = 1 and large K waste the least on pipeline fill and overheads).
+    One step of a pair (fwd + bwd) costs about 75 ns·K + 330 ns + 30 ns·W (benchmarks/OPTIMIZATION_LOG.md,
+    "layout sweep"): K dependent cells, a fixed per-step overhead (shuffles, ring, bookkeeping), and the
+    cost of W warps sharing one SM and a barrier. A pair needs nch·(N + 32W − 1) steps. The GPU runs
+    ~16 warps per SM at full rate: a batch with fewer warps is latency-bound (more warps per pair shorten
+    the pipeline), a bigger one throughput-bound (then W = 1 and large K waste the least).
     """
     resident = sms * _RESIDENT_WARPS_PER_SM
     best, best_time = None, math.inf
@@ -103,10 +104,9 @@ def choose_plan(B: int, N: int, M: int, kmax: int, sms: int, kring: tuple = ()) 
             if CW >= 2 * M and (K > 1 or W > 1):
                 continue  # half the lanes would idle: a narrower layout is never worse
             nch = -(-M // CW)
-            step = K + 2.0 + (1.5 if W > 1 else 0.0)
+            step = K + 4.4 + (0.4 * W if W > 1 else 0.0)
             steps = nch * (N + 32 * W - 1)
-            latency = steps * step
-            time = latency * max(1.0, B * W / resident)
+            time = steps * step * max(1.0, B * W / resident)
             if time < best_time * 0.97:  # prefer the earlier (narrower) layout on near-ties
                 best, best_time = Plan(K, W, nch), time
     return best

@@ -33,7 +33,7 @@ struct BackwardArgs {
   const typename Link<T>::Word* saved;  // (B, nch, N, CW) step-major links from the forward
   T* dx;                  // (B, N, DT)
   T* dy;                  // (B, M, DT)
-  T* dC;                  // (B, N, M), zero-initialised (or C itself)
+  T* dC;                  // (B, N, M) (may be C itself)
   const T* value;         // (B,) forward values
   T* dgamma;              // (B,)
   T* bnd;                 // (B, N, NB): (E, link, dx[DT]) of the first column of the chunk to the right
@@ -91,6 +91,11 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
     for (int j = nch_b * CW + L; j < M; j += NL)
 #pragma unroll
       for (int d = 0; d < DT; ++d) a.dy[(size_t(b) * M + j) * DT + d] = T(0);
+  } else {  // dC: rows past n_b, and columns right of the visited chunks (the main loop writes the rest)
+    for (int i = n; i < N; ++i)
+      for (int j = L; j < M; j += NL) dCb[size_t(i) * M + j] = T(0);
+    for (int i = 0; i < n; ++i)
+      for (int j = nch_b * CW + L; j < M; j += NL) dCb[size_t(i) * M + j] = T(0);
   }
 
   for (int c = nch_b - 1; c >= 0; --c) {
@@ -130,6 +135,12 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
       __syncthreads();
     }
     const Word* sbase = a.saved + (size_t(b) * a.nch + c) * size_t(N) * CW;
+    unsigned colok = 0, colend = 0;  // per column k of the lane: j < m_b, j == m_b - 1 (bit k)
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      colok |= unsigned(j0 + k < m) << k;
+      colend |= unsigned(j0 + k == m - 1) << k;
+    }
 
     // Row stream: lane 31 of warp wg works on row top - (tau mod 32) at step tau, with
     // top = n - 1 + 32 * (W - 1 - wg) - 32 * floor(tau / 32); lane l of the warp holds row top - l.
@@ -195,7 +206,11 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
       }
       T nextchunk[NB];
 #pragma unroll
-      for (int q = 0; q < NB; ++q) nextchunk[q] = __shfl_sync(FULL_MASK, cur.right[q], src);
+      for (int q = 0; q < NB; ++q) nextchunk[q] = q == 1 ? Link<T>::to_slot(BORDER) : T(0);
+      if (edge) {  // warp-uniform: only the last warp, and only when a chunk lies to the right
+#pragma unroll
+        for (int q = 0; q < NB; ++q) nextchunk[q] = __shfl_sync(FULL_MASK, cur.right[q], src);
+      }
       T Er = __shfl_down_sync(FULL_MASK, Efirst, 1);
       Word Sr = __shfl_down_sync(FULL_MASK, Sfirst, 1);
       T dxin[DX > 0 ? DX : 1];
@@ -230,6 +245,7 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
         if constexpr (!FUSED) cr[k] = my_cring[(tau % P) * stage + k];
       }
       if (live) {
+        const bool endrow = i == n - 1;
         T ecrow = T(0);
 #pragma unroll
         for (int k = K - 1; k >= 0; --k) {
@@ -246,8 +262,8 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
           if constexpr (Link<T>::NEEDS_R) Rp = s[k] + cst * scale;
           T e = Eb[k] * Link<T>::w_up(Sb[k], Rp, HARD) + Er * Link<T>::w_left(Sr, Rp, HARD) +
                 Ed * Link<T>::w_diag(Sd, Rp, HARD);
-          if (i == n - 1 && j == m - 1) e = T(1);
-          bool valid = j < m;
+          if (endrow && ((colend >> k) & 1u)) e = T(1);
+          bool valid = (colok >> k) & 1u;
           if (WINDOW) valid = valid && j >= mine.lo && j < mine.hi;
           if (!valid) e = T(0);
           Ed = Eb[k];

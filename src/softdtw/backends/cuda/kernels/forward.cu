@@ -81,6 +81,7 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
       __syncthreads();
     }
     Word* sbase = STORE ? a.saved + (size_t(b) * a.nch + c) * size_t(N) * CW : nullptr;
+    const bool owns_end = (c == nch_b - 1) && (j0 <= m - 1) && (m - 1 < j0 + K);  // holds R[n-1, m-1]
 
     // Row stream: lane l of warp wg holds row (32 * floor(t / 32) - 32 * wg + l) in `cur`, the next
     // block in `nxt`; lane 0 of the warp needs row t - 32 * wg at step t.
@@ -135,7 +136,8 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
         mine.lo = (lane == 0) ? lin : lup;
         mine.hi = (lane == 0) ? hin : hup;
       }
-      const T chunk_left = __shfl_sync(FULL_MASK, cur.left, src);
+      T chunk_left = BIG;
+      if (c > 0 && wg == 0) chunk_left = __shfl_sync(FULL_MASK, cur.left, src);  // warp-uniform
       T leftin = __shfl_up_sync(FULL_MASK, last, 1);
       if (lane == 0) {
         if (W > 1 && wg > 0) leftin = hand[(t + 1) & 1][wg - 1];  // lane 31 of the warp on the left, step t - 1
@@ -189,7 +191,7 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
         last = r[K - 1];
         if (STORE) store_step<Word, K>(sbase + size_t(slot) * CW, L, NL, sv);
         if (L == NL - 1 && c + 1 < nch_b) bnd[i] = last;
-        if (i == n - 1 && c == nch_b - 1) {
+        if (i == n - 1 && owns_end) {
 #pragma unroll
           for (int k = 0; k < K; ++k)
             if (j0 + k == m - 1) a.value[b] = r[k] * unit;
