@@ -27,9 +27,9 @@ def plan(request, monkeypatch):
     """Every test runs both ways of spreading a batch: SIMD lanes across pairs (any lane count,
     also partial vectors) and one pair at a time in row strips. cpu._plan picks by batch size."""
     if request.param == "pairs":
-        monkeypatch.setattr(cpu, "_plan", lambda B, M, D, dtype: (True, cpu._MAX_LANES[dtype]))
+        monkeypatch.setattr(cpu, "_plan", lambda B, M, D, dtype, max_lanes: (True, cpu._MAX_LANES[dtype]))
     else:
-        monkeypatch.setattr(cpu, "_plan", lambda B, M, D, dtype: (False, min(cpu._MAX_LANES[dtype], -(-B // 2))))
+        monkeypatch.setattr(cpu, "_plan", lambda B, M, D, dtype, max_lanes: (False, min(max_lanes, -(-B // 2))))
     return request.param
 
 

@@ -30,9 +30,13 @@ from . import _cpu_kernels as kernels
 
 _COST_KIND = {"sqeuclidean": kernels.COST_SQEUCLIDEAN, "l1": kernels.COST_L1}
 
-# Pairs per SIMD group: two AVX-512 registers' worth, enough independent chains to hide the
-# latency of a soft-min (measured: 32 lanes of float32 run at 1.6 ns/cell, 8 lanes at 5.4).
+# Pairs per SIMD group (and rows per strip when by pair): two AVX-512 registers' worth, enough
+# independent chains to hide the latency of a soft-min (measured: 32 lanes of float32 run at
+# 1.6 ns/cell, 8 lanes at 5.4).
 _MAX_LANES = {torch.float32: 32, torch.float64: 16}
+# Except the float32 forward that stores (float64 state): 32 float64 lanes spill registers
+# (measured, one thread, B=64, N=M=128, D=4: 16 lanes 5.5 ns/cell, 32 lanes 7.6).
+_MAX_LANES_STORING = {torch.float32: 16, torch.float64: 16}
 _VECTOR = 8
 # Fewer pairs per thread than this run one pair at a time (see _plan). Measured crossover of
 # forward + backward at N = M = 256, D = 2 on 2 threads (ns/cell, pairs vs lanes):
@@ -53,7 +57,7 @@ _CHECKPOINT_MESSAGE = (
 )
 
 
-def _plan(B: int, M: int, D: int, dtype: torch.dtype) -> tuple[bool, int]:
+def _plan(B: int, M: int, D: int, dtype: torch.dtype, max_lanes: int) -> tuple[bool, int]:
     """(by_pair, lanes): how the kernels spread the batch over SIMD lanes and threads.
 
     With at least ``_PAIR_LANES_MIN`` pairs per thread, groups of ``lanes`` pairs run in lock
@@ -65,7 +69,7 @@ def _plan(B: int, M: int, D: int, dtype: torch.dtype) -> tuple[bool, int]:
     per_thread = -(-B // threads)
     if per_thread < _PAIR_LANES_MIN[dtype]:
         return True, _MAX_LANES[dtype]
-    lanes = min(_MAX_LANES[dtype], -(-per_thread // _VECTOR) * _VECTOR)
+    lanes = min(max_lanes, -(-per_thread // _VECTOR) * _VECTOR)
     itemsize = torch.empty((), dtype=dtype).element_size()
     while 2 * M * max(D, 1) * lanes * itemsize > _GROUP_BYTES:
         if lanes <= _VECTOR:  # long and wide series: one pair at a time needs only its own y
@@ -119,7 +123,7 @@ def _run_forward(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, store,
         saved = torch.empty((0,), dtype=dtype)
         state = _placeholder(dtype)
     win, has_win = _window_args(window)
-    by_pair, lanes = _plan(B, M, D, dtype)
+    by_pair, lanes = _plan(B, M, D, dtype, (_MAX_LANES_STORING if store else _MAX_LANES)[dtype])
     kernels.forward_kernel(
         x, y, C, cost_kind, _gamma(gamma), _view(x_lengths), _view(y_lengths), win, has_win,
         store, by_pair, lanes, state, values.numpy(),
@@ -154,7 +158,7 @@ def _run_backward(grad, x, y, C, cost_kind, gamma, x_lengths, y_lengths, window,
     dx, dy, dC = outputs
     dgamma = torch.empty(B, dtype=dtype)
     win, has_win = _window_args(window)
-    by_pair, lanes = _plan(B, M, D, dtype)
+    by_pair, lanes = _plan(B, M, D, dtype, _MAX_LANES[dtype])
     kernels.backward_kernel(
         x, y, C, cost_kind, _gamma(gamma), _view(x_lengths), _view(y_lengths), win, has_win,
         by_pair, lanes, _view(grad.to(dtype)), _view(value.to(dtype)), _view(saved),
