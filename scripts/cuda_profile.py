@@ -23,3 +23,13 @@ v, saved = be.forward(x, y, g, "sqeuclidean", lengths, lengths, None, "store")
 be.backward(torch.ones(B, device="cuda"), x, y, g, "sqeuclidean", lengths, lengths, None, v, saved, "store")
 torch.cuda.synchronize()
 print("profiled B=%d N=%d D=%d" % (B, N, D))
+
+if len(sys.argv) > 4:  # also write the cubins of the kernels just run (for cuobjdump -sass)
+    from softdtw.backends.cuda import compile as nvrtc
+
+    out = Path(sys.argv[4])
+    out.mkdir(parents=True, exist_ok=True)
+    for idx, (dev, name, expr) in enumerate(sorted(nvrtc._kernels)):
+        cubin, _ = nvrtc.cubin_for(name, expr, nvrtc.arch_of(dev))
+        (out / f"k{idx}.cubin").write_bytes(cubin)
+        (out / f"k{idx}.txt").write_text(expr)

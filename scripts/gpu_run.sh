@@ -53,6 +53,20 @@ if has bench || has bench-quick; then
   tail -45 "$OUT/bench.log"
 fi
 
+if has sass; then  # SASS of the kernels one step uses (PROFILE_ARGS="B N D")
+  python3 scripts/cuda_profile.py ${PROFILE_ARGS:-4096 512 1} /tmp/cubins >/dev/null 2>&1
+  for f in /tmp/cubins/k*.cubin; do echo "== $(cat ${f%.cubin}.txt)"; cuobjdump -sass "$f"; done >"$OUT/sass.txt" 2>&1
+  echo "sass: $(grep -c '==' "$OUT/sass.txt") kernels dumped"
+fi
+
+if has stalls; then  # warp stall reasons of the backward in latency mode (PROFILE_ARGS="B N D")
+  timeout 200 ncu --clock-control none --kernel-name regex:"forward_kernel|backward_kernel" --launch-count 3 \
+    --metrics regex:smsp__pcsamp_warps_issue_stalled_.*,smsp__inst_executed.sum,sm__cycles_elapsed.avg \
+    python3 scripts/cuda_profile.py ${PROFILE_ARGS:-16 512 1} >"$OUT/stalls.log" 2>&1
+  echo "stalls: exit $?"
+  grep -E "forward_kernel|backward_kernel|stalled|inst_executed|cycles_elapsed" "$OUT/stalls.log" | awk '$NF != "0" || /kernel/' | head -90
+fi
+
 if has ncu; then  # Nsight Compute on the three kernels of one step (PROFILE_ARGS="B N [D]")
   timeout 240 ncu --clock-control none --kernel-name regex:"forward_kernel|backward_kernel" --launch-count 3 \
     --section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis \

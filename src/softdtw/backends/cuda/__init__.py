@@ -154,7 +154,7 @@ def forward(x, y, gamma, cost, x_lengths, y_lengths, window, memory):
     window = _window(window)
     D = x.shape[2]
     if D > FUSED_D_MAX:
-        C = costs.pairwise_cost(cost, x, y).contiguous()
+        C = _gemm_cost(cost, x, y)
         return _run_forward(None, None, C, "precomputed", 0, gamma, x_lengths, y_lengths, window, store)
     return _run_forward(x.contiguous(), y.contiguous(), None, cost, D, gamma, x_lengths, y_lengths, window, store)
 
@@ -174,7 +174,7 @@ def backward(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved
 
 def _backward_gemm(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved):
     """Large D: the cost again by GEMM, E written over it in place (grad_b · E_b), then dx, dy by GEMMs."""
-    C = costs.pairwise_cost(cost, x, y).contiguous()
+    C = _gemm_cost(cost, x, y)
     if saved.numel() == 0:
         _, saved = _run_forward(None, None, C, "precomputed", 0, gamma, x_lengths, y_lengths, window, True)
     # grad_b · E_b overwrites C in place (each cell is read, then written, by the same lane; the kernel
@@ -185,14 +185,27 @@ def _backward_gemm(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value,
     return dx, dy, dgamma
 
 
+def _gemm_cost(cost, x, y):
+    """`(B, N, M)` cost for large D without a (B, N, M, D) temporary: |x|² + |y|² - 2 x·yᵀ (one batched
+    GEMM, clamped at 0) for sqeuclidean, torch.cdist for l1."""
+    if cost == "sqeuclidean":
+        xx = x.square().sum(-1, keepdim=True)
+        yy = y.square().sum(-1).unsqueeze(1)
+        return torch.baddbmm(xx, x, y.transpose(1, 2), alpha=-2.0).add_(yy).clamp_min_(0.0)
+    return torch.cdist(x, y, p=1.0).contiguous()
+
+
 def _cost_vjp(cost, x, y, dC):
-    """(dx, dy) from dC `(B, N, M)`: GEMMs for sqeuclidean; l1 one feature at a time (no (B, N, M, D) tensor)."""
+    """(dx, dy) from dC `(B, N, M)`: GEMMs for sqeuclidean; l1 a few features at a time (temporaries of at
+    most 4 B·N·M values, never (B, N, M, D))."""
     if cost == "sqeuclidean":
         return costs.cost_vjp(cost, x, y, dC)
     dx = torch.empty_like(x)
     dy = torch.empty_like(y)
-    for d in range(x.shape[2]):
-        s = torch.sign(x[:, :, d].unsqueeze(2) - y[:, :, d].unsqueeze(1)).mul_(dC)
-        dx[:, :, d] = s.sum(2)
-        dy[:, :, d] = -s.sum(1)
+    step = 4
+    for d0 in range(0, x.shape[2], step):
+        d1 = min(d0 + step, x.shape[2])
+        s = torch.sign(x[:, :, None, d0:d1] - y[:, None, :, d0:d1]).mul_(dC.unsqueeze(-1))
+        dx[:, :, d0:d1] = s.sum(2)
+        dy[:, :, d0:d1] = -s.sum(1)
     return dx, dy

@@ -216,19 +216,22 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
       T dxin[DX > 0 ? DX : 1];
 #pragma unroll
       for (int d = 0; d < DX; ++d) dxin[d] = __shfl_down_sync(FULL_MASK, dxout[d], 1);
+      // Lane 31 takes its right neighbour from lane 0 of the warp on the right (one step ago, through shared
+      // memory), or from the next chunk's first column. Every lane reads (a broadcast) and selects: no
+      // divergent branch around the shuffles.
+      T in31[NB];
+#pragma unroll
+      for (int q = 0; q < NB; ++q) in31[q] = nextchunk[q];
+      if (W > 1 && wg < W - 1) {  // warp-uniform
+        const T* h = hand[(tau + 1) & 1][wg + 1];
+#pragma unroll
+        for (int q = 0; q < NB; ++q) in31[q] = h[q];
+      }
       if (lane == 31) {
-        if (W > 1 && wg < W - 1) {  // lane 0 of the warp on the right, one step ago
-          const T* h = hand[(tau + 1) & 1][wg + 1];
-          Er = h[0];
-          Sr = Link<T>::from_slot(h[1]);
+        Er = in31[0];
+        Sr = Link<T>::from_slot(in31[1]);
 #pragma unroll
-          for (int d = 0; d < DX; ++d) dxin[d] = h[2 + d];
-        } else {  // first column of the chunk to the right, or nothing right of column m_b - 1
-          Er = nextchunk[0];
-          Sr = Link<T>::from_slot(nextchunk[1]);
-#pragma unroll
-          for (int d = 0; d < DX; ++d) dxin[d] = nextchunk[2 + d];
-        }
+        for (int d = 0; d < DX; ++d) dxin[d] = in31[2 + d];
       }
       T Ed = pE;
       Word Sd = pS;
@@ -260,8 +263,8 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
           }
           T Rp = T(0);
           if constexpr (Link<T>::NEEDS_R) Rp = s[k] + cst * scale;
-          T e = Eb[k] * Link<T>::w_up(Sb[k], Rp, HARD) + Er * Link<T>::w_left(Sr, Rp, HARD) +
-                Ed * Link<T>::w_diag(Sd, Rp, HARD);
+          T e = (Eb[k] * Link<T>::w_up(Sb[k], Rp, HARD) + Er * Link<T>::w_left(Sr, Rp, HARD) +
+                 Ed * Link<T>::w_diag(Sd, Rp, HARD)) * T(Link<T>::UNIT);
           if (endrow && ((colend >> k) & 1u)) e = T(1);
           bool valid = (colok >> k) & 1u;
           if (WINDOW) valid = valid && j >= mine.lo && j < mine.hi;
@@ -333,8 +336,9 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
 }
 
 // Grid as the forward: W == 1: ceil(B / 4) blocks of 4 warps; W > 1: B blocks of W warps.
+// Register cap (float, small D): 16 warps per SM keep enough loads of the links in flight.
 template <typename T, int COST, int DT, int K, int W, bool WINDOW>
-__global__ void __launch_bounds__(W == 1 ? 128 : 32 * W)
+__global__ void __launch_bounds__(W == 1 ? 128 : 32 * W, (W == 1 && sizeof(T) == 4 && DT == 1) ? 4 : 1)
 backward_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* C, const T* __restrict__ gamma,
                 const long long* __restrict__ xlen, const long long* __restrict__ ylen,
                 const int* __restrict__ window, const T* __restrict__ grad,

@@ -69,10 +69,10 @@ __device__ __forceinline__ T hard_min3(T diag, T up, T left, int& choice) {
 // ---- What the forward stores per cell for the backward ("link" to its three predecessors) -------------
 //
 // float: the normalised soft-min weights themselves, w_p = 2^(S - R[p]) for p = up, left (diagonal =
-//   1 - up - left), as two 16-bit fixed-point numbers in one 32-bit word. Each weight is exact to
-//   7.6e-6 whatever the size of R, gamma or N (an fp32 S would carry an error of ulp(|R| / (gamma ln 2))
-//   into every weight: 5e-4 at |R'| = 1e4), the weights of a cell sum to 1 exactly, and the backward
-//   needs neither exp2 nor R. Hard DTW stores the argmin as one-hot weights.
+//   1 - up - left), as two 16-bit fixed-point numbers in one 32-bit word (w_up and w_up + w_left). Each
+//   weight is exact to 1.5e-5 whatever the size of R, gamma or N (an fp32 S would carry an error of
+//   ulp(|R| / (gamma ln 2)) into every weight: 5e-4 at |R'| = 1e4), the weights of a cell sum to 1
+//   exactly, and the backward needs neither exp2 nor R. Hard DTW stores the argmin as one-hot weights.
 // double: S itself (the backward evaluates 2^(S - R[p]) in float64); hard DTW stores the argmin 0/1/2.
 template <typename T> struct Link;
 
@@ -80,20 +80,16 @@ template <> struct Link<float> {
   using Word = unsigned;
   static constexpr float Q = 65535.f;
   static constexpr float MAGIC = 8388608.f;  // 2^23: x + 2^23 holds round(x) in its low mantissa bits
+  static constexpr float UNIT = 1.f / Q;     // weights below are in units of 1/Q; e is scaled once per cell
   static __device__ __forceinline__ unsigned border() { return 0u; }  // never read with E != 0
-  static __device__ __forceinline__ unsigned quantise(float w) {
-    return __float_as_uint(fmaf(w, Q, MAGIC)) & 0xffffu;  // round(w * 65535) without a conversion
-  }
-  static __device__ __forceinline__ float dequantise(unsigned q) {
-    return (__uint_as_float(0x4B000000u | q) - MAGIC) * (1.f / Q);  // exact integer, then one rounding
-  }
+  // Word = a | c << 16 with a = round(w_up Q), c = round((w_up + w_left) Q): 0 <= a <= c <= Q by
+  // monotonicity, so w_left = c - a and w_diag = Q - c are never negative and a cell's weights sum to 1.
   static __device__ __forceinline__ unsigned pack(float w_up, float w_left) {
-    const unsigned qu = quantise(w_up);
-    const unsigned ql = min(quantise(w_left), 65535u - qu);  // keeps the diagonal weight >= 0
-    return qu | (ql << 16);
+    const float fa = fmaf(w_up, Q, MAGIC), fc = fmaf(w_up + w_left, Q, MAGIC);
+    return __byte_perm(__float_as_uint(fa), __float_as_uint(fc), 0x5410);
   }
   static __device__ __forceinline__ unsigned hard(int choice) {
-    return choice == 1 ? 0xffffu : (choice == 2 ? 0xffff0000u : 0u);
+    return choice == 1 ? 0xffffffffu : (choice == 2 ? 0xffff0000u : 0u);
   }
   // Soft-min of (diag, up, left) and the packed weights: the median trick plus one reciprocal.
   static __device__ __forceinline__ float soft(float diag, float up, float left, unsigned& word) {
@@ -110,13 +106,14 @@ template <> struct Link<float> {
     word = pack(eu * rz, el * rz);
     return m - Num<float>::lg2(Z);
   }
-  // Weights of the predecessor p in its successors: p is "up" of the cell below, "left" of the cell to
-  // the right, "diag" of the cell down-right. R (of p) is not needed.
-  static __device__ __forceinline__ float w_up(unsigned s, float, bool) { return dequantise(s & 0xffffu); }
-  static __device__ __forceinline__ float w_left(unsigned s, float, bool) { return dequantise(s >> 16); }
-  static __device__ __forceinline__ float w_diag(unsigned s, float, bool) {
-    return dequantise(65535u - (s & 0xffffu) - (s >> 16));
-  }
+  // 2^23 + a and 2^23 + c as floats: one byte permute each, no conversion instruction.
+  static __device__ __forceinline__ float fa(unsigned s) { return __uint_as_float(__byte_perm(s, 0x4B000000u, 0x7610)); }
+  static __device__ __forceinline__ float fc(unsigned s) { return __uint_as_float(__byte_perm(s, 0x4B000000u, 0x7632)); }
+  // Weights (in units of 1/Q) of the predecessor p in its successors: p is "up" of the cell below, "left"
+  // of the cell to the right, "diag" of the cell down-right. R (of p) is not needed.
+  static __device__ __forceinline__ float w_up(unsigned s, float, bool) { return fa(s) - MAGIC; }
+  static __device__ __forceinline__ float w_left(unsigned s, float, bool) { return fc(s) - fa(s); }
+  static __device__ __forceinline__ float w_diag(unsigned s, float, bool) { return (MAGIC + Q) - fc(s); }
   static constexpr bool NEEDS_R = false;
   // Bit-exact round trip through a float slot (shared-memory and global hand-over buffers).
   static __device__ __forceinline__ float to_slot(unsigned w) { return __uint_as_float(w); }
@@ -125,6 +122,7 @@ template <> struct Link<float> {
 
 template <> struct Link<double> {
   using Word = double;
+  static constexpr double UNIT = 1.0;
   static __device__ __forceinline__ double border() { return -1e200; }
   static __device__ __forceinline__ double hard(int choice) { return double(choice); }
   static __device__ __forceinline__ double soft(double diag, double up, double left, double& word) {

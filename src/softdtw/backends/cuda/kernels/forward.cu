@@ -139,10 +139,12 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
       T chunk_left = BIG;
       if (c > 0 && wg == 0) chunk_left = __shfl_sync(FULL_MASK, cur.left, src);  // warp-uniform
       T leftin = __shfl_up_sync(FULL_MASK, last, 1);
-      if (lane == 0) {
-        if (W > 1 && wg > 0) leftin = hand[(t + 1) & 1][wg - 1];  // lane 31 of the warp on the left, step t - 1
-        else leftin = chunk_left;                                 // previous chunk's last column, or the border
-      }
+      // Lane 0 takes its left neighbour from lane 31 of the warp on the left (one step ago, through shared
+      // memory; every lane reads the broadcast and selects, no divergent branch), from the previous
+      // chunk's last column, or the border.
+      T in0 = chunk_left;
+      if (W > 1 && wg > 0) in0 = hand[(t + 1) & 1][wg - 1];  // warp-uniform
+      if (lane == 0) leftin = in0;
       T diag = prevleft;
       if (L == 0 && c == 0) diag = (i == 0) ? T(0) : BIG;  // R[-1, -1] = 0
       prevleft = leftin;
