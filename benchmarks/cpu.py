@@ -20,6 +20,7 @@ with B the number of pairs; ratio_vs_tslearn = (fastest tslearn time of the sect
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -159,7 +160,8 @@ def matrix_section(reps, threads):
 
 
 def markdown(meta, rows):
-    columns = ["impl", "mode", "dtype", "threads", "B", "N", "D", "ms", "ns_per_cell", "ratio_vs_tslearn"]
+    columns = ["impl", "mode", "dtype", "threads", "B", "N", "D", "ms", "ns_per_cell", "ratio_vs_tslearn",
+               "note"]
     return "\n".join([
         "# CPU benchmark: softdtw cpu backend vs tslearn",
         "",
@@ -183,7 +185,14 @@ def main(argv=None):
                         help="JSON file to write (a .md table is written next to it)")
     parser.add_argument("--quick", action="store_true", help="3 repetitions instead of 9")
     parser.add_argument("--comment", default="", help="a note for the .md (e.g. about machine load)")
+    parser.add_argument("--render", action="store_true",
+                        help="only rewrite the .md from the JSON at --out (no measurement)")
     args = parser.parse_args(argv)
+    if args.render:
+        data = json.loads(Path(args.out).read_text())
+        rows = data.pop("rows")
+        Path(args.out).with_suffix(".md").write_text(markdown(data, rows).rstrip() + "\n")
+        return
     reps = 3 if args.quick else 9
     threads = numba.get_num_threads()
     meta = {"device": _harness.cpu_name(), "torch": torch.__version__, "numba": numba.__version__,
