@@ -56,7 +56,7 @@ struct BwdRow {
 
 template <typename T, int COST, int DT, int K, int W, bool WINDOW, bool HARD, int P>
 __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const int b, const T scale,
-                                              const T gamma, T (*hand)[W][Carry<COST, DT>::NB], double* red,
+                                              const T gamma, const T xs, T (*hand)[W][Carry<COST, DT>::NB], double* red,
                                               typename Link<T>::Word* wring, T* cring) {
   constexpr int NL = 32 * W;
   constexpr int CW = NL * K;
@@ -79,7 +79,9 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
   const int* wb = a.window + size_t(b) * N * 2;
   T* bnd = a.bnd + size_t(b) * N * NB;
   const T g = a.grad[b];
-  const T slope_unit = (COST == COST_SQEUCLIDEAN) ? T(2) : T(1);  // d cost / d x = slope_unit * cost_slope
+  // d cost / d x = slope_unit * cost_slope(x - y); the kernel sees pre-scaled x' = xs x, y' = xs y, so the
+  // squared Euclidean slopes it sums are xs times too large (L1's signs are not).
+  const T slope_unit = (COST == COST_SQEUCLIDEAN) ? T(2) / xs : T(1);
   const size_t stage = size_t(blockDim.x) * K;                     // ring stride between stages
   Word* my_wring = wring + size_t(threadIdx.x) * K;
   T* my_cring = cring + size_t(threadIdx.x) * K;
@@ -107,7 +109,7 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
       for (int k = 0; k < K; ++k)
 #pragma unroll
         for (int d = 0; d < DT; ++d) {
-          yv[k][d] = (j0 + k < M) ? yb[size_t(j0 + k) * DT + d] : T(0);
+          yv[k][d] = (j0 + k < M) ? yb[size_t(j0 + k) * DT + d] * xs : T(0);
           dyacc[k][d] = T(0);
         }
     }
@@ -148,7 +150,7 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
     auto load_row = [&](const int row, BwdRow<T, DT, NB>& q) {
       const bool ok = row >= 0 && row < n;
 #pragma unroll
-      for (int d = 0; d < DT; ++d) q.x[d] = (FUSED && ok) ? xb[size_t(row) * DT + d] : T(0);
+      for (int d = 0; d < DT; ++d) q.x[d] = (FUSED && ok) ? xb[size_t(row) * DT + d] * xs : T(0);
       q.lo = (WINDOW && ok) ? wb[2 * row] : 0;
       q.hi = (WINDOW && ok) ? wb[2 * row + 1] : 0;
       q.right[0] = (edge && ok) ? bnd[size_t(row) * NB] : T(0);
@@ -253,7 +255,7 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
 #pragma unroll
         for (int k = K - 1; k >= 0; --k) {
           const int j = j0 + k;
-          T cst;
+          T cst;  // fused: in log2 units (pre-scaled inputs); precomputed: natural units
           if (FUSED) {
             cst = T(0);
 #pragma unroll
@@ -262,7 +264,7 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
             cst = cr[k];
           }
           T Rp = T(0);
-          if constexpr (Link<T>::NEEDS_R) Rp = s[k] + cst * scale;
+          if constexpr (Link<T>::NEEDS_R) Rp = s[k] + (FUSED ? cst : cst * scale);
           T e = (Eb[k] * Link<T>::w_up(Sb[k], Rp, HARD) + Er * Link<T>::w_left(Sr, Rp, HARD) +
                  Ed * Link<T>::w_diag(Sd, Rp, HARD)) * T(Link<T>::UNIT);
           if (endrow && ((colend >> k) & 1u)) e = T(1);
@@ -329,6 +331,7 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
     group_sync<W>();  // bnd written by this chunk is read by the next
   }
   ec = group_sum<W>(ec, red);
+  if (FUSED) ec /= double(scale);  // back to natural units
   if (L == 0) {
     const double dg = HARD ? 0.0 : double(g) * (double(a.value[b]) - ec) / double(gamma);
     a.dgamma[b] = T(dg);
@@ -357,9 +360,14 @@ backward_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* C, co
   const int b = (W == 1) ? int(blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) : int(blockIdx.x);
   if (b >= B) return;
   const BackwardArgs<T> a{x, y, C, xlen, ylen, window, grad, saved, dx, dy, dC, value, dgamma, bnd, N, M, nch};
-  const T g = *gamma;
-  if (g == T(0)) backward_pair<T, COST, DT, K, W, WINDOW, true, P>(a, b, T(1), g, hand, red, wring, cring);
-  else backward_pair<T, COST, DT, K, W, WINDOW, false, P>(a, b, T(1) / (g * T(LN2)), g, hand, red, wring, cring);
+  const T g = *gamma;  // scales as in the forward (inputs pre-scaled for fused costs)
+  if (g == T(0)) {
+    backward_pair<T, COST, DT, K, W, WINDOW, true, P>(a, b, T(1), g, T(1), hand, red, wring, cring);
+  } else {
+    const T scale = T(1) / (g * T(LN2));
+    const T xs = COST == COST_SQEUCLIDEAN ? sqrt(scale) : scale;
+    backward_pair<T, COST, DT, K, W, WINDOW, false, P>(a, b, scale, g, xs, hand, red, wring, cring);
+  }
 }
 
 }  // namespace sdtw

@@ -42,7 +42,7 @@ struct FwdRow {
 
 template <typename T, int COST, int DT, int K, int W, bool WINDOW, bool STORE, bool HARD, int P>
 __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int b, const T scale,
-                                             const T unit, T (*hand)[W], T* ring) {
+                                             const T unit, const T xs, T (*hand)[W], T* ring) {
   constexpr int NL = 32 * W;
   constexpr int CW = NL * K;
   constexpr bool FUSED = COST != COST_PRECOMPUTED;
@@ -69,7 +69,7 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
 #pragma unroll
       for (int k = 0; k < K; ++k)
 #pragma unroll
-        for (int d = 0; d < DT; ++d) yv[k][d] = (j0 + k < M) ? yb[size_t(j0 + k) * DT + d] : T(0);
+        for (int d = 0; d < DT; ++d) yv[k][d] = (j0 + k < M) ? yb[size_t(j0 + k) * DT + d] * xs : T(0);
     }
     T r[K];  // R of this lane's columns on the row it processed last
 #pragma unroll
@@ -88,7 +88,7 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
     auto load_row = [&](const int row, FwdRow<T, DT>& q) {
       const bool ok = row >= 0 && row < n;
 #pragma unroll
-      for (int d = 0; d < DT; ++d) q.x[d] = (FUSED && ok) ? xb[size_t(row) * DT + d] : T(0);
+      for (int d = 0; d < DT; ++d) q.x[d] = (FUSED && ok) ? xb[size_t(row) * DT + d] * xs : T(0);
       q.lo = (WINDOW && ok) ? wb[2 * row] : 0;
       q.hi = (WINDOW && ok) ? wb[2 * row + 1] : 0;
       q.left = (c > 0 && wg == 0 && ok) ? bnd[row] : BIG;
@@ -161,9 +161,9 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
         Word sv[K];
 #pragma unroll
         for (int k = 0; k < K; ++k) {
-          T cst;
+          T cst;  // in log2 units: x and y came pre-scaled, C is scaled here
           if (!FUSED) {
-            cst = cr[k];
+            cst = cr[k] * scale;
           } else {
             cst = T(0);
 #pragma unroll
@@ -177,9 +177,9 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
             v = hard_min3(diag, up, left, choice) + cst;
             w = Link<T>::hard(choice);
           } else if (STORE) {
-            v = Link<T>::soft(diag, up, left, w) + cst * scale;
+            v = Link<T>::soft(diag, up, left, w) + cst;
           } else {
-            v = soft_min3(diag, up, left) + cst * scale;
+            v = Link<T>::value(diag, up, left) + cst;
           }
           if (WINDOW) {
             const int j = j0 + k;
@@ -229,9 +229,17 @@ forward_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* __rest
   if (b >= B) return;  // only the last block of a W == 1 grid; W > 1 grids have exactly B blocks
   const ForwardArgs<T> a{x, y, C, xlen, ylen, window, value, saved, bnd, N, M, nch};
   // gamma is read on the device: no host sync, and CUDA-graph replays see its current value.
+  // Soft: values in log2 units, scale = 1 / (gamma ln 2). Fused costs scale their inputs instead of each
+  // cell's cost (one multiply per loaded value, none per cell): by sqrt(scale) for the squared
+  // Euclidean cost, by scale for L1.
   const T g = *gamma;
-  if (g == T(0)) forward_pair<T, COST, DT, K, W, WINDOW, STORE, true, P>(a, b, T(1), T(1), hand, ring);
-  else forward_pair<T, COST, DT, K, W, WINDOW, STORE, false, P>(a, b, T(1) / (g * T(LN2)), g * T(LN2), hand, ring);
+  if (g == T(0)) {
+    forward_pair<T, COST, DT, K, W, WINDOW, STORE, true, P>(a, b, T(1), T(1), T(1), hand, ring);
+  } else {
+    const T scale = T(1) / (g * T(LN2));
+    const T xs = COST == COST_SQEUCLIDEAN ? sqrt(scale) : scale;
+    forward_pair<T, COST, DT, K, W, WINDOW, STORE, false, P>(a, b, scale, g * T(LN2), xs, hand, ring);
+  }
 }
 
 }  // namespace sdtw
