@@ -58,6 +58,8 @@ def _forward_setup(ctx, inputs, output):
     x, y, gamma, cost, x_lengths, y_lengths, window, memory, backend = inputs
     value, saved = output
     ctx.mark_non_differentiable(saved)
+    # Otherwise autograd fills a zero gradient the size of the saved table on every backward.
+    ctx.set_materialize_grads(False)
     ctx.cost, ctx.memory, ctx.backend = cost, memory, backend
     ctx.save_for_backward(x, y, gamma, x_lengths, y_lengths, window, value, saved)
 
@@ -71,6 +73,8 @@ def _no_saved_error():
 
 def _forward_backward(ctx, grad_value, _grad_saved):
     x, y, gamma, x_lengths, y_lengths, window, value, saved = ctx.saved_tensors
+    if grad_value is None:
+        return None, None, None, None, None, None, None, None, None
     if ctx.memory == "none":
         raise _no_saved_error()
     dx, dy, dgamma = backward(grad_value.contiguous(), x, y, gamma, ctx.cost, x_lengths, y_lengths,
@@ -112,12 +116,15 @@ def _cost_setup(ctx, inputs, output):
     C, gamma, x_lengths, y_lengths, window, memory, backend = inputs
     value, saved = output
     ctx.mark_non_differentiable(saved)
+    ctx.set_materialize_grads(False)
     ctx.memory, ctx.backend = memory, backend
     ctx.save_for_backward(C, gamma, x_lengths, y_lengths, window, value, saved)
 
 
 def _cost_backward(ctx, grad_value, _grad_saved):
     C, gamma, x_lengths, y_lengths, window, value, saved = ctx.saved_tensors
+    if grad_value is None:
+        return None, None, None, None, None, None, None
     if ctx.memory == "none":
         raise _no_saved_error()
     dC, dgamma = backward_cost(grad_value.contiguous(), C, gamma, x_lengths, y_lengths, window, value,
