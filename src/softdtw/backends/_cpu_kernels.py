@@ -10,7 +10,8 @@ LLVM vectorises (AVX2 / AVX-512). ``prange`` spreads the groups over the threads
 
 Per-pair lengths and windows are handled by masking: a group walks the union of its lanes' column
 ranges, and a lane's cells outside its own range are set to the sentinel (forward) or get E = 0
-(backward).
+(backward). Batches too small to fill the lanes run one pair at a time instead (last section):
+the forward as a wavefront over strips of rows, the backward vectorised along each row.
 
 Numerics
 --------
@@ -111,7 +112,7 @@ def _horner(typingctx, f, coeffs):
     """
     if not (isinstance(coeffs, types.UniTuple) and coeffs.dtype == f):
         return None
-    flags = [flag for flag in FASTMATH if flag in ("contract", "reassoc", "nsz", "arcp", "afn")]
+    flags = sorted(FASTMATH)
 
     def codegen(context, builder, sig, args):
         x, c = args
@@ -452,7 +453,7 @@ def forward_kernel(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, has_
     placeholder). values has the data dtype.
 
     x `(B, N, D)`, y `(B, M, D)` for fused costs (``cost_kind`` 0 or 1); C `(B, N, M)` for
-    COST_GIVEN (then x, y are `(B, 0, 0)` placeholders and only their dtype matters). gamma: float
+    COST_GIVEN (then x, y are `(0, 0, 0)` placeholders and only their dtype matters). gamma: float
     (0 = hard DTW). window: int32 `(B, N, 2)` if has_window. by_pair: one pair at a time with
     ``lanes`` rows per strip (small batches), else groups of ``lanes`` pairs.
     """
@@ -508,43 +509,50 @@ def _weight(t, like):
     return w, w * t
 
 
+@njit(**_INLINE)
+def _cell_weights_soft(r, c, inv, d, u, l):
+    """(w_diag, w_up, w_left, ent) of a cell with R' = r, cost c and predecessors' R' d, u, l.
+
+    The cell's soft-min value is S' = r - c inv; predecessor p gets w = 2^t with
+    t = S' - R'[p] <= 0 (clamped at 0 against rounding). ent = sum_p w t (= sum w log2 w) is
+    ln-scaled into dR/dgamma with the predecessors held fixed: its terms all have one sign, so
+    the gradient to gamma built from it has no cancellation, unlike (value - <E, C>) / gamma.
+    """
+    s = r - c * inv
+    w_d, h_d = _weight(s - d, c)
+    w_u, h_u = _weight(s - u, c)
+    w_l, h_l = _weight(s - l, c)
+    return w_d, w_u, w_l, h_d + h_u + h_l
+
+
+@njit(**_INLINE)
+def _cell_weights_hard(d, u, l, like):
+    """One-hot weights of the argmin of (d, u, l); ties go to diagonal, then up, then left."""
+    zero, one = type(like)(0.0), type(like)(1.0)
+    is_d = (d <= u) & (d <= l)
+    is_u = (u < d) & (u <= l)
+    return one if is_d else zero, one if is_u else zero, zero if (is_d | is_u) else one
+
+
 @njit(**_JIT)
 def _weights_soft(a, b, rup, rcur, crow, inv, wd, wu, wl, ent):
-    """Weights of each cell's three predecessors inside its soft-min, for j in [a, b).
-
-    Cell s = (i, j) has soft-min value S' = R'[s] - C'[s]; predecessor p gets w = 2^t with
-    t = S' - R'[p] <= 0 (clamped at 0 against rounding). ent[s] = sum_p w t (= sum w log2 w) is
-    ln-scaled into dR[s]/dgamma with the predecessors held fixed: its terms all have one sign,
-    so the gradient to gamma built from it has no cancellation, unlike (value - <E, C>) / gamma.
-    """
+    """Soft weights (see _cell_weights_soft) of the cells of row i, j in [a, b), all lanes."""
     L = crow.shape[1]
     for j in range(a, b):
         for k in range(L):
-            c = crow[j, k]
-            s = rcur[j + 1, k] - c * inv
-            w_d, h_d = _weight(s - rup[j, k], c)
-            w_u, h_u = _weight(s - rup[j + 1, k], c)
-            w_l, h_l = _weight(s - rcur[j, k], c)
-            wd[j + 1, k] = w_d
-            wu[j + 1, k] = w_u
-            wl[j + 1, k] = w_l
-            ent[j + 1, k] = h_d + h_u + h_l
+            wd[j + 1, k], wu[j + 1, k], wl[j + 1, k], ent[j + 1, k] = _cell_weights_soft(
+                rcur[j + 1, k], crow[j, k], inv, rup[j, k], rup[j + 1, k], rcur[j, k])
 
 
 @njit(**_JIT)
 def _weights_hard(a, b, rup, rcur, wd, wu, wl):
-    """One-hot weight of each cell's argmin predecessor; ties go to diagonal, then up, then left."""
+    """Hard weights (see _cell_weights_hard) of the cells of row i, j in [a, b), all lanes."""
     L = wd.shape[1]
-    zero = wd.dtype.type(0.0)
-    one = wd.dtype.type(1.0)
+    like = wd.dtype.type(0.0)
     for j in range(a, b):
         for k in range(L):
-            d, u, l = rup[j, k], rup[j + 1, k], rcur[j, k]
-            is_d = (d <= u) & (d <= l)
-            is_u = (u < d) & (u <= l)
-            wd[j + 1, k] = one if is_d else zero
-            wu[j + 1, k] = one if is_u else zero
-            wl[j + 1, k] = zero if (is_d | is_u) else one
+            wd[j + 1, k], wu[j + 1, k], wl[j + 1, k] = _cell_weights_hard(
+                rup[j, k], rup[j + 1, k], rcur[j, k], like)
 
 
 @njit(**_JIT)
@@ -907,23 +915,11 @@ def _backward_pair(b, x, y, C, cost_kind, M, gamma, x_lengths, y_lengths, window
         ent_v = ent[lo + 1:hi + 1]
         if hard:
             for q in range(w):
-                d, u, l = u_l[q], u_v[q], r_l[q]
-                is_d = (d <= u) & (d <= l)
-                is_u = (u < d) & (u <= l)
-                wd_v[q] = one if is_d else zero
-                wu_v[q] = one if is_u else zero
-                wl_v[q] = zero if (is_d | is_u) else one
+                wd_v[q], wu_v[q], wl_v[q] = _cell_weights_hard(u_l[q], u_v[q], r_l[q], zero)
         else:
             for q in range(w):
-                c = c_v[q]
-                sm = r_v[q] - c * inv
-                w_d, h_d = _weight(sm - u_l[q], c)
-                w_u, h_u = _weight(sm - u_v[q], c)
-                w_l, h_l = _weight(sm - r_l[q], c)
-                wd_v[q] = w_d
-                wu_v[q] = w_u
-                wl_v[q] = w_l
-                ent_v[q] = h_d + h_u + h_l
+                wd_v[q], wu_v[q], wl_v[q], ent_v[q] = _cell_weights_soft(
+                    r_v[q], c_v[q], inv, u_l[q], u_v[q], r_l[q])
         # E[i, j] = (E[i+1, j+1] wd + E[i+1, j] wu) + E[i, j+1] wl: the bracket is vectorised, the
         # last term is a recurrence along the row.
         e_cur[cur_lo:cur_hi] = 0
