@@ -244,7 +244,10 @@ def test_value_only_mode_saves_nothing_and_matches_store(dtype):
     x, y, g = x.to(dtype), y.to(dtype), _gamma(0.3, dtype)
     v_none, saved = be.forward(x, y, g, "sqeuclidean", xl, yl, w, "none")
     v_store, saved_store = be.forward(x, y, g, "sqeuclidean", xl, yl, w, "store")
-    assert saved.numel() == 0 and torch.equal(v_none, v_store)
+    # float32: the storing forward evaluates the soft-min in another (equivalent) order; last-bit differences.
+    assert saved.numel() == 0 and torch.allclose(v_none, v_store, rtol=1e-6, atol=0)
+    if dtype == torch.float64:
+        assert torch.equal(v_none, v_store)
     shape, sdtype = be.saved_spec("fused", 5, 100, 90, 3, dtype, "store")
     assert tuple(saved_store.shape) == tuple(shape) and saved_store.dtype == sdtype
     assert be.saved_spec("cost", 5, 100, 90, 0, dtype, "none") == ((0,), dtype)

@@ -14,10 +14,11 @@ instantiation of the same templates; float32 runs its DP in float32).
   (float32) or 8-byte (float64) word per cell, step-major: ``saved[b, (c·N + t mod N)·CW + offset(L, k)]``
   for chunk c, step t, lane L and column k of the lane (``StepLayout`` in common.cuh), shape
   ``(B, nch·N·CW)`` with nch·CW >= M (padding below 2x, usually none). The word (``Link`` in common.cuh):
-  float32 inputs — int32 holding the cell's normalised soft-min weights of its up and left predecessors
-  as two 16-bit fixed-point numbers (the diagonal's is 1 - up - left; exact to 7.6e-6 for any gamma,
-  N and cost scale, where an fp32 S would lose ulp(|R| / gamma) in every weight); float64 inputs — S,
-  the soft-min of the three predecessors in log2 units. Hard DTW stores the argmin (one-hot weights /
+  float32 inputs — int32 holding the cell's normalised soft-min weights of its predecessors as two
+  16-bit fixed-point numbers, round(65535 w_up) and round(65535 (w_up + w_left)) (w_diag = 1 - both;
+  each weight exact to 1.5e-5 for any gamma, N and cost scale, where an fp32 S would lose
+  ulp(|R| / gamma) in every weight); float64 inputs — S, the soft-min of the three predecessors in
+  log2 units. Hard DTW stores the argmin (one-hot weights /
   0, 1, 2). memory="checkpoint" is not implemented yet.
 - gamma == 0 is hard DTW; its backward follows the argmin path (ties: diagonal, up, left). gamma is read
   on the device, so nothing here synchronises with the host (CUDA graphs capture every call).

@@ -91,12 +91,12 @@ template <> struct Link<float> {
   static __device__ __forceinline__ unsigned hard(int choice) {
     return choice == 1 ? 0xffffffffu : (choice == 2 ? 0xffff0000u : 0u);
   }
-  // Soft-min of (diag, up, left), optionally with the packed weights. The minimum's exponential is
-  // exactly 1, so ex2 goes to the other two offsets (m - x <= 0) directly: X1 holds up's (diag's if up
-  // is the minimum), X2 left's (diag's if left is, and up is not, the minimum). No median and no mapping
-  // back to up/left: 2 ex2 + 1 lg2 (+ 1 rcp for the weights), ~25 instructions per storing cell where
-  // the median form plus a mapping took ~29. Value-only and storing forwards share it, so both give
-  // bit-identical values.
+  // Soft-min of (diag, up, left) with the packed weights. The minimum's exponential is exactly 1, so ex2
+  // goes to the other two offsets (m - x <= 0) directly: X1 holds up's (diag's if up is the minimum), X2
+  // left's (diag's if left is, and up is not, the minimum). No median and no mapping back to up/left:
+  // 2 ex2 + 1 lg2 + 1 rcp, ~25 instructions per storing cell where the median form plus a mapping took
+  // ~29. The value-only forward keeps the median form (2 instructions fewer without weights; measured
+  // 1045 vs 990 GCUPS), so the two modes may differ in the last bit of a value.
   template <bool WEIGHTS>
   static __device__ __forceinline__ float soft_core(float diag, float up, float left, unsigned& word) {
     const float m = fminf(diag, fminf(up, left));
@@ -119,8 +119,7 @@ template <> struct Link<float> {
     return soft_core<true>(diag, up, left, word);
   }
   static __device__ __forceinline__ float value(float diag, float up, float left) {
-    unsigned unused;
-    return soft_core<false>(diag, up, left, unused);
+    return soft_min3(diag, up, left);
   }
   // 2^23 + a and 2^23 + c as floats: one byte permute each, no conversion instruction.
   static __device__ __forceinline__ float fa(unsigned s) { return __uint_as_float(__byte_perm(s, 0x4B000000u, 0x7610)); }
