@@ -18,6 +18,7 @@ from softdtw._windows import build_window, window_has_path
 from softdtw.backends import cpu
 from softdtw.backends import reference as ref
 from tests._helpers import case, rel_err
+from tests.backends.test_reference import _constraint  # tslearn's keyword for a band / slope
 
 F64 = torch.float64
 
@@ -39,15 +40,6 @@ def _lengths(*values):
 
 def _gamma(value, dtype=F64):
     return torch.tensor(value, dtype=dtype)
-
-
-def _constraint(r, s):
-    kw = {}
-    if r is not None:
-        kw["sakoe_chiba_radius"] = r
-    if s is not None:
-        kw["itakura_max_slope"] = s
-    return kw
 
 
 def _run(backend, x, y, gamma, cost, xl, yl, w, grad=None):

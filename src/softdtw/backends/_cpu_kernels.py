@@ -250,6 +250,20 @@ def softmin3(a, b, c, like):
 # Pieces shared by the forward and backward of one group of pairs.
 # ---------------------------------------------------------------------------------------------
 
+@njit(**_INLINE)
+def _state_constants(gamma, like):
+    """(sentinel, hard, inv, out_scale) in the state dtype of ``like``.
+
+    Costs are scaled into log2 units by inv = 1 / (gamma ln 2) once per cell and values back by
+    out_scale = gamma ln 2 once per pair; hard DTW (gamma == 0) keeps natural units.
+    """
+    t = type(like)
+    hard = gamma == 0
+    inv = t(1.0) if hard else t(1.0 / (gamma * LN2))
+    out_scale = t(1.0) if hard else t(gamma * LN2)
+    return sentinel(like), hard, inv, out_scale
+
+
 @njit(**_JIT)
 def _row_bounds(i, b0, nl, x_lengths, y_lengths, window, has_window, lo, hi):
     """Fill lo[k], hi[k] with the columns lane k uses in row i; return the group's (a, b) union.
@@ -399,11 +413,7 @@ def _forward_group(g, lanes, x, y, C, cost_kind, N, M, gamma, x_lengths, y_lengt
     nl = min(lanes, B - b0)
     dt = values.dtype
     st = R_out.dtype
-    big = sentinel(st.type(0.0))
-    hard = gamma == 0
-    # Costs are scaled into log2 units once per cell; the result is scaled back once per pair.
-    inv = st.type(1.0) if hard else st.type(1.0 / (gamma * LN2))
-    out_scale = st.type(1.0) if hard else st.type(gamma * LN2)
+    big, hard, inv, out_scale = _state_constants(gamma, st.type(0.0))
 
     D = x.shape[2]
     fused = cost_kind != COST_GIVEN
@@ -613,9 +623,7 @@ def _backward_group(g, lanes, x, y, C, cost_kind, N, M, gamma, x_lengths, y_leng
     nl = min(lanes, B - b0)
     dt = values.dtype
     st = R_saved.dtype
-    big = sentinel(st.type(0.0))
-    hard = gamma == 0
-    inv = st.type(1.0) if hard else st.type(1.0 / (gamma * LN2))
+    big, hard, inv, _ = _state_constants(gamma, st.type(0.0))
     D = x.shape[2]
     fused = cost_kind != COST_GIVEN
     # sqeuclidean's derivative carries a factor 2; applied once per pair with grad.
@@ -778,10 +786,7 @@ def _forward_pair(b, H, x, y, C, cost_kind, N, M, gamma, x_lengths, y_lengths, w
     """Forward of pair b in strips of H rows (wavefront across the strip; see the section note)."""
     dt = values.dtype
     st = R_out.dtype
-    big = sentinel(st.type(0.0))
-    hard = gamma == 0
-    inv = st.type(1.0) if hard else st.type(1.0 / (gamma * LN2))
-    out_scale = st.type(1.0) if hard else st.type(gamma * LN2)
+    big, hard, inv, out_scale = _state_constants(gamma, st.type(0.0))
     n, m = x_lengths[b], y_lengths[b]
     D = x.shape[2]
     fused = cost_kind != COST_GIVEN
@@ -875,9 +880,7 @@ def _backward_pair(b, x, y, C, cost_kind, M, gamma, x_lengths, y_lengths, window
     """Backward of pair b, one row at a time (the lanes version's steps, vectorised along j)."""
     dt = values.dtype
     st = R_saved.dtype
-    big = sentinel(st.type(0.0))
-    hard = gamma == 0
-    inv = st.type(1.0) if hard else st.type(1.0 / (gamma * LN2))
+    big, hard, inv, _ = _state_constants(gamma, st.type(0.0))
     zero, one = dt.type(0.0), dt.type(1.0)
     tiny = exp2_neg(flush_exponent(zero))
     n, m = x_lengths[b], y_lengths[b]
