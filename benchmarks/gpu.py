@@ -308,12 +308,71 @@ def git_sha() -> str:
         return "unknown"
 
 
+#: Best peer forward+backward time (ms) per grid configuration (B, N, D), from research/peers.md
+#: (H100, fp32, gamma = 1); the issue's target is 10x faster for N <= 1024.
+PEER_BEST_MS = {
+    (16, 128, 1): 1.42, (16, 128, 64): 1.58, (16, 512, 1): 3.19, (16, 512, 64): 3.46,
+    (16, 1024, 1): 160.85, (16, 1024, 64): 178.60, (16, 2048, 1): 306.33,
+    (16, 2048, 64): 273.84, (32, 128, 1): 1.28, (32, 128, 64): 1.61, (32, 512, 1): 3.44,
+    (32, 512, 64): 3.49, (32, 1024, 1): 160.66, (32, 1024, 64): 186.57, (32, 2048, 1): 305.19,
+    (32, 2048, 64): 278.01,
+}
+
+
+def _find(rows, impl, mode, B, N, D=1):
+    for r in rows:
+        if r["impl"] == impl and r["mode"] == mode and (r["B"], r["N"], r["D"]) == (B, N, D) and r["ms"]:
+            return r
+    return None
+
+
+def targets(report) -> list[str]:
+    """The issue's targets against this run's rows (a short table for the top of the .md)."""
+    rows = report["rows"]
+    out = ["## Targets (issue 3)", "", "| target | measured | met |", "|---|---|---|"]
+    for mode, goal in (("forward", 1000.0), ("forward_backward", 330.0)):
+        r = _find(rows, "softdtw-backend", mode, 16384, 512)
+        if r:
+            api = _find(rows, "softdtw", mode, 16384, 512)
+            extra = f" (public API {api['gcups']:.0f})" if api else ""
+            out.append(f"| {mode} D=1, N=M=512, B=16384 >= {goal:.0f} GCUPS | {r['gcups']:.0f} GCUPS{extra} | "
+                       f"{'yes' if r['gcups'] >= goal else 'no'} |")
+    for (B, N, D), peer in sorted(PEER_BEST_MS.items()):
+        if N > 1024:
+            continue
+        goal = peer / 10
+        be = _find(rows, "softdtw-backend", "forward_backward", B, N, D)
+        api = _find(rows, "softdtw", "forward_backward", B, N, D)
+        if not be:
+            continue
+        # 4 bytes per cell, plus input-sized buffers: x, y, their clones in the step and their gradients.
+        mem_goal = 4 * B * N * N / 1e6 + 3 * 2 * B * N * D * 4 / 1e6
+
+        def verdict(r):
+            fast, small = r["ms"] <= goal, r["peak_mb"] <= mem_goal
+            return "yes" if fast and small else "no (" + ", ".join(
+                w for w, bad in (("time", not fast), ("memory", not small)) if bad) + ")"
+        out.append(f"| B={B} N={N} D={D} fwd+bwd <= {goal:.3g} ms (best peer {peer} ms), peak <= {mem_goal:.1f} MB "
+                   f"| backend {be['ms']:.4g} ms / {be['peak_mb']:.1f} MB; API {api['ms']:.4g} ms / "
+                   f"{api['peak_mb']:.1f} MB | backend {verdict(be)}; API {verdict(api)} |")
+    r = _find(rows, "softdtw-backend", "forward_backward", 1, 16)
+    a = _find(rows, "softdtw", "forward_backward", 1, 16)
+    if r and a:
+        out.append(f"| tiny pair B=1 N=M=16 fwd+bwd <= 0.1 ms per call | backend {r['ms']:.3f} ms; API {a['ms']:.3f} ms"
+                   f" | backend yes, API {'yes' if a['ms'] <= 0.1 else 'no'} |")
+    return out + [""]
+
+
 def markdown(report) -> str:
     lines = [f"# softdtw cuda backend on {report['device']}", "",
              f"torch {report['torch']}, git {report['git_sha'][:12]}, fp32, gamma = 1, squared Euclidean. "
-             f"GCUPS = B·N·M / time. NVRTC: {report['compile']}.", "",
-             "| impl | mode | B | N=M | D | memory | ms | GCUPS | peak MB | note |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             f"GCUPS = B·N·M / time. NVRTC: {report['compile']}. `softdtw-backend` rows time the kernels "
+             f"(backend functions), `softdtw` rows the public API with autograd as a user runs it (clone, "
+             f"soft_dtw, sum, backward).", ""]
+    lines += targets(report)
+    lines += ["## All rows", "",
+              "| impl | mode | B | N=M | D | memory | ms | GCUPS | peak MB | note |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in report["rows"]:
         ms = "" if r["ms"] is None else f"{r['ms']:.4g}"
         gc = "" if r["gcups"] is None else f"{r['gcups']:.1f}"
@@ -329,7 +388,12 @@ def main():
     parser.add_argument("--quick", action="store_true", help="smaller batches, fewer repetitions")
     parser.add_argument("--sections", default="compile,throughput,grid,tiny",
                         help="comma-separated: compile, throughput, sweep, grid, tiny")
+    parser.add_argument("--render", action="store_true", help="only rewrite the .md from an existing --out JSON")
     args = parser.parse_args()
+    if args.render:
+        out = Path(args.out)
+        out.with_suffix(".md").write_text(markdown(json.loads(out.read_text())))
+        return
     sections = args.sections.split(",")
     report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "git_sha": git_sha(),
               "compile": None, "rows": []}
