@@ -233,5 +233,7 @@ def _config(cc, grid: int, block: int):
     key = (grid, block)
     config = _configs.get(key)
     if config is None:
+        if len(_configs) > 4096:  # batch sizes that vary forever: keep the cache bounded
+            _configs.clear()
         config = _configs[key] = cc.LaunchConfig(grid=grid, block=block)
     return config
