@@ -71,3 +71,22 @@ def test_torch_compile_fullgraph_training_matches_eager():
         assert torch.allclose(eager(past, future), compiled_model(past, future), rtol=1e-5, atol=1e-6)
     for pe, pc in zip(eager.parameters(), compiled_model.parameters()):
         assert torch.allclose(pe, pc, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_eager_path_equals_the_custom_ops(backend):
+    """Eager calls use autograd.Functions over the same backend code; the ops must agree bitwise."""
+    x, y, gamma, xl, yl, window = _args(requires_grad=True)
+    gamma = gamma.clone().requires_grad_()
+    grad = torch.rand(2, dtype=torch.float64)
+    eager = _ops.fused_value(x, y, gamma, "l1", xl, yl, window, "store", backend)
+    ge = torch.autograd.grad((eager * grad).sum(), (x, y, gamma))
+    op, _ = _ops.forward(x, y, gamma, "l1", xl, yl, window, "store", backend)
+    go = torch.autograd.grad((op * grad).sum(), (x, y, gamma))
+    assert torch.equal(eager, op) and all(torch.equal(a, b) for a, b in zip(ge, go))
+    C = softdtw.costs.pairwise_cost("sqeuclidean", x.detach(), y.detach()).requires_grad_()
+    eager = _ops.cost_value(C, gamma, xl, yl, window, "store", backend)
+    ge = torch.autograd.grad((eager * grad).sum(), (C, gamma))
+    op, _ = _ops.forward_cost(C, gamma, xl, yl, window, "store", backend)
+    go = torch.autograd.grad((op * grad).sum(), (C, gamma))
+    assert torch.equal(eager, op) and all(torch.equal(a, b) for a, b in zip(ge, go))

@@ -140,9 +140,9 @@ def as_gamma(gamma, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
                 f"gamma as a tensor must hold one floating-point value; got shape {_shape(gamma)} "
                 f"and dtype {gamma.dtype}. Use e.g. torch.tensor(1.0, requires_grad=True)."
             )
-        if (gamma.device.type == "cpu" or _value_checks_enabled()):
-            g = float(gamma.detach())
-            _check_gamma_value(g)
+        if gamma.device.type == "cpu" and _value_checks_enabled():
+            _check_gamma_value(float(gamma.detach()))
+        # A gamma tensor on the GPU is checked in check_values, with the data, in one host read.
         return gamma.reshape(()).to(device=device, dtype=dtype)
     g = float(gamma)
     _check_gamma_value(g)
@@ -181,15 +181,40 @@ def as_lengths(lengths, name: str, B: int, T: int, device: torch.device, series:
             f"{name} must have shape ({B},) — one length per pair of the batch; got shape "
             f"{_shape(lengths)}."
         )
-    lengths = lengths.to(device=device, dtype=torch.int64)
-    if lengths.device.type == "cpu" or _value_checks_enabled():
-        lo, hi = int(lengths.min()), int(lengths.max())
-        if lo < 1 or hi > T:
-            raise ValueError(
-                f"{name} must lie in [1, {T}] ({series} has {T} steps); got values from {lo} to {hi}. "
-                f"Lengths count valid steps from the start of each series; padding goes at the end."
-            )
-    return lengths
+    return lengths.to(device=device, dtype=torch.int64)
+
+
+def _check_length_range(lengths: torch.Tensor, name: str, T: int, series: str) -> None:
+    lo, hi = int(lengths.min()), int(lengths.max())
+    if lo < 1 or hi > T:
+        raise ValueError(
+            f"{name} must lie in [1, {T}] ({series} has {T} steps); got values from {lo} to {hi}. "
+            f"Lengths count valid steps from the start of each series; padding goes at the end."
+        )
+
+
+def check_values(data, lengths, gamma) -> None:
+    """Every check that needs the data's values, with one host read (one GPU sync) when all is well.
+
+    data: [(tensor, name)] that must be finite; lengths: [(tensor or None, name, T, series)];
+    gamma: the gamma tensor, or None when it was a Python number (checked on the host already).
+    Only when the combined flag is false are the checks repeated one by one for the message.
+    """
+    if not _value_checks_enabled():
+        return
+    flags = [torch.isfinite(t).all() for t, _ in data]
+    flags += [((l >= 1) & (l <= T)).all() for l, _, T, _ in lengths if l is not None]
+    if gamma is not None:
+        flags.append(torch.isfinite(gamma) & (gamma >= 0))
+    if bool(torch.stack([f.to(flags[0].device) for f in flags]).all()):
+        return
+    for t, name in data:
+        check_finite(t, name)
+    for l, name, T, series in lengths:
+        if l is not None:
+            _check_length_range(l, name, T, series)
+    if gamma is not None:
+        _check_gamma_value(float(gamma.detach()))
 
 
 def check_band(bandwidth, itakura_max_slope) -> None:
@@ -278,8 +303,6 @@ def prepare(x, y, gamma, *, cost, bandwidth, itakura_max_slope, x_lengths, y_len
     check_cost(cost)
     check_band(bandwidth, itakura_max_slope)
     check_memory(memory)
-    check_finite(x, "x")
-    check_finite(y, "y")
     backend = resolve_backend(backend, x.device)
     dtype = compute_dtype(x.dtype)
     out_dtype = x.dtype
@@ -287,8 +310,12 @@ def prepare(x, y, gamma, *, cost, bandwidth, itakura_max_slope, x_lengths, y_len
     M = y.shape[1]
     xl = as_lengths(x_lengths, "x_lengths", B, N, x.device, "x")
     yl = as_lengths(y_lengths, "y_lengths", B, M, x.device, "y")
-    window = make_window(xl, yl, N, M, bandwidth, itakura_max_slope)
     g = as_gamma(gamma, x.device, dtype)
+    check_values([(x, "x"), (y, "y")],
+                 [(xl if x_lengths is not None else None, "x_lengths", N, "x"),
+                  (yl if y_lengths is not None else None, "y_lengths", M, "y")],
+                 g if isinstance(gamma, torch.Tensor) else None)
+    window = make_window(xl, yl, N, M, bandwidth, itakura_max_slope)
     return Problem(x.to(dtype).contiguous(), y.to(dtype).contiguous(), g, xl, yl, window, backend,
                    unbatched, out_dtype)
 
@@ -307,14 +334,17 @@ def prepare_cost(C, gamma, *, bandwidth, itakura_max_slope, x_lengths, y_lengths
             raise ValueError("x_lengths / y_lengths need a batched cost (B, N, M); add a batch dimension.")
     check_band(bandwidth, itakura_max_slope)
     check_memory(memory)
-    check_finite(C, "C")
     backend = resolve_backend(backend, C.device)
     dtype = compute_dtype(C.dtype)
     B, N, M = C.shape
     xl = as_lengths(x_lengths, "x_lengths", B, N, C.device, "C's rows")
     yl = as_lengths(y_lengths, "y_lengths", B, M, C.device, "C's columns")
-    window = make_window(xl, yl, N, M, bandwidth, itakura_max_slope)
     g = as_gamma(gamma, C.device, dtype)
+    check_values([(C, "C")],
+                 [(xl if x_lengths is not None else None, "x_lengths", N, "C's rows"),
+                  (yl if y_lengths is not None else None, "y_lengths", M, "C's columns")],
+                 g if isinstance(gamma, torch.Tensor) else None)
+    window = make_window(xl, yl, N, M, bandwidth, itakura_max_slope)
     out_dtype = C.dtype
     C = C.to(dtype).contiguous()
     return Problem(C, C, g, xl, yl, window, backend, unbatched, out_dtype)

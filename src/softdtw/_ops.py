@@ -135,7 +135,72 @@ def _cost_backward(ctx, grad_value, _grad_saved):
 forward_cost.register_autograd(_cost_backward, setup_context=_cost_setup)
 
 
+# --- entry points used by functional.py ------------------------------------------------------------
+# Eagerly, the ops' Python dispatch (schema parsing, default filling, the generated autograd wrapper)
+# costs more than a tiny problem's kernels, so eager calls go through plain autograd.Functions that
+# call the same backend functions. Under torch.compile the custom ops above are used, so the graph
+# holds first-class ops. Both paths run identical backend code (tests compare them).
+
+class _Fused(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, y, gamma, cost, x_lengths, y_lengths, window, memory, backend):
+        value, saved = get_backend(backend).forward(x, y, gamma, cost, x_lengths, y_lengths, window, memory)
+        ctx.cost, ctx.memory, ctx.backend = cost, memory, backend
+        ctx.save_for_backward(x, y, gamma, x_lengths, y_lengths, window, value, saved)
+        return value
+
+    @staticmethod
+    def backward(ctx, grad_value):
+        x, y, gamma, x_lengths, y_lengths, window, value, saved = ctx.saved_tensors
+        if ctx.memory == "none":
+            raise _no_saved_error()
+        dx, dy, dgamma = get_backend(ctx.backend).backward(
+            grad_value.contiguous(), x, y, gamma, ctx.cost, x_lengths, y_lengths, window, value, saved,
+            ctx.memory)
+        need = ctx.needs_input_grad
+        return (dx if need[0] else None, dy if need[1] else None,
+                dgamma.sum().reshape(gamma.shape) if need[2] else None, None, None, None, None, None, None)
+
+
+class _FromCost(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, C, gamma, x_lengths, y_lengths, window, memory, backend):
+        value, saved = get_backend(backend).forward_cost(C, gamma, x_lengths, y_lengths, window, memory)
+        ctx.memory, ctx.backend = memory, backend
+        ctx.save_for_backward(C, gamma, x_lengths, y_lengths, window, value, saved)
+        return value
+
+    @staticmethod
+    def backward(ctx, grad_value):
+        C, gamma, x_lengths, y_lengths, window, value, saved = ctx.saved_tensors
+        if ctx.memory == "none":
+            raise _no_saved_error()
+        dC, dgamma = get_backend(ctx.backend).backward_cost(
+            grad_value.contiguous(), C, gamma, x_lengths, y_lengths, window, value, saved, ctx.memory)
+        need = ctx.needs_input_grad
+        return (dC if need[0] else None, dgamma.sum().reshape(gamma.shape) if need[1] else None,
+                None, None, None, None, None)
+
+
+def fused_value(x, y, gamma, cost, x_lengths, y_lengths, window, memory, backend) -> Tensor:
+    """Soft-DTW values `(B,)` with a fused cost, differentiable in x, y, gamma."""
+    if torch.compiler.is_compiling():
+        return forward(x, y, gamma, cost, x_lengths, y_lengths, window, memory, backend)[0]
+    return _Fused.apply(x, y, gamma, cost, x_lengths, y_lengths, window, memory, backend)
+
+
+def cost_value(C, gamma, x_lengths, y_lengths, window, memory, backend) -> Tensor:
+    """Soft-DTW values `(B,)` of a precomputed cost, differentiable in C and gamma."""
+    if torch.compiler.is_compiling():
+        return forward_cost(C, gamma, x_lengths, y_lengths, window, memory, backend)[0]
+    return _FromCost.apply(C, gamma, x_lengths, y_lengths, window, memory, backend)
+
+
 # --- memory mode -----------------------------------------------------------------------------------
+
+# Tables below this size are stored without asking how much memory is free (a driver call per step).
+_SMALL_TABLE = 64 << 20
+
 
 def _free_bytes(device: torch.device) -> int:
     if device.type == "cuda":
@@ -163,6 +228,8 @@ def resolve_memory(memory: str, needs_grad: bool, backend: str, kind: str, B: in
     if memory == "auto":
         shape, sdtype = module.saved_spec(kind, B, N, M, D, dtype, "store")
         need = math.prod(shape) * sdtype.itemsize
+        if need <= _SMALL_TABLE:
+            return "store"
         free = _free_bytes(device)
         if need <= free // 2:
             return "store"

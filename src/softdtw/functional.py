@@ -32,8 +32,7 @@ def _run_cost(C: torch.Tensor, p: Problem, memory: str) -> torch.Tensor:
     B, N, M = C.shape
     mem = _ops.resolve_memory(memory, _needs_grad(C, p.gamma), p.backend, "cost", B, N, M, 0, C.dtype,
                               C.device)
-    value, _ = _ops.forward_cost(C, p.gamma, p.x_lengths, p.y_lengths, p.window, mem, p.backend)
-    return value
+    return _ops.cost_value(C, p.gamma, p.x_lengths, p.y_lengths, p.window, mem, p.backend)
 
 
 def _run(p: Problem, cost, memory: str) -> torch.Tensor:
@@ -43,8 +42,7 @@ def _run(p: Problem, cost, memory: str) -> torch.Tensor:
     if isinstance(cost, str) and cost in FUSED_COSTS:
         mem = _ops.resolve_memory(memory, _needs_grad(p.x, p.y, p.gamma), p.backend, "fused", B, N, M, D,
                                   p.x.dtype, p.x.device)
-        value, _ = _ops.forward(p.x, p.y, p.gamma, cost, p.x_lengths, p.y_lengths, p.window, mem, p.backend)
-        return value
+        return _ops.fused_value(p.x, p.y, p.gamma, cost, p.x_lengths, p.y_lengths, p.window, mem, p.backend)
     # Under autocast the cost may come back in half precision; the DP always runs in the compute dtype.
     C = check_cost_matrix(costs.pairwise_cost(cost, p.x, p.y), B, N, M).to(p.x.dtype)
     return _run_cost(C.contiguous(), p, memory)
