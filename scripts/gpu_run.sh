@@ -36,6 +36,11 @@ if has tests; then
     ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/pytest.log" | tail -60
 fi
 
+if has alltests; then  # every `cuda`-marked test of the repository (toolkit, integration, mixed precision, backend)
+  timeout 540 python3 -m pytest -m cuda tests -q -rfE --tb=short -p no:cacheprovider \
+    ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/pytest_all.log" | tail -40
+fi
+
 if has sanitize; then
   for tool in memcheck racecheck; do
     timeout 240 compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 9 python3 scripts/cuda_sanitize.py \

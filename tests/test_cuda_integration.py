@@ -1,0 +1,87 @@
+"""PyTorch 2 integration on the GPU: custom ops under opcheck, torch.compile(fullgraph=True) and a CUDA
+graph of the public API's forward + backward (all marked `cuda`)."""
+import pytest
+import torch
+
+import softdtw
+import softdtw.costs
+import softdtw._windows
+from softdtw import _ops
+
+pytestmark = pytest.mark.cuda
+
+
+def _args(dtype=torch.float32, requires_grad=False):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 40, 2, generator=g, dtype=dtype).cuda().requires_grad_(requires_grad)
+    y = torch.randn(3, 33, 2, generator=g, dtype=dtype).cuda().requires_grad_(requires_grad)
+    gamma = torch.tensor(0.5, dtype=dtype, device="cuda")
+    xl = torch.tensor([40, 17, 3], device="cuda")
+    yl = torch.tensor([33, 33, 9], device="cuda")
+    window = softdtw._windows.build_window(xl, yl, 40, 33, 4, None)
+    return x, y, gamma, xl, yl, window
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_opcheck_every_op_on_cuda(requires_grad):
+    x, y, gamma, xl, yl, window = _args(requires_grad=requires_grad)
+    memory = "store" if requires_grad else "none"
+    torch.library.opcheck(_ops.forward, (x, y, gamma, "sqeuclidean", xl, yl, window, memory, "cuda"))
+    C = softdtw.costs.pairwise_cost("sqeuclidean", x.detach(), y.detach()).requires_grad_(requires_grad)
+    torch.library.opcheck(_ops.forward_cost, (C, gamma, xl, yl, window, memory, "cuda"))
+    if not requires_grad:
+        value, saved = _ops.forward(x, y, gamma, "sqeuclidean", xl, yl, window, "store", "cuda")
+        grad = torch.rand(3, device="cuda")
+        torch.library.opcheck(_ops.backward, (grad, x, y, gamma, "sqeuclidean", xl, yl, window, value, saved,
+                                              "store", "cuda"))
+        value, saved = _ops.forward_cost(C, gamma, xl, yl, window, "store", "cuda")
+        torch.library.opcheck(_ops.backward_cost, (grad, C, gamma, xl, yl, window, value, saved, "store", "cuda"))
+
+
+def test_torch_compile_fullgraph_matches_eager_on_cuda():
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(24, 64), torch.nn.Tanh(), torch.nn.Linear(64, 24)).cuda()
+    loss_fn = softdtw.SoftDTW(gamma=0.1, normalize=True, reduction="mean")
+
+    def step(past, future):
+        return loss_fn(net(past).unsqueeze(-1), future)
+
+    compiled = torch.compile(step, fullgraph=True)
+    past, future = torch.randn(16, 24, device="cuda"), torch.randn(16, 30, 1, device="cuda")
+    eager_loss = step(past, future)
+    eager_grads = torch.autograd.grad(eager_loss, list(net.parameters()))
+    comp_loss = compiled(past, future)
+    comp_grads = torch.autograd.grad(comp_loss, list(net.parameters()))
+    assert torch.allclose(eager_loss, comp_loss, rtol=1e-5, atol=1e-6)
+    for a, b in zip(eager_grads, comp_grads):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_cuda_graph_of_the_public_api_forward_backward():
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(4, 64, 3, generator=g).cuda().requires_grad_()
+    y = torch.randn(4, 50, 3, generator=g).cuda()
+    xl = torch.tensor([64, 30, 12, 64], device="cuda")
+
+    def step():
+        v = softdtw.soft_dtw(x, y, 0.3, x_lengths=xl, bandwidth=8)
+        (dx,) = torch.autograd.grad(v.sum(), x)
+        return v, dx
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            step()  # kernels compiled and loaded before the capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        v_static, dx_static = step()
+    for seed in (5, 6):
+        g = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            x.copy_(torch.randn(4, 64, 3, generator=g).cuda())
+            y.copy_(torch.randn(4, 50, 3, generator=g).cuda())
+        graph.replay()
+        v, dx = step()
+        assert torch.equal(v_static, v.detach()) and torch.equal(dx_static, dx)
