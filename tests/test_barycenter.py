@@ -139,8 +139,10 @@ def test_errors(data, kw, match):
 def test_cuda_batched_barycenters_match_cpu():
     X, y = make_cbf(40, length=48, seed=2)
     lengths = torch.randint(30, 49, (40,), generator=torch.Generator().manual_seed(0))
-    cpu = soft_dtw_barycenter(X, 1.0, groups=y, x_lengths=lengths, max_iter=10)
-    gpu = soft_dtw_barycenter(X.cuda(), 1.0, groups=y.cuda(), x_lengths=lengths.cuda(), max_iter=10)
+    # Without the annealing warm start, losses[0] is the objective at the same initialisation on both
+    # devices; with it, 30 float-sensitive optimiser steps come first and the starts differ.
+    cpu = soft_dtw_barycenter(X, 1.0, groups=y, x_lengths=lengths, max_iter=10, anneal=False)
+    gpu = soft_dtw_barycenter(X.cuda(), 1.0, groups=y.cuda(), x_lengths=lengths.cuda(), max_iter=10, anneal=False)
     assert gpu.barycenter.device.type == "cuda"
     torch.testing.assert_close(gpu.losses[0], cpu.losses[0], rtol=1e-4, atol=1e-3)
     assert float(gpu.losses[-1].sum()) <= float(cpu.losses[0].sum())

@@ -85,3 +85,17 @@ def test_cuda_graph_of_the_public_api_forward_backward():
         graph.replay()
         v, dx = step()
         assert torch.equal(v_static, v.detach()) and torch.equal(dx_static, dx)
+
+
+def test_torch_compile_dynamic_shapes_on_cuda():
+    """With symbolic batch and lengths, the saved buffer's size is planned at run time (an unbacked size)."""
+    def loss(x, y):
+        return softdtw.soft_dtw(x, y, 0.2).sum()
+
+    compiled = torch.compile(loss, fullgraph=True, dynamic=True)
+    for B, N, M in ((3, 20, 24), (5, 33, 17), (2, 64, 64)):
+        x = torch.randn(B, N, 2, device="cuda", requires_grad=True)
+        y = torch.randn(B, M, 2, device="cuda")
+        (ge,) = torch.autograd.grad(loss(x, y), x)
+        (gc,) = torch.autograd.grad(compiled(x, y), x)
+        assert torch.allclose(ge, gc, rtol=1e-5, atol=1e-6)

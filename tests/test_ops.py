@@ -90,3 +90,16 @@ def test_eager_path_equals_the_custom_ops(backend):
     op, _ = _ops.forward_cost(C, gamma, xl, yl, window, "store", backend)
     go = torch.autograd.grad((op * grad).sum(), (C, gamma))
     assert torch.equal(eager, op) and all(torch.equal(a, b) for a, b in zip(ge, go))
+
+
+def test_torch_compile_dynamic_shapes_on_cpu():
+    def loss(x, y):
+        return softdtw.soft_dtw(x, y, 0.2).sum()
+
+    compiled = torch.compile(loss, fullgraph=True, dynamic=True)
+    for B, N, M in ((3, 20, 24), (5, 33, 17)):
+        x = torch.randn(B, N, 2, requires_grad=True)
+        y = torch.randn(B, M, 2)
+        (ge,) = torch.autograd.grad(loss(x, y), x)
+        (gc,) = torch.autograd.grad(compiled(x, y), x)
+        assert torch.allclose(ge, gc, rtol=1e-5, atol=1e-6)

@@ -24,6 +24,8 @@ from .backends import get_backend
 
 def _saved_like(ref: Tensor, backend: str, kind: str, B: int, N: int, M: int, D: int, memory: str) -> Tensor:
     shape, dtype = get_backend(backend).saved_spec(kind, B, N, M, D, ref.dtype, memory)
+    if shape is None:  # a flat buffer whose length the backend plans at run time
+        shape = (torch.library.get_ctx().new_dynamic_size(),)
     return ref.new_empty(shape, dtype=dtype)
 
 

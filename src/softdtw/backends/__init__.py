@@ -41,6 +41,8 @@ Functions
 ``saved_spec(kind, B, N, M, D, dtype, memory) -> (shape, dtype)``
     kind is "fused" or "cost"; must agree with what forward / forward_cost return, so that
     fake tensors (torch.compile, opcheck) have the right metadata. memory == "none" -> ((0,), dtype).
+    A backend whose saved size depends on the sizes' values (a launch plan) returns a flat buffer and,
+    for symbolic sizes, shape None: the fake kernel then gives it a size symbol of its own.
 """
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ instantiation of the same templates; float32 runs its DP in float32).
 - memory="none": nothing saved, O(B·N) scratch at most. memory="store": the forward saves one 4-byte
   (float32) or 8-byte (float64) word per cell, step-major: ``saved[b, (c·N + t mod N)·CW + offset(L, k)]``
   for chunk c, step t, lane L and column k of the lane (``StepLayout`` in common.cuh), shape
-  ``(B, nch·N·CW)`` with nch·CW >= M (padding below 2x, usually none). The word (``Link`` in common.cuh):
+  ``(B · nch·N·CW,)`` (flat) with nch·CW >= M (padding below 2x, usually none). The word (``Link`` in common.cuh):
   float32 inputs — int32 holding the cell's normalised soft-min weights of its predecessors as two
   16-bit fixed-point numbers, round(65535 w_up) and round(65535 (w_up + w_left)) (w_diag = 1 - both;
   each weight exact to 1.5e-5 for any gamma, N and cost scale, where an fp32 S would lose
@@ -66,12 +66,19 @@ def _saved_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def saved_spec(kind, B, N, M, D, dtype, memory):
-    """Shape and dtype of what :func:`forward` / :func:`forward_cost` save (see the module docstring)."""
+    """Shape and dtype of what :func:`forward` / :func:`forward_cost` save (see the module docstring).
+
+    A flat buffer of B · plan.saved_numel(N) words. Its length depends on the launch plan, which depends
+    on the sizes' values; for symbolic sizes (torch.compile with dynamic shapes) the shape is None and
+    the fake kernel gives the buffer a size of its own (an unbacked symbol nothing guards on).
+    """
     if memory == "none":
         return (0,), dtype
     _check_memory(memory)
+    if not all(isinstance(v, int) for v in (B, N, M, D)):
+        return None, _saved_dtype(dtype)
     plan = _plan(kind, B, N, M, D, dtype, torch.cuda.current_device())
-    return (B, plan.saved_numel(N)), _saved_dtype(dtype)
+    return (B * plan.saved_numel(N),), _saved_dtype(dtype)
 
 
 # --- launches ---------------------------------------------------------------------------------------
@@ -84,7 +91,7 @@ def _run_forward(x, y, C, cost: str, D: int, gamma, x_lengths, y_lengths, window
     dev = data.device.index
     plan = _launch.plan_for(B, N, M, D, data.dtype, dev)
     value = torch.empty(B, dtype=data.dtype, device=data.device)
-    saved = (data.new_empty((B, plan.saved_numel(N)), dtype=_saved_dtype(data.dtype)) if store
+    saved = (data.new_empty((B * plan.saved_numel(N),), dtype=_saved_dtype(data.dtype)) if store
              else data.new_empty((0,)))
     bnd = data.new_empty((B, N)) if plan.nch > 1 else None
     expr = _launch.expression("forward_kernel", data.dtype, cost, D, plan, window is not None, store)
