@@ -132,12 +132,23 @@ def forced_plan(K: int, W: int):
 
 def plan_for(B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index: int) -> Plan:
     """The plan for a problem; D = 0 for a precomputed cost."""
-    kring = tuple(k_ring(dtype, D, W) for W in W_CHOICES)
     if _forced:
+        kring = _krings(dtype, D)
         K, W = _forced[-1]
         K = min(K, kring[W_CHOICES.index(W)])  # what the shared-memory ring allows
         return Plan(K, W, -(-M // (32 * W * K)))
-    return choose_plan(B, N, M, k_max(dtype, D), sm_count(device_index), kring)
+    return _planned(B, N, M, D, dtype, device_index)
+
+
+@lru_cache(maxsize=4096)
+def _krings(dtype: torch.dtype, D: int) -> tuple:
+    return tuple(k_ring(dtype, D, W) for W in W_CHOICES)
+
+
+@lru_cache(maxsize=4096)
+def _planned(B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index: int) -> Plan:
+    # Cached: a step asks for its plan three times (saved_spec, forward, backward), ~15 us each uncached.
+    return choose_plan(B, N, M, k_max(dtype, D), sm_count(device_index), _krings(dtype, D))
 
 
 @lru_cache(maxsize=4096)
