@@ -12,6 +12,7 @@ from typing import Optional, Tuple, Union
 import numpy as np
 import torch
 
+from ._checks import check_values, values_checked
 from .functional import soft_dtw
 
 __all__ = ["pairwise_soft_dtw", "as_series_set", "as_set_lengths"]
@@ -93,9 +94,10 @@ def _batch_size(device, N, M, D, itemsize, fused, needs_grad, budget, total_pair
     return int(max(1, min(b, total_pairs)))
 
 
-def _chunk_pairs(start: int, stop: int, P: int, Q: int, triangle: bool, row_offsets: Optional[torch.Tensor]):
-    """Row and column indices (CPU int64) of the flat pairs [start, stop)."""
-    k = torch.arange(start, stop, dtype=torch.int64)
+def _chunk_pairs(start: int, stop: int, P: int, Q: int, triangle: bool, row_offsets: Optional[torch.Tensor],
+                 device=None):
+    """Row and column indices (int64, on ``device``, default the CPU) of the flat pairs [start, stop)."""
+    k = torch.arange(start, stop, dtype=torch.int64, device=device)
     if not triangle:
         return k // Q, k % Q
     i = torch.searchsorted(row_offsets, k, right=True) - 1
@@ -189,10 +191,12 @@ def pairwise_soft_dtw(X, Y=None, gamma: Union[float, torch.Tensor] = 1.0, *, div
     gamma_grad = isinstance(gamma, torch.Tensor) and gamma.requires_grad
     needs_grad = torch.is_grad_enabled() and (X.requires_grad or Y.requires_grad or gamma_grad)
     total = P * (P + 1) // 2 if triangle else P * Q
-    row_offsets = None
-    if triangle:
-        rows = torch.arange(P, dtype=torch.int64)
-        row_offsets = torch.cumsum(P - rows, 0) - (P - rows)  # first flat index of each row
+    # Full-length sets need no per-chunk length lookups, so the chunk indices live on the device and
+    # the loop below never waits on the GPU; with lengths, chunks are trimmed using CPU indices.
+    uniform = x_lengths is None and (symmetric_input or y_lengths is None)
+    index_device = device if uniform else torch.device("cpu")
+    rows = torch.arange(P, dtype=torch.int64, device=index_device)
+    row_offsets = (torch.cumsum(P - rows, 0) - (P - rows)) if triangle else None  # first flat index per row
     fused = isinstance(cost, str) and cost in ("sqeuclidean", "l1")
     budget = int(memory_budget) if memory_budget is not None else _default_budget(device)
     B = int(batch_size) if batch_size is not None else _batch_size(
@@ -204,8 +208,10 @@ def pairwise_soft_dtw(X, Y=None, gamma: Union[float, torch.Tensor] = 1.0, *, div
     xl_dev, yl_dev = xl.to(device), yl.to(device)
 
     def run(A, al, al_dev, Bset, bl, bl_dev, i, j):
-        n, m = int(al[i].max()), int(bl[j].max())
         i_dev, j_dev = i.to(device), j.to(device)
+        if uniform:
+            return soft_dtw(A.index_select(0, i_dev), Bset.index_select(0, j_dev), gamma, **kwargs)
+        n, m = int(al[i].max()), int(bl[j].max())
         xa = A.index_select(0, i_dev)[:, :n]
         yb = Bset.index_select(0, j_dev)[:, :m]
         return soft_dtw(xa, yb, gamma, x_lengths=al_dev.index_select(0, i_dev),
@@ -223,11 +229,13 @@ def pairwise_soft_dtw(X, Y=None, gamma: Union[float, torch.Tensor] = 1.0, *, div
         from tqdm import tqdm
         bar = tqdm(total=hi - lo, desc="pairwise DTW" if _is_zero(gamma) else "pairwise soft-DTW", unit="pair",
                    leave=False, dynamic_ncols=True)
+    check_values([(X, "X"), (Y, "Y")], [], None)  # once for the whole sets, not once per chunk
     try:
         for start in range(lo, hi, B):
             stop = min(start + B, hi)
-            i, j = _chunk_pairs(start, stop, P, Q, triangle, row_offsets)
-            v = run(X, xl, xl_dev, Y, yl, yl_dev, i, j).to(X.dtype)
+            i, j = _chunk_pairs(start, stop, P, Q, triangle, row_offsets, index_device)
+            with values_checked():
+                v = run(X, xl, xl_dev, Y, yl, yl_dev, i, j).to(X.dtype)
             if local is not None:
                 local[start - lo:stop - lo] = v
             else:
@@ -238,15 +246,16 @@ def pairwise_soft_dtw(X, Y=None, gamma: Union[float, torch.Tensor] = 1.0, *, div
         if bar is not None:
             bar.close()
     if local is not None:
-        _all_gather_pairs(out, local, total, world, B, P, Q, triangle, row_offsets)
+        _all_gather_pairs(out, local, total, world, B, P, Q, triangle, row_offsets, index_device)
 
     if divergence:
         if symmetric_input:
             sx = out.diagonal().clone()
             sy = sx
         else:  # P + Q programs against P * Q: every rank computes them itself rather than gathering
-            sx = _self_terms(run, X, xl, xl_dev, B)
-            sy = _self_terms(run, Y, yl, yl_dev, B)
+            with values_checked():
+                sx = _self_terms(run, X, xl, xl_dev, B)
+                sy = _self_terms(run, Y, yl, yl_dev, B)
         # With Y = X the diagonal is a - a/2 - a/2 = 0 exactly (the self-terms are the diagonal).
         out = out - 0.5 * sx.unsqueeze(1) - 0.5 * sy.unsqueeze(0)
     return out
@@ -279,7 +288,7 @@ def _scatter(out: torch.Tensor, v: torch.Tensor, i: torch.Tensor, j: torch.Tenso
         out[j_dev, i_dev] = v
 
 
-def _all_gather_pairs(out, local, total, world, B, P, Q, triangle, row_offsets) -> None:
+def _all_gather_pairs(out, local, total, world, B, P, Q, triangle, row_offsets, index_device) -> None:
     """Gather every rank's flat block of values and scatter them into ``out`` (on every rank)."""
     import torch.distributed as dist
 
@@ -293,7 +302,7 @@ def _all_gather_pairs(out, local, total, world, B, P, Q, triangle, row_offsets) 
         lo, hi = total * r // world, total * (r + 1) // world
         for start in range(lo, hi, step):
             stop = min(start + step, hi)
-            i, j = _chunk_pairs(start, stop, P, Q, triangle, row_offsets)
+            i, j = _chunk_pairs(start, stop, P, Q, triangle, row_offsets, index_device)
             _scatter(out, block[start - lo:stop - lo], i, j, triangle)
 
 
