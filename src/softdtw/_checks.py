@@ -225,7 +225,7 @@ def as_lengths(lengths, name: str, B: int, T: int, device: torch.device, series:
     return lengths.to(device=device, dtype=torch.int64)
 
 
-def _check_length_range(lengths: torch.Tensor, name: str, T: int, series: str) -> None:
+def check_length_range(lengths: torch.Tensor, name: str, T: int, series: str) -> None:
     lo, hi = int(lengths.min()), int(lengths.max())
     if lo < 1 or hi > T:
         raise ValueError(
@@ -261,7 +261,7 @@ def check_values(data, lengths, gamma) -> None:
         check_finite(t, name)
     for l, name, T, series in lengths:
         if l is not None:
-            _check_length_range(l, name, T, series)
+            check_length_range(l, name, T, series)
     if gamma is not None:
         _check_gamma_value(float(gamma.detach()))
 

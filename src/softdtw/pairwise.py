@@ -12,7 +12,7 @@ from typing import Optional, Tuple, Union
 import numpy as np
 import torch
 
-from ._checks import check_values, values_checked
+from ._checks import as_lengths, check_length_range, check_values, values_checked
 from .functional import soft_dtw
 
 __all__ = ["pairwise_soft_dtw", "as_series_set", "as_set_lengths"]
@@ -47,25 +47,14 @@ def as_series_set(X, name: str = "X") -> torch.Tensor:
 
 
 def as_set_lengths(lengths, name: str, P: int, T: int) -> Tuple[Optional[torch.Tensor], torch.Tensor]:
-    """Lengths of a set as a CPU int64 `(P,)` tensor (all T when None), validated against [1, T]."""
+    """Lengths of a set as a CPU int64 `(P,)` tensor (all T when None), validated against [1, T].
+
+    Returns (the user's lengths or None, the lengths to use).
+    """
     if lengths is None:
         return None, torch.full((P,), T, dtype=torch.int64)
-    if isinstance(lengths, (list, tuple, np.ndarray)):
-        arr = np.asarray(lengths)
-        if arr.dtype.kind not in "iu":
-            raise TypeError(f"{name} must hold integers (valid steps per series); got dtype {arr.dtype}.")
-        lengths = torch.as_tensor(arr, dtype=torch.int64)
-    if not isinstance(lengths, torch.Tensor):
-        raise TypeError(f"{name} must be an int tensor or list of shape ({P},); got {type(lengths).__name__}.")
-    if lengths.is_floating_point() or lengths.dtype == torch.bool or lengths.is_complex():
-        raise TypeError(f"{name} must be an integer tensor (valid steps per series); got dtype {lengths.dtype}. "
-                        f"Convert with {name}.long().")
-    if lengths.shape != (P,):
-        raise ValueError(f"{name} must have shape ({P},) — one length per series; got shape {tuple(lengths.shape)}.")
-    cpu = lengths.detach().to("cpu", torch.int64)
-    lo, hi = int(cpu.min()), int(cpu.max())
-    if lo < 1 or hi > T:
-        raise ValueError(f"{name} must lie in [1, {T}] (the series have {T} steps); got values from {lo} to {hi}.")
+    cpu = as_lengths(lengths, name, P, T, torch.device("cpu"), "each series")
+    check_length_range(cpu, name, T, "each series")
     return cpu, cpu
 
 
