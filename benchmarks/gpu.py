@@ -11,7 +11,13 @@ next to it (same name, .md). Sections:
 (b) The grid of research/peers.md: B in {16, 32}, N = M in {128, 512, 1024, 2048}, D in {1, 64},
     forward + backward of the loss as a user runs it (clone the inputs, soft_dtw, sum, backward), with
     peak memory above what was allocated before the step; pysdtw 0.0.5 in the same run when installed.
+    At N = 2048 also memory="checkpoint" (API and backend), for the issue-4 target at B = 32, D = 64.
 (c) One tiny pair (B = 1, N = M = 16), forward + backward per call, wall clock (host included).
+(d) "long" (issue 4): B in {1, 16}, N = M in {8192, 65536}, D = 1; "forward" (value only, memory "none")
+    and "forward_backward" with memory "store" and "checkpoint", at the backend and through the API,
+    time and peak memory. A store row whose table cannot fit in free memory (B = 16, N = 65536 needs
+    ~275 GB) is reported as skipped, decided from the sizes. Repetitions adapt to the time one call takes
+    (at least one timed call after the warm-up) and the section stops timing after ~2 minutes.
 
 NVRTC compilation is kept out of every timing: the first call of each configuration is a warm-up, and
 the compile time itself is reported on its own (section "compile").
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -83,8 +90,10 @@ def row(impl, mode, B, N, M, D, memory, ms, peak=None, dtype="float32", gamma=1.
 
 # --- (a) throughput ------------------------------------------------------------------------------------
 
-def backend_calls(x, y, gamma, lengths, cost="sqeuclidean"):
-    """Closures timing the backend's kernels (and their allocations) without the public API around them."""
+def backend_calls(x, y, gamma, lengths, cost="sqeuclidean", memory="store"):
+    """Closures timing the backend's kernels (and their allocations) without the public API around them.
+
+    memory: what the storing forward keeps for the backward, "store" or "checkpoint"."""
     xl, yl = lengths
     grad = torch.ones(x.shape[0], device="cuda", dtype=x.dtype)
     held = {}
@@ -93,21 +102,22 @@ def backend_calls(x, y, gamma, lengths, cost="sqeuclidean"):
         backend.forward(x, y, gamma, cost, xl, yl, None, "none")
 
     def forward_store():
-        held["v"], held["s"] = backend.forward(x, y, gamma, cost, xl, yl, None, "store")
+        held["v"], held["s"] = backend.forward(x, y, gamma, cost, xl, yl, None, memory)
 
     def backward():
-        backend.backward(grad, x, y, gamma, cost, xl, yl, None, held["v"], held["s"], "store")
+        backend.backward(grad, x, y, gamma, cost, xl, yl, None, held["v"], held["s"], memory)
 
     def forward_backward():
         held.clear()  # never hold two saved tables
-        v, saved = backend.forward(x, y, gamma, cost, xl, yl, None, "store")
-        backend.backward(grad, x, y, gamma, cost, xl, yl, None, v, saved, "store")
+        v, saved = backend.forward(x, y, gamma, cost, xl, yl, None, memory)
+        backend.backward(grad, x, y, gamma, cost, xl, yl, None, v, saved, memory)
     return forward_none, forward_store, backward, forward_backward
 
 
 def backend_step(x, y, gamma, lengths, memory):
-    calls = backend_calls(x, y, gamma, lengths)
-    return calls[0] if memory == "none" else calls[3]
+    if memory == "none":
+        return backend_calls(x, y, gamma, lengths)[0]
+    return backend_calls(x, y, gamma, lengths, memory=memory)[3]
 
 
 def api_step(x, y, mode, gamma=1.0, memory="auto"):
@@ -223,6 +233,8 @@ def grid(quick: bool):
                 fn()
                 ms = median_ms(fn, reps=3 if quick else 7)
                 rows.append(row("softdtw-backend", "forward_backward", B, N, N, D, "store", ms, peak_mb(fn)))
+                if N == 2048:  # issue 4's target at B = 32, N = 2048, D = 64 (a few ms each)
+                    rows += checkpoint_rows(x, y, B, N, D, reps=3 if quick else 7)
                 if pysdtw is not None:
                     fn = peer_step(pysdtw, x, y)
                     try:
@@ -237,6 +249,32 @@ def grid(quick: bool):
                 del x, y
                 torch.cuda.empty_cache()
     return rows
+
+
+def failure_note(err: BaseException) -> str:
+    msg = (str(err).splitlines() or [""])[0][:120].replace("|", "/")  # the note lands in a Markdown table
+    return f"fails: {type(err).__name__}: {msg}"
+
+
+def checkpoint_rows(x, y, B, N, D, reps):
+    """Forward + backward with memory="checkpoint", through the API and at the backend. A failure (a backend
+    that cannot checkpoint yet, out of memory) becomes a row with a note instead of ending the run."""
+    out = []
+    gamma = torch.tensor(1.0, device="cuda")
+    for impl in ("softdtw", "softdtw-backend"):
+        if impl == "softdtw":
+            fn = api_step(x, y, "forward_backward", memory="checkpoint")
+        else:
+            fn = backend_step(x, y, gamma, full_lengths(B, N, N), "checkpoint")
+        try:
+            fn()
+            ms = median_ms(fn, reps=reps)
+            out.append(row(impl, "forward_backward", B, N, N, D, "checkpoint", ms, peak_mb(fn)))
+        except Exception as err:
+            out.append(row(impl, "forward_backward", B, N, N, D, "checkpoint", None, note=failure_note(err)))
+        del fn
+        torch.cuda.empty_cache()
+    return out
 
 
 # --- (c) per-call overhead ------------------------------------------------------------------------------
@@ -300,6 +338,127 @@ def tiny(quick: bool):
     return rows
 
 
+# --- (d) long sequences: store vs checkpoint (issue 4) ---------------------------------------------------
+
+LONG_BATCHES = (1, 16)
+LONG_LENGTHS = (8192, 65536)
+#: The section stops starting new timings after this many seconds (rows left are reported as skipped).
+LONG_SECTION_S = 120.0
+#: Time budget of one row's timed calls after its warm-up (at least one timed call runs), ms.
+LONG_ROW_MS = 2500.0
+LONG_MAX_REPS = 5
+#: A stored table is tried only if it takes at most this fraction of the free memory.
+STORE_HEADROOM = 0.9
+
+
+def store_bytes(B, N, M, D, dtype=torch.float32, spec=None) -> int:
+    """Bytes of the table memory="store" keeps for the backward of a fused-cost problem.
+
+    spec: a backend's ``saved_spec`` (default: the cuda backend's, which needs a GPU for its launch plan);
+    where it cannot answer, one word of the data dtype per cell (S in the cuda backend's layout)."""
+    spec = backend.saved_spec if spec is None else spec
+    try:
+        shape, sdtype = spec("fused", B, N, M, D, dtype, "store")
+        return math.prod(shape) * sdtype.itemsize
+    except Exception:  # no GPU to plan for (a dry run): the layout's size without padding
+        return B * N * M * dtype.itemsize
+
+
+def store_fits(need: int, free: int, headroom: float = STORE_HEADROOM) -> bool:
+    """Whether a stored table of ``need`` bytes is worth trying with ``free`` bytes of GPU memory free."""
+    return need <= headroom * free
+
+
+def reps_for(one_ms: float, budget_ms: float = LONG_ROW_MS, max_reps: int = LONG_MAX_REPS) -> int:
+    """Timed calls for a row whose first timed call took ``one_ms``: as many as fit in budget_ms, 1 to max_reps."""
+    if one_ms <= 0:
+        return max_reps
+    return max(1, min(max_reps, int(budget_ms // one_ms)))
+
+
+def long_plan(free: int, spec=None, batches=LONG_BATCHES, lengths=LONG_LENGTHS, D=1):
+    """The rows of section "long" in the order they run: (B, N, impl, mode, memory, skip).
+
+    skip is None, or why the row is not run: a stored table that cannot fit in ``free`` bytes, decided from
+    the sizes (B = 16, N = M = 65536 would store ~275 GB) rather than by trying. The most expensive
+    configuration (largest N and B) comes last, so a time limit cuts it first."""
+    plan = []
+    for N in lengths:
+        for B in batches:
+            need = store_bytes(B, N, N, D, spec=spec)
+            for mode, memory in (("forward", "none"), ("forward_backward", "checkpoint"),
+                                 ("forward_backward", "store")):
+                for impl in ("softdtw-backend", "softdtw"):
+                    skip = None
+                    if memory == "store" and not store_fits(need, free):
+                        skip = (f"skipped: storing S for B={B}, N=M={N} needs {need / 1e9:.1f} GB, "
+                                f"{free / 1e9:.1f} GB free")
+                    plan.append((B, N, impl, mode, memory, skip))
+    return plan
+
+
+def event_ms(fn) -> float:
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)
+
+
+def timed_with_peak(fn, budget_ms: float = LONG_ROW_MS, max_reps: int = LONG_MAX_REPS):
+    """(median ms, peak MB, timed calls) of a step that keeps nothing between calls.
+
+    One warm-up call (compilation, allocator), then CUDA-event-timed calls, as many as :func:`reps_for`
+    allows; the peak is CUDA memory above what was allocated before the timed calls, over all of them
+    (one timed call of a seconds-long step serves for both time and memory)."""
+    fn()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    times = [event_ms(fn)]
+    for _ in range(reps_for(times[0], budget_ms, max_reps) - 1):
+        times.append(event_ms(fn))
+    peak = (torch.cuda.max_memory_allocated() - base) / 1e6
+    return float(np.median(times)), peak, len(times)
+
+
+def long_section(quick: bool):
+    """B in {1, 16}, N = M in {8192, 65536}, D = 1: forward, and forward + backward storing or checkpointing."""
+    rows = []
+    limit = LONG_SECTION_S / 2 if quick else LONG_SECTION_S
+    max_reps = 2 if quick else LONG_MAX_REPS
+    torch.cuda.empty_cache()
+    free = torch.cuda.mem_get_info()[0]
+    gamma = torch.tensor(1.0, device="cuda")
+    start = time.perf_counter()
+    current, x, y = None, None, None
+    for B, N, impl, mode, memory, skip in long_plan(free):
+        if skip is None and time.perf_counter() - start > limit:
+            skip = f"skipped: the section's time budget ({limit:.0f} s) was spent"
+        if skip is not None:
+            rows.append(row(impl, mode, B, N, N, 1, memory, None, note=skip))
+            continue
+        if current != (B, N):
+            x = y = None
+            torch.cuda.empty_cache()
+            x, y = data(B, N, N, 1, seed=B + N)
+            current = (B, N)
+        if impl == "softdtw":
+            fn = api_step(x, y, mode, memory=memory)
+        else:
+            fn = backend_step(x, y, gamma, full_lengths(B, N, N), memory)
+        try:
+            ms, peak, n = timed_with_peak(fn, max_reps=max_reps)
+            rows.append(row(impl, mode, B, N, N, 1, memory, ms, peak,
+                            note=None if n >= 3 else f"median of {n} timed call(s)"))
+        except Exception as err:  # e.g. a backend that cannot checkpoint yet, or out of memory
+            rows.append(row(impl, mode, B, N, N, 1, memory, None, note=failure_note(err)))
+        del fn
+        torch.cuda.empty_cache()
+    return rows
+
+
 # --- compile time ----------------------------------------------------------------------------------------
 
 def compile_time():
@@ -342,9 +501,11 @@ PEER_BEST_MS = {
 }
 
 
-def _find(rows, impl, mode, B, N, D=1):
+def _find(rows, impl, mode, B, N, D=1, memory=None, timed=True):
+    """The first row of that configuration (memory None: any) with a time, or (timed=False) any such row."""
     for r in rows:
-        if r["impl"] == impl and r["mode"] == mode and (r["B"], r["N"], r["D"]) == (B, N, D) and r["ms"]:
+        if r["impl"] == impl and r["mode"] == mode and (r["B"], r["N"], r["D"]) == (B, N, D) \
+                and (r["ms"] or not timed) and (memory is None or r["memory"] == memory):
             return r
     return None
 
@@ -383,7 +544,76 @@ def targets(report) -> list[str]:
     if r and a:
         out.append(f"| tiny pair B=1 N=M=16 fwd+bwd <= 0.1 ms per call | backend {r['ms']:.3f} ms; API {a['ms']:.3f} ms"
                    f" | backend yes, API {'yes' if a['ms'] <= 0.1 else 'no'} |")
-    return out + [""]
+    return out + [""] + targets_long(rows)
+
+
+#: Smallest peak memory (MB) of the peers per grid configuration, research/peers.md (issue 4's target).
+PEER_MIN_PEAK_MB = {(32, 2048, 64): 2086}
+GiB = 2 ** 30
+
+
+def _verdict(fast: bool, small: bool = True) -> str:
+    if fast and small:
+        return "yes"
+    return "no (" + ", ".join(w for w, bad in (("time", not fast), ("memory", not small)) if bad) + ")"
+
+
+def _shown(r, label: str, unit: str = "MB") -> str:
+    """'label 12.3 ms / 45.6 MB', or the row's note when it has no time."""
+    if r["ms"] is None:
+        return f"{label}: {r.get('note', 'no time')}"
+    peak = f"{r['peak_mb'] * 1e6 / GiB:.2f} GiB" if unit == "GiB" else f"{r['peak_mb']:.1f} MB"
+    return f"{label} {r['ms']:.4g} ms / {peak}"
+
+
+def targets_long(rows) -> list[str]:
+    """Issue 4's targets: long pairs with checkpointing, forward throughput at N = 8192, and the B = 32,
+    N = 2048, D = 64 grid point against the peers. Lines only for what this run measured."""
+    lines = []
+    # B = 1, N = M = 65536, D = 1 forward + backward: <= 100 ms and <= 2 GiB peak (storing S needs 16 GiB).
+    got, met = [], []
+    for label, impl in (("backend", "softdtw-backend"), ("API", "softdtw")):
+        r = _find(rows, impl, "forward_backward", 1, 65536, memory="checkpoint", timed=False)
+        if r:
+            got.append(_shown(r, f"{label} checkpoint", "GiB"))
+            ok = r["ms"] is not None
+            met.append(f"{label} " + (_verdict(r["ms"] <= 100, r["peak_mb"] * 1e6 <= 2 * GiB) if ok else "no"))
+    store = _find(rows, "softdtw", "forward_backward", 1, 65536, memory="store", timed=False)
+    if store:
+        got.append(_shown(store, "API store", "GiB"))
+    if got:
+        lines.append("| B=1 N=M=65536 D=1 fwd+bwd <= 100 ms, peak <= 2 GiB (storing S: 16 GiB) | "
+                     + "; ".join(got) + " | " + ("; ".join(met) or "-") + " |")
+    # B = 16, N = M = 8192, D = 1 forward: >= 500 GCUPS.
+    r = _find(rows, "softdtw-backend", "forward", 16, 8192, memory="none", timed=False)
+    if r:
+        api = _find(rows, "softdtw", "forward", 16, 8192, memory="none")
+        extra = f" (public API {api['gcups']:.0f})" if api else ""
+        if r["ms"] is None:
+            lines.append(f"| forward D=1, N=M=8192, B=16 >= 500 GCUPS | {_shown(r, 'backend')} | no |")
+        else:
+            lines.append(f"| forward D=1, N=M=8192, B=16 >= 500 GCUPS | {r['gcups']:.0f} GCUPS{extra} | "
+                         f"{'yes' if r['gcups'] >= 500 else 'no'} |")
+    # B = 32, N = M = 2048, D = 64 forward + backward: >= 100x faster than the best peer, <= 10 % of the
+    # peers' smallest peak memory.
+    key = (32, 2048, 64)
+    goal_ms, goal_mb = PEER_BEST_MS[key] / 100, PEER_MIN_PEAK_MB[key] / 10
+    got, met = [], []
+    for label, impl, memory in (("API auto", "softdtw", "auto"), ("API checkpoint", "softdtw", "checkpoint"),
+                                ("backend store", "softdtw-backend", "store"),
+                                ("backend checkpoint", "softdtw-backend", "checkpoint")):
+        r = _find(rows, impl, "forward_backward", *key, memory=memory, timed=False)
+        if r:
+            got.append(_shown(r, label))
+            ok = r["ms"] is not None
+            met.append(f"{label} " + (_verdict(r["ms"] <= goal_ms, r["peak_mb"] <= goal_mb) if ok else "no"))
+    if got:
+        lines.append(f"| B=32 N=M=2048 D=64 fwd+bwd <= {goal_ms:.3g} ms (best peer {PEER_BEST_MS[key]} ms / 100), "
+                     f"peak <= {goal_mb:.1f} MB (peers' smallest {PEER_MIN_PEAK_MB[key]} MB / 10) | "
+                     + "; ".join(got) + " | " + "; ".join(met) + " |")
+    if not lines:
+        return []
+    return ["## Targets (issue 4)", "", "| target | measured | met |", "|---|---|---|"] + lines + [""]
 
 
 def markdown(report) -> str:
@@ -409,8 +639,8 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "h100.json"))
     parser.add_argument("--quick", action="store_true", help="smaller batches, fewer repetitions")
-    parser.add_argument("--sections", default="compile,throughput,grid,tiny",
-                        help="comma-separated: compile, throughput, sweep, grid, tiny")
+    parser.add_argument("--sections", default="compile,throughput,grid,tiny,long",
+                        help="comma-separated: compile, throughput, sweep, grid, tiny, long")
     parser.add_argument("--render", action="store_true", help="only rewrite the .md from an existing --out JSON")
     args = parser.parse_args()
     if args.render:
@@ -430,6 +660,8 @@ def main():
         report["rows"] += grid(args.quick)
     if "tiny" in sections:
         report["rows"] += tiny(args.quick)
+    if "long" in sections:
+        report["rows"] += long_section(args.quick)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1) + "\n")

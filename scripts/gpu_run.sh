@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The one script the GPU machine runs: environment, cuda tests, compute-sanitizer, benchmark.
 #
-#   scripts/gpu_run.sh [env] [tests] [sanitize] [bench|bench-quick] [ncu]   (default: env tests sanitize bench)
+#   scripts/gpu_run.sh [env] [tests] [longtests] [alltests] [sanitize] [bench|bench-quick] [ncu]
+#                      (default: env tests sanitize bench)
 #
-# Logs and results go to $OUT (default ./gpu_out): env.txt, pytest.log, memcheck.log, racecheck.log,
-# bench.log, h100.json, h100.md. Wheels in .whl/ (pysdtw) are installed to /tmp/site when present.
+# Logs and results go to $OUT (default ./gpu_out): env.txt, pytest.log, pytest_long.log, memcheck.log,
+# racecheck.log, bench.log, h100.json, h100.md. Wheels in .whl/ (pysdtw) are installed to /tmp/site when present.
 # Each stage has its own time limit so one slow stage cannot eat the others' output.
 set -u
 OUT=${OUT:-$PWD/gpu_out}
@@ -36,6 +37,12 @@ if has tests; then
     ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/pytest.log" | tail -60
 fi
 
+if has longtests; then  # issue 4: long pairs vs the CPU float64 backend, checkpoint vs store, gamma = 1e-3 at 65536
+  # Most of the time is the CPU reference (two long single-pair Numba runs, plus Numba's first compile).
+  timeout 400 python3 -m pytest -m cuda tests/test_long.py -q -rfE --tb=short -p no:cacheprovider \
+    ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/pytest_long.log" | tail -40
+fi
+
 if has alltests; then  # every `cuda`-marked test of the repository (toolkit, integration, mixed precision, backend)
   timeout 540 python3 -m pytest -m cuda tests -q -rfE --tb=short -p no:cacheprovider \
     ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/pytest_all.log" | tail -40
@@ -54,7 +61,7 @@ if has bench || has bench-quick; then
   quick=""
   has bench-quick && quick="--quick"
   # A fresh kernel cache, so the "compile" section measures NVRTC rather than a disk hit.
-  SOFTDTW_CACHE_DIR=/tmp/softdtw-cache-bench timeout 480 python3 benchmarks/gpu.py --out "$OUT/h100.json" $quick \
+  SOFTDTW_CACHE_DIR=/tmp/softdtw-cache-bench timeout 540 python3 benchmarks/gpu.py --out "$OUT/h100.json" $quick \
     ${BENCH_ARGS:-} >"$OUT/bench.log" 2>&1
   echo "benchmark: exit $?"
   tail -45 "$OUT/bench.log"
