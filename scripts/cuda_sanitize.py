@@ -4,7 +4,8 @@
     compute-sanitizer --tool racecheck python3 scripts/cuda_sanitize.py
 
 Covers: fused sqeuclidean / l1 and the precomputed cost, float32 / float64, soft and hard, per-pair
-lengths, a band, one warp and several warps per pair, several column chunks, value-only and store.
+lengths, a band, one warp and several warps per pair, several column chunks, value-only and store;
+chained plans (store, checkpoint with several tiles).
 Prints one line per case and "sanitize run: OK" at the end.
 """
 import sys
@@ -19,7 +20,7 @@ from softdtw.backends import cuda as be  # noqa: E402
 from softdtw.backends.cuda import launch  # noqa: E402
 
 
-def case(B, N, M, D, dtype, gamma, band, layout, cost="sqeuclidean"):
+def case(B, N, M, D, dtype, gamma, band, layout, cost="sqeuclidean", chain=False, TH=None):
     g = torch.Generator().manual_seed(B * N + M)
     x = torch.randn(B, N, D, generator=g).to("cuda", dtype)
     y = torch.randn(B, M, D, generator=g).to("cuda", dtype)
@@ -32,20 +33,21 @@ def case(B, N, M, D, dtype, gamma, band, layout, cost="sqeuclidean"):
     gm = torch.tensor(gamma, dtype=dtype, device="cuda")
     grad = torch.ones(B, dtype=dtype, device="cuda")
     K, W = layout
-    with launch.forced_plan(K, W):
+    memory = "checkpoint" if TH else "store"
+    with launch.forced_plan(K, W, chain=chain, TH=TH):
         if cost == "precomputed":
             C = torch.cdist(x, y) ** 2
             be.forward_cost(C, gm, xl, yl, w, "none")
-            v, s = be.forward_cost(C, gm, xl, yl, w, "store")
-            out = be.backward_cost(grad, C, gm, xl, yl, w, v, s, "store")
+            v, s = be.forward_cost(C, gm, xl, yl, w, memory)
+            out = be.backward_cost(grad, C, gm, xl, yl, w, v, s, memory)
         else:
             be.forward(x, y, gm, cost, xl, yl, w, "none")
-            v, s = be.forward(x, y, gm, cost, xl, yl, w, "store")
-            out = be.backward(grad, x, y, gm, cost, xl, yl, w, v, s, "store")
+            v, s = be.forward(x, y, gm, cost, xl, yl, w, memory)
+            out = be.backward(grad, x, y, gm, cost, xl, yl, w, v, s, memory)
     torch.cuda.synchronize()
     ok = all(bool(torch.isfinite(t).all()) for t in (v,) + tuple(out))
     print(f"B={B} N={N} M={M} D={D} {dtype} gamma={gamma} band={band} K,W={layout} {cost}: "
-          f"{'finite' if ok else 'NON-FINITE'}", flush=True)
+          f"chain={chain} TH={TH}: {'finite' if ok else 'NON-FINITE'}", flush=True)
     return ok
 
 
@@ -57,6 +59,11 @@ def main():
         ok &= case(2, 17, 50, 3, dtype, 1.0, None, (4, 1), "l1")
         ok &= case(3, 25, 30, 1, dtype, 0.3, 6, (1, 4), "precomputed")
     ok &= case(2, 40, 70, 1, torch.float32, 0.1, None, (16, 1))
+    for dtype in (torch.float32, torch.float64):  # chained plans; checkpoint with 3 tiles and a partial one
+        ok &= case(3, 50, 150, 2, dtype, 0.5, 10, (1, 1), chain=True)
+        ok &= case(3, 250, 150, 1, dtype, 0.5, None, (2, 1), chain=True, TH=96)
+        ok &= case(2, 200, 300, 1, dtype, 0.0, 30, (1, 2), chain=True, TH=160)
+        ok &= case(2, 250, 100, 1, dtype, 0.3, None, (1, 1), "precomputed", chain=True, TH=96)
     print("sanitize run:", "OK" if ok else "FAILED")
     sys.exit(0 if ok else 1)
 

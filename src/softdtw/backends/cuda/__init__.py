@@ -19,7 +19,13 @@ instantiation of the same templates; float32 runs its DP in float32).
   each weight exact to 1.5e-5 for any gamma, N and cost scale, where an fp32 S would lose
   ulp(|R| / gamma) in every weight); float64 inputs — S, the soft-min of the three predecessors in
   log2 units. Hard DTW stores the argmin (one-hot weights /
-  0, 1, 2). memory="checkpoint" is not implemented yet.
+  0, 1, 2).
+- memory="checkpoint" (long pairs, bounded memory): a chained plan (one block per pair and column chunk,
+  the chunks of a pair running at once and handing their boundary column over through L2 flags). The
+  forward saves R of every chunk's last column and of the row above every tile of TH rows, flat in the
+  data dtype: ``B · (nch·N + ceil(N/TH)·nch·CW)`` values. The backward walks each chunk's tiles bottom up,
+  recomputing a tile's forward (its links) into one of two per-block tile buffers just before the
+  reverse sweep reaches it: 2·TH·CW words per block, at most ``launch.TILE_BYTES`` in all.
 - gamma == 0 is hard DTW; its backward follows the argmin path (ties: diagonal, up, left). gamma is read
   on the device, so nothing here synchronises with the host (CUDA graphs capture every call).
 
@@ -34,21 +40,13 @@ from . import launch as _launch
 from .compile import STATS as COMPILE_STATS  # noqa: F401  (re-exported for benchmarks)
 
 #: Memory modes this backend implements (the ops layer reads this).
-MEMORY_MODES = ("none", "store")
+MEMORY_MODES = ("none", "store", "checkpoint")
 
 #: Largest feature size whose cost is computed inside the kernels.
 FUSED_D_MAX = 16
 
-_CHECKPOINT_MESSAGE = (
-    "memory='checkpoint' is not implemented by the cuda backend yet; use memory='store', which keeps "
-    "one value per cell (B·N·M values of the data dtype)."
-)
-
-
 def _check_memory(memory: str) -> bool:
-    """True if the forward is to save S."""
-    if memory == "checkpoint":
-        raise NotImplementedError(_CHECKPOINT_MESSAGE)
+    """True if the forward is to save S (the whole table of links)."""
     return memory == "store"
 
 
@@ -56,8 +54,8 @@ def _fused(kind: str, D: int) -> bool:
     return kind == "fused" and D <= FUSED_D_MAX
 
 
-def _plan(kind: str, B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index: int):
-    return _launch.plan_for(B, N, M, D if _fused(kind, D) else 0, dtype, device_index)
+def _plan(kind: str, B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index: int, memory: str):
+    return _launch.plan_for(B, N, M, D if _fused(kind, D) else 0, dtype, device_index, memory == "checkpoint")
 
 
 def _saved_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -74,22 +72,27 @@ def saved_spec(kind, B, N, M, D, dtype, memory):
     """
     if memory == "none":
         return (0,), dtype
-    _check_memory(memory)
+    saved_dtype = dtype if memory == "checkpoint" else _saved_dtype(dtype)
     if not all(isinstance(v, int) for v in (B, N, M, D)):
-        return None, _saved_dtype(dtype)
-    plan = _plan(kind, B, N, M, D, dtype, torch.cuda.current_device())
-    return (B * plan.saved_numel(N),), _saved_dtype(dtype)
+        return None, saved_dtype
+    plan = _plan(kind, B, N, M, D, dtype, torch.cuda.current_device(), memory)
+    if memory == "checkpoint":
+        return (B * plan.checkpoint_numel(N),), saved_dtype
+    return (B * plan.saved_numel(N),), saved_dtype
 
 
 # --- launches ---------------------------------------------------------------------------------------
 
-def _run_forward(x, y, C, cost: str, D: int, gamma, x_lengths, y_lengths, window, store: bool):
+def _run_forward(x, y, C, cost: str, D: int, gamma, x_lengths, y_lengths, window, store: bool,
+                 checkpoint: bool = False):
     """Launch forward_kernel; x, y for fused costs (C None) or C for a precomputed one (x, y None)."""
     data = C if C is not None else x
     B, N = data.shape[0], data.shape[1]
     M = C.shape[2] if C is not None else y.shape[1]
     dev = data.device.index
-    plan = _launch.plan_for(B, N, M, D, data.dtype, dev)
+    plan = _launch.plan_for(B, N, M, D, data.dtype, dev, checkpoint)
+    if plan.chain:
+        return _run_forward_chain(x, y, C, cost, D, gamma, x_lengths, y_lengths, window, store, plan)
     value = torch.empty(B, dtype=data.dtype, device=data.device)
     saved = (data.new_empty((B * plan.saved_numel(N),), dtype=_saved_dtype(data.dtype)) if store
              else data.new_empty((0,)))
@@ -102,7 +105,69 @@ def _run_forward(x, y, C, cost: str, D: int, gamma, x_lengths, y_lengths, window
     return value, saved
 
 
-def _run_backward(grad, x, y, C, dC, cost: str, D: int, gamma, x_lengths, y_lengths, window, value, saved):
+def _run_forward_chain(x, y, C, cost, D, gamma, x_lengths, y_lengths, window, store, plan):
+    """forward_chain_kernel: B·nch blocks, one per (pair, chunk). Saves the link table (store), the
+    checkpoints (plan.TH > 0: column checkpoints then row checkpoints, flat) or nothing."""
+    data = C if C is not None else x
+    B, N = data.shape[0], data.shape[1]
+    M = C.shape[2] if C is not None else y.shape[1]
+    dev = data.device.index
+    value = torch.empty(B, dtype=data.dtype, device=data.device)
+    checkpoint = plan.TH > 0
+    ckpt = None
+    if checkpoint:
+        saved = data.new_empty((B * plan.checkpoint_numel(N),))
+        bnd, ckpt = saved[: B * plan.nch * N], saved[B * plan.nch * N:]
+    else:
+        saved = (data.new_empty((B * plan.saved_numel(N),), dtype=_saved_dtype(data.dtype)) if store
+                 else data.new_empty((0,)))
+        bnd = data.new_empty((B * plan.nch * N,)) if plan.nch > 1 else None
+    sync = torch.zeros(1 + B * plan.nch, dtype=torch.int32, device=data.device)  # ticket, flags
+    expr = _launch.expression("forward_chain_kernel", data.dtype, cost, D, plan, window is not None, store)
+    args = (_launch.ptr(x), _launch.ptr(y), _launch.ptr(C), gamma.data_ptr(), x_lengths.data_ptr(),
+            y_lengths.data_ptr(), _launch.ptr(window), value.data_ptr(), _launch.ptr(saved if store else None),
+            _launch.ptr(bnd), sync.data_ptr(), _launch.ptr(ckpt), _launch.i32(B), _launch.i32(N), _launch.i32(M),
+            _launch.i32(plan.nch), _launch.i32(max(plan.TH, 1)))
+    _launch.launch("forward", expr, dev, plan.grid(B), plan.block(), args)
+    return value, saved
+
+
+def _run_backward_chain(grad, x, y, C, dC, cost, D, gamma, x_lengths, y_lengths, window, value, saved, plan):
+    """backward_chain_kernel: one block per (pair, chunk), chunks right to left; with plan.TH > 0 saved
+    holds the checkpoints and each block recomputes its tiles into its own two tile buffers."""
+    data = C if C is not None else x
+    B, N = data.shape[0], data.shape[1]
+    M = C.shape[2] if C is not None else y.shape[1]
+    dev = data.device.index
+    fused = C is None
+    dx = torch.empty_like(x) if fused else None
+    dy = torch.empty_like(y) if fused else None
+    dgamma = torch.empty(B, dtype=data.dtype, device=data.device)
+    carry = 2 + (D if fused else 0)
+    bnd = data.new_empty((B * plan.nch * N * carry,)) if plan.nch > 1 else None
+    # One zeroed buffer: <E, C> per pair (float64), then int32 ticket, flags (B, nch), done (B).
+    ints = 1 + B * plan.nch + B
+    ws = torch.zeros(B + (ints + 1) // 2, dtype=torch.int64, device=data.device)
+    checkpoint = plan.TH > 0
+    fbnd = ckpt = tiles = None
+    if checkpoint:
+        fbnd, ckpt = saved[: B * plan.nch * N], saved[B * plan.nch * N:]
+        tiles = data.new_empty((B * plan.nch * plan.tile_numel(),), dtype=_saved_dtype(data.dtype))
+    if grad.dtype != data.dtype or not grad.is_contiguous():
+        grad = grad.to(data.dtype).contiguous()
+    expr = _launch.expression("backward_chain_kernel", data.dtype, cost, D, plan, window is not None, checkpoint)
+    args = (_launch.ptr(x), _launch.ptr(y), _launch.ptr(C), gamma.data_ptr(), x_lengths.data_ptr(),
+            y_lengths.data_ptr(), _launch.ptr(window), grad.data_ptr(), 0 if checkpoint else saved.data_ptr(),
+            _launch.ptr(dx), _launch.ptr(dy), _launch.ptr(dC), value.data_ptr(), dgamma.data_ptr(),
+            _launch.ptr(bnd), ws.data_ptr() + 8 * B, ws.data_ptr(), _launch.ptr(fbnd), _launch.ptr(ckpt),
+            _launch.ptr(tiles), _launch.i32(B), _launch.i32(N), _launch.i32(M), _launch.i32(plan.nch),
+            _launch.i32(max(plan.TH, 1)))
+    _launch.launch("backward", expr, dev, plan.grid(B), plan.block(), args)
+    return dx, dy, dgamma
+
+
+def _run_backward(grad, x, y, C, dC, cost: str, D: int, gamma, x_lengths, y_lengths, window, value, saved,
+                  checkpoint: bool = False):
     """Launch backward_kernel. Fused: returns (dx, dy, dgamma). Precomputed: fills dC, returns (None, None, dgamma).
 
     The kernel writes every element of dx, dy, dC and dgamma (zeros past the lengths and outside the
@@ -112,7 +177,10 @@ def _run_backward(grad, x, y, C, dC, cost: str, D: int, gamma, x_lengths, y_leng
     B, N = data.shape[0], data.shape[1]
     M = C.shape[2] if C is not None else y.shape[1]
     dev = data.device.index
-    plan = _launch.plan_for(B, N, M, D, data.dtype, dev)
+    plan = _launch.plan_for(B, N, M, D, data.dtype, dev, checkpoint)
+    if plan.chain:
+        return _run_backward_chain(grad, x, y, C, dC, cost, D, gamma, x_lengths, y_lengths, window, value, saved,
+                                   plan)
     fused = C is None
     dx = torch.empty_like(x) if fused else None
     dy = torch.empty_like(y) if fused else None
@@ -140,7 +208,7 @@ def forward_cost(C, gamma, x_lengths, y_lengths, window, memory):
     """Values `(B,)` and saved S from a precomputed cost C `(B, N, M)`."""
     store = _check_memory(memory)
     return _run_forward(None, None, C.contiguous(), "precomputed", 0, gamma, x_lengths, y_lengths,
-                        _window(window), store)
+                        _window(window), store, memory == "checkpoint")
 
 
 def backward_cost(grad, C, gamma, x_lengths, y_lengths, window, value, saved, memory):
@@ -152,7 +220,7 @@ def backward_cost(grad, C, gamma, x_lengths, y_lengths, window, value, saved, me
         _, saved = _run_forward(None, None, C, "precomputed", 0, gamma, x_lengths, y_lengths, window, True)
     dC = torch.empty_like(C)  # the kernel writes every element
     _, _, dgamma = _run_backward(grad, None, None, C, dC, "precomputed", 0, gamma, x_lengths, y_lengths, window,
-                                 value, saved)
+                                 value, saved, memory == "checkpoint")
     return dC, dgamma
 
 
@@ -163,8 +231,10 @@ def forward(x, y, gamma, cost, x_lengths, y_lengths, window, memory):
     D = x.shape[2]
     if D > FUSED_D_MAX:
         C = _gemm_cost(cost, x, y)
-        return _run_forward(None, None, C, "precomputed", 0, gamma, x_lengths, y_lengths, window, store)
-    return _run_forward(x.contiguous(), y.contiguous(), None, cost, D, gamma, x_lengths, y_lengths, window, store)
+        return _run_forward(None, None, C, "precomputed", 0, gamma, x_lengths, y_lengths, window, store,
+                            memory == "checkpoint")
+    return _run_forward(x.contiguous(), y.contiguous(), None, cost, D, gamma, x_lengths, y_lengths, window, store,
+                        memory == "checkpoint")
 
 
 def backward(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved, memory):
@@ -174,13 +244,14 @@ def backward(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved
     x, y = x.contiguous(), y.contiguous()
     D = x.shape[2]
     if D > FUSED_D_MAX:
-        return _backward_gemm(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved)
+        return _backward_gemm(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved, memory)
     if saved.numel() == 0:
         _, saved = _run_forward(x, y, None, cost, D, gamma, x_lengths, y_lengths, window, True)
-    return _run_backward(grad, x, y, None, None, cost, D, gamma, x_lengths, y_lengths, window, value, saved)
+    return _run_backward(grad, x, y, None, None, cost, D, gamma, x_lengths, y_lengths, window, value, saved,
+                         memory == "checkpoint")
 
 
-def _backward_gemm(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved):
+def _backward_gemm(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved, memory):
     """Large D: the cost again by GEMM, E written over it in place (grad_b · E_b), then dx, dy by GEMMs."""
     C = _gemm_cost(cost, x, y)
     if saved.numel() == 0:
@@ -188,7 +259,7 @@ def _backward_gemm(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value,
     # grad_b · E_b overwrites C in place (each cell is read, then written, by the same lane; the kernel
     # also zeroes the cells past the lengths), so the backward holds one (B, N, M) buffer besides S.
     _, _, dgamma = _run_backward(grad, None, None, C, C, "precomputed", 0, gamma, x_lengths, y_lengths, window,
-                                 value, saved)
+                                 value, saved, memory == "checkpoint")
     dx, dy = _cost_vjp(cost, x, y, C)
     return dx, dy, dgamma
 

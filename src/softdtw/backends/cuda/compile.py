@@ -16,6 +16,7 @@ architecture of the GPU it runs on — no nvcc or host compiler is needed — an
 from __future__ import annotations
 
 import hashlib
+import re
 import json
 import os
 import tempfile
@@ -80,10 +81,22 @@ def _read(name: str) -> str:
     return (KERNEL_DIR / name).read_text()
 
 
+_INCLUDE = re.compile(r'^#include "([\w.]+\.cuh)"[^\n]*$', re.MULTILINE)
+
+
 def source(name: str) -> str:
-    """Kernel source ``kernels/<name>.cu`` with ``#include "common.cuh"`` inlined (no include path needed)."""
-    text = _read(f"{name}.cu")
-    return text.replace('#include "common.cuh"', _read("common.cuh"))
+    """Kernel source ``kernels/<name>.cu`` with its ``#include "*.cuh"`` inlined, each header once (no
+    include path needed)."""
+    seen: set[str] = set()
+
+    def inline(match) -> str:
+        header = match.group(1)
+        if header in seen:
+            return ""
+        seen.add(header)
+        return _INCLUDE.sub(inline, _read(header))
+
+    return _INCLUDE.sub(inline, _read(f"{name}.cu"))
 
 
 _SOURCE_HASH: str | None = None

@@ -38,6 +38,8 @@ class Plan:
     K: int  # columns per lane
     W: int  # warps per pair
     nch: int  # column chunks
+    chain: bool = False  # one block per (pair, chunk), chunks chained through L2 flags (kernels' MODE_CHAIN)
+    TH: int = 0  # rows per tile of memory="checkpoint" (chained plans only)
 
     @property
     def CW(self) -> int:
@@ -48,10 +50,21 @@ class Plan:
         """Elements per pair of the step-major table S: nch chunks of N step rows of CW values."""
         return self.nch * N * self.CW
 
+    def checkpoint_numel(self, N: int) -> int:
+        """Elements per pair that memory="checkpoint" saves: R of every chunk's last column (nch·N) and R
+        of the row above every tile of TH rows (ceil(N / TH) rows of nch·CW)."""
+        return self.nch * N + -(-N // self.TH) * self.nch * self.CW
+
+    def tile_numel(self) -> int:
+        """Links per block in the checkpointed backward: two tiles of TH step rows of CW columns."""
+        return 2 * self.TH * self.CW
+
     def block(self) -> int:
-        return 32 * PAIRS_PER_BLOCK if self.W == 1 else 32 * self.W
+        return 32 * self.W if (self.chain or self.W > 1) else 32 * PAIRS_PER_BLOCK
 
     def grid(self, B: int) -> int:
+        if self.chain:
+            return B * self.nch
         return -(-B // PAIRS_PER_BLOCK) if self.W == 1 else B
 
 
@@ -84,8 +97,30 @@ def sm_count(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
+#: Chained plans: columns per lane (their backward also holds the recompute's registers) and the rows a
+#: chunk runs behind the one on its left (a chunk reads the left column 32 rows at a time, a block ahead).
+CHAIN_K_MAX = 8
+_CHAIN_LAG_ROWS = 64
+#: Budget for the checkpointed backward's tile buffers, bytes (all blocks of one call together).
+TILE_BYTES = 1 << 30
+
+
+def tile_rows(B: int, N: int, K: int, W: int, nch: int, word_bytes: int) -> int:
+    """Rows per checkpoint tile: 1024, halved while the tile buffers of all B·nch blocks exceed
+    TILE_BYTES, never below 2·32W + 32 (the backward's double buffer needs TH > 32W + ring depth). A pair
+    of at most that many rows is one tile."""
+    th_min = 64 * W + 32
+    if N <= th_min:
+        return N
+    th = min(1024, N) if N > 1024 else N
+    while th // 2 >= th_min and B * nch * 2 * th * 32 * W * K * word_bytes > TILE_BYTES:
+        th //= 2
+    return max(th, th_min)
+
+
 @lru_cache(maxsize=4096)
-def choose_plan(B: int, N: int, M: int, kmax: int, sms: int, kring: tuple = ()) -> Plan:
+def choose_plan(B: int, N: int, M: int, kmax: int, sms: int, kring: tuple = (), checkpoint: bool = False,
+                word_bytes: int = 4) -> Plan:
     """Pick (K, W) by a model of the kernels' time, fitted to a sweep of layouts on an H100.
 
     One step of a pair (fwd + bwd) costs about 75 ns·K + 330 ns + 30 ns·W (benchmarks/OPTIMIZATION_LOG.md,
@@ -93,9 +128,15 @@ def choose_plan(B: int, N: int, M: int, kmax: int, sms: int, kring: tuple = ()) 
     cost of W warps sharing one SM and a barrier. A pair needs nch·(N + 32W − 1) steps. The GPU runs
     ~16 warps per SM at full rate: a batch with fewer warps is latency-bound (more warps per pair shorten
     the pipeline), a bigger one throughput-bound (then W = 1 and large K waste the least).
+
+    Chained plans (one block per pair and chunk, the chunks of a pair running at once on different SMs)
+    need about N + nch·(32W + 64) steps per pair instead of nch·(N + 32W); they are taken when the model
+    says they are clearly faster (few, long pairs) and always for memory="checkpoint", which only they
+    implement.
     """
     resident = sms * _RESIDENT_WARPS_PER_SM
     best, best_time = None, math.inf
+    best_chain, chain_time = None, math.inf
     for wi, W in enumerate(W_CHOICES):
         for K in K_CHOICES:
             if K > kmax or (kring and K > kring[wi]):
@@ -109,6 +150,16 @@ def choose_plan(B: int, N: int, M: int, kmax: int, sms: int, kring: tuple = ()) 
             time = steps * step * max(1.0, B * W / resident)
             if time < best_time * 0.97:  # prefer the earlier (narrower) layout on near-ties
                 best, best_time = Plan(K, W, nch), time
+            if K > CHAIN_K_MAX or W > 8:
+                continue
+            path = (N + (nch - 1) * (32 * W + _CHAIN_LAG_ROWS) + 32 * W) * step
+            work = B * nch * W * (N + 32 * W) * step / resident
+            ctime = max(path, work)
+            if ctime < chain_time * 0.97:
+                best_chain, chain_time = (K, W, nch), ctime
+    if best_chain is not None and (checkpoint or (best_chain[2] > 1 and chain_time < 0.7 * best_time)):
+        K, W, nch = best_chain
+        return Plan(K, W, nch, True, tile_rows(B, N, K, W, nch, word_bytes) if checkpoint else 0)
     return best
 
 
@@ -116,28 +167,36 @@ _forced: list = []
 
 
 @contextlib.contextmanager
-def forced_plan(K: int, W: int):
-    """Run every launch inside the block with K columns per lane and W warps per pair (tests, benchmarks).
+def forced_plan(K: int, W: int, chain: bool = False, TH: int | None = None):
+    """Run every launch inside the block with K columns per lane and W warps per pair (tests, benchmarks),
+    chained (one block per pair and chunk) or not; TH overrides the checkpoint tile height.
 
     The chunk count follows from M. Plans differ in layout only, never in results beyond rounding.
+    memory="checkpoint" always runs chained.
     """
     if K not in K_CHOICES or W not in W_CHOICES:
         raise ValueError(f"K must be one of {K_CHOICES} and W one of {W_CHOICES}; got K={K}, W={W}.")
-    _forced.append((K, W))
+    _forced.append((K, W, chain, TH))
     try:
         yield
     finally:
         _forced.pop()
 
 
-def plan_for(B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index: int) -> Plan:
-    """The plan for a problem; D = 0 for a precomputed cost."""
+def plan_for(B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index: int,
+             checkpoint: bool = False) -> Plan:
+    """The plan for a problem; D = 0 for a precomputed cost. checkpoint: a chained plan with tiles."""
     if _forced:
         kring = _krings(dtype, D)
-        K, W = _forced[-1]
+        K, W, chain, TH = _forced[-1]
         K = min(K, kring[W_CHOICES.index(W)])  # what the shared-memory ring allows
-        return Plan(K, W, -(-M // (32 * W * K)))
-    return _planned(B, N, M, D, dtype, device_index)
+        nch = -(-M // (32 * W * K))
+        if checkpoint:
+            word = 4 if dtype == torch.float32 else 8
+            th = TH if TH is not None else tile_rows(B, N, K, W, nch, word)
+            return Plan(K, W, nch, True, min(th, N) if th >= N else max(th, 64 * W + 32))
+        return Plan(K, W, nch, chain)
+    return _planned(B, N, M, D, dtype, device_index, checkpoint)
 
 
 @lru_cache(maxsize=4096)
@@ -146,9 +205,10 @@ def _krings(dtype: torch.dtype, D: int) -> tuple:
 
 
 @lru_cache(maxsize=4096)
-def _planned(B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index: int) -> Plan:
+def _planned(B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index: int, checkpoint: bool) -> Plan:
     # Cached: a step asks for its plan three times (saved_spec, forward, backward), ~15 us each uncached.
-    return choose_plan(B, N, M, k_max(dtype, D), sm_count(device_index), _krings(dtype, D))
+    return choose_plan(B, N, M, k_max(dtype, D), sm_count(device_index), _krings(dtype, D), checkpoint,
+                       4 if dtype == torch.float32 else 8)
 
 
 @lru_cache(maxsize=4096)

@@ -17,7 +17,7 @@
 //   * dgamma[b] = grad[b] * (value[b] - <E_b, C_b>) / gamma, 0 at gamma = 0 (<E, C> summed in float64:
 //     the two terms nearly cancel).
 // dx rows past x_lengths and dy columns past y_lengths are written as zeros here (outputs need no memset).
-#include "common.cuh"
+#include "forward_pair.cuh"  // the checkpointed backward recomputes tiles with the forward
 
 namespace sdtw {
 
@@ -36,9 +36,24 @@ struct BackwardArgs {
   T* dC;                  // (B, N, M) (may be C itself)
   const T* value;         // (B,) forward values
   T* dgamma;              // (B,)
-  T* bnd;                 // (B, N, NB): (E, link, dx[DT]) of the first column of the chunk to the right
-  int N, M, nch;
+  T* bnd;                 // SEQ: (B, N, NB): (E, link, dx[DT]) of the first column of the chunk to the right;
+                          // CHAIN: (B, nch, N, NB), every chunk's first column
+  int* flags;             // CHAIN: (B, nch) rows of bnd published by each chunk, counted from the bottom
+  T* fbnd;                // CKPT: the forward's column checkpoints (B, nch, N)
+  T* ckpt;                // CKPT: the forward's row checkpoints (B, nT, nch * CW)
+  typename Link<T>::Word* tile;  // CKPT: this block's two tile buffers of TH step rows of CW links
+  double* ecsum;          // CHAIN: (B,) <E, C> summed over the chunks (zeroed by the caller)
+  int* done;              // CHAIN: (B,) chunks finished (zeroed by the caller)
+  int N, M, nch, TH;
 };
+
+// SEQ: one group walks the chunks of a pair right to left, links from the stored table. CHAIN: one block
+// per (pair, chunk), chunks chained right to left through L2 flags, links from the stored table. CKPT:
+// CHAIN without a stored table: the rows are cut into tiles of TH rows; just before the reverse sweep
+// reaches tile r the block recomputes tile r's forward (forward_pair, MODE_RECOMP) from the checkpointed
+// row above it and the saved left column into one of two tile buffers, so only 2 TH CW links per block
+// exist at any time.
+enum BwdMode { BWD_SEQ = 0, BWD_CHAIN = 1, BWD_CKPT = 2 };
 
 template <int COST, int DT>
 struct Carry {  // values handed from lane to lane along a row: E, link, and for fused costs dx[DT]
@@ -54,10 +69,11 @@ struct BwdRow {
   T right[NB];  // (E, link, dx) of the next chunk's first column (read by lane 31 of the last warp only)
 };
 
-template <typename T, int COST, int DT, int K, int W, bool WINDOW, bool HARD, int P>
+template <typename T, int COST, int DT, int K, int W, bool WINDOW, bool HARD, int P, int MODE = BWD_SEQ>
 __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const int b, const T scale,
                                               const T gamma, const T xs, T (*hand)[W][Carry<COST, DT>::NB], double* red,
-                                              typename Link<T>::Word* wring, T* cring) {
+                                              typename Link<T>::Word* wring, T* cring, const int c0 = 0,
+                                              T (*fhand)[W] = nullptr) {
   constexpr int NL = 32 * W;
   constexpr int CW = NL * K;
   constexpr int DX = Carry<COST, DT>::DX;
@@ -77,7 +93,6 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
   const T* Cb = a.C + size_t(b) * N * M;
   T* dCb = a.dC + size_t(b) * N * M;
   const int* wb = a.window + size_t(b) * N * 2;
-  T* bnd = a.bnd + size_t(b) * N * NB;
   const T g = a.grad[b];
   // d cost / d x = slope_unit * cost_slope(x - y); the kernel sees pre-scaled x' = xs x, y' = xs y, so the
   // squared Euclidean slopes it sums are xs times too large (L1's signs are not).
@@ -86,7 +101,23 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
   Word* my_wring = wring + size_t(threadIdx.x) * K;
   T* my_cring = cring + size_t(threadIdx.x) * K;
   double ec = 0.0;
-  if (FUSED) {  // rows past n_b and columns past the visited chunks get zero gradients
+  if (MODE != BWD_SEQ) {  // this block zeroes what lies outside the pair in its own columns (and dx: chunk 0)
+    const int cbeg = c0 * CW, cend = min(M, cbeg + CW);
+    if (FUSED) {
+      if (c0 == 0)
+        for (int i = n + L; i < N; i += NL)
+#pragma unroll
+          for (int d = 0; d < DT; ++d) a.dx[(size_t(b) * N + i) * DT + d] = T(0);
+      if (c0 >= nch_b)
+        for (int j = cbeg + L; j < cend; j += NL)
+#pragma unroll
+          for (int d = 0; d < DT; ++d) a.dy[(size_t(b) * M + j) * DT + d] = T(0);
+    } else {
+      for (int i = (c0 >= nch_b ? 0 : n); i < N; ++i)
+        for (int j = cbeg + L; j < cend; j += NL) dCb[size_t(i) * M + j] = T(0);
+    }
+    if (c0 >= nch_b) return;  // block-uniform: no chunk of this pair lies here
+  } else if (FUSED) {  // rows past n_b and columns past the visited chunks get zero gradients
     for (int i = n + L; i < N; i += NL)
 #pragma unroll
       for (int d = 0; d < DT; ++d) a.dx[(size_t(b) * N + i) * DT + d] = T(0);
@@ -100,7 +131,13 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
       for (int j = nch_b * CW + L; j < M; j += NL) dCb[size_t(i) * M + j] = T(0);
   }
 
-  for (int c = nch_b - 1; c >= 0; --c) {
+  const int c_hi = MODE == BWD_SEQ ? nch_b - 1 : c0, c_lo = MODE == BWD_SEQ ? 0 : c0;
+  for (int c = c_hi; c >= c_lo; --c) {
+    // (E, link, dx) of the first column of the chunk on the right (read) and of this chunk (written).
+    const T* bnd_in = MODE == BWD_SEQ ? a.bnd + size_t(b) * N * NB : a.bnd + (size_t(b) * a.nch + c + 1) * N * NB;
+    T* bnd_out = MODE == BWD_SEQ ? a.bnd + size_t(b) * N * NB : a.bnd + (size_t(b) * a.nch + c) * N * NB;
+    const int* flag_in = a.flags + size_t(b) * a.nch + c + 1;
+    int* flag_out = a.flags + size_t(b) * a.nch + c;
     const int j0 = c * CW + L * K;
     T yv[K][DT];
     T dyacc[K][DT];
@@ -147,19 +184,21 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
     // Row stream: lane 31 of warp wg works on row top - (tau mod 32) at step tau, with
     // top = n - 1 + 32 * (W - 1 - wg) - 32 * floor(tau / 32); lane l of the warp holds row top - l.
     const bool edge = (wg == W - 1) && (c + 1 < nch_b);  // lane 31 of this warp reads the next chunk
+    const bool waits = MODE != BWD_SEQ && edge;           // ... once that chunk has published the rows
     auto load_row = [&](const int row, BwdRow<T, DT, NB>& q) {
       const bool ok = row >= 0 && row < n;
 #pragma unroll
       for (int d = 0; d < DT; ++d) q.x[d] = (FUSED && ok) ? xb[size_t(row) * DT + d] * xs : T(0);
       q.lo = (WINDOW && ok) ? wb[2 * row] : 0;
       q.hi = (WINDOW && ok) ? wb[2 * row + 1] : 0;
-      q.right[0] = (edge && ok) ? bnd[size_t(row) * NB] : T(0);
-      q.right[1] = (edge && ok) ? bnd[size_t(row) * NB + 1] : Link<T>::to_slot(BORDER);
+      q.right[0] = (edge && ok) ? __ldcg(bnd_in + size_t(row) * NB) : T(0);
+      q.right[1] = (edge && ok) ? __ldcg(bnd_in + size_t(row) * NB + 1) : Link<T>::to_slot(BORDER);
 #pragma unroll
-      for (int d = 0; d < DX; ++d) q.right[2 + d] = (edge && ok) ? bnd[size_t(row) * NB + 2 + d] : T(0);
+      for (int d = 0; d < DX; ++d) q.right[2 + d] = (edge && ok) ? __ldcg(bnd_in + size_t(row) * NB + 2 + d) : T(0);
     };
     const int top0 = n - 1 + 32 * (W - 1 - wg);
     BwdRow<T, DT, NB> cur, nxt, mine;
+    if (waits) wait_rows(flag_in, min(n, 64));
     load_row(top0 - lane, cur);
     load_row(top0 - 32 - lane, nxt);
 #pragma unroll
@@ -169,11 +208,17 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
     // Link (and C) ring: the values of reverse step tau (row n - 1 - tau + NL - 1 - L, stored at forward
     // step n + NL - 2 - tau, i.e. slot (n + NL - 2 - tau) mod N), issued P - 1 steps ahead.
     int islot = (n + NL - 2) % N;
+    const int TH = a.TH;
     auto issue = [&](const int tau) {
       const int row = n - 1 - tau + (NL - 1 - L);
       const bool ok = row >= 0 && row < n;
       const int s = tau % P;
-      cp_async_step<Word, K>(my_wring + s * stage, sbase + size_t(islot) * CW, L, NL, ok);
+      const Word* src = sbase + size_t(islot) * CW;
+      if (MODE == BWD_CKPT) {  // tile r = row / TH, recomputed into buffer r & 1 at slot (local row + L) mod TH
+        const int r = ok ? row / TH : 0;
+        src = a.tile + (size_t(r & 1) * TH + (ok ? (row - r * TH + L) % TH : 0)) * CW;
+      }
+      cp_async_step<Word, K>(my_wring + s * stage, src, L, NL, ok);
       if (!FUSED) {
 #pragma unroll
         for (int k = 0; k < K; ++k) {
@@ -184,13 +229,36 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
       cp_async_commit();
       islot = (islot == 0) ? N - 1 : islot - 1;
     };
-    for (int tau = 0; tau < P - 1; ++tau) issue(tau);
+    // CKPT: tile r must be recomputed before the first prefetch of its rows, i.e. of lane NL - 1 (the lane
+    // furthest up) at step n - (r + 1) TH. Its buffer last held tile r + 2, which every lane has left by
+    // then (TH > NL + P, launch.py), and the prefetches in flight all read tile r + 1.
+    int next_tile = (n + TH - 1) / TH - 1;
+    int next_enter = n - (next_tile + 1) * TH;
+    auto ensure = [&](const int tq) {
+      if constexpr (MODE == BWD_CKPT) {
+        while (next_tile >= 0 && tq >= next_enter) {  // block-uniform
+          const ForwardArgs<T> fa{a.x, a.y, a.C, a.xlen, a.ylen, a.window, nullptr, nullptr, a.fbnd, nullptr, a.ckpt,
+                                  N, M, a.nch, TH};
+          forward_pair<T, COST, DT, K, W, WINDOW, true, HARD, 0, MODE_RECOMP>(
+              fa, b, scale, T(1), xs, fhand, nullptr, c, next_tile * TH, min(n, (next_tile + 1) * TH),
+              a.tile + size_t(next_tile & 1) * TH * CW);
+          __threadfence_block();  // this lane's tile stores before its own cp.async reads of them
+          --next_tile;
+          next_enter += TH;
+        }
+      }
+    };
+    for (int tau = 0; tau < P - 1; ++tau) {
+      ensure(tau);
+      issue(tau);
+    }
 
     for (int tau = 0; tau < steps; ++tau) {
       const int i = n - 1 - tau + (NL - 1 - L);
       const bool live = (i >= 0) && (i < n);
       if ((tau & 31) == 0 && tau > 0) {
         cur = nxt;
+        if (waits) wait_rows(flag_in, min(n, 32 * (tau / 32) + 64));
         load_row(top0 - 32 * (tau / 32) - 32 - lane, nxt);
       }
       const int src = tau & 31;
@@ -239,6 +307,7 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
       Word Sd = pS;
       pE = Er;
       pS = Sr;
+      ensure(tau + P - 1);
       issue(tau + P - 1);
       cp_async_wait<P - 1>();
       Word s[K];
@@ -296,11 +365,12 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
         for (int d = 0; d < DX; ++d) dxout[d] = dxin[d];
         if (L == 0) {
           if (c > 0) {  // hand the row over to the chunk on the left
-            T* q = bnd + size_t(i) * NB;
+            T* q = bnd_out + size_t(i) * NB;
             q[0] = Efirst;
             q[1] = Link<T>::to_slot(Sfirst);
 #pragma unroll
             for (int d = 0; d < DX; ++d) q[2 + d] = dxout[d];
+            if (MODE != BWD_SEQ && (((n - i) & 31) == 0 || i == 0)) st_release(flag_out, n - i);
           } else if (FUSED) {
 #pragma unroll
             for (int d = 0; d < DX; ++d) a.dx[(size_t(b) * N + i) * DT + d] = slope_unit * g * dxout[d];
@@ -331,6 +401,14 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
     group_sync<W>();  // bnd written by this chunk is read by the next
   }
   ec = group_sum<W>(ec, red);
+  if (MODE != BWD_SEQ) {  // the chunk that finishes last adds up <E, C> of all chunks
+    if (L != 0) return;
+    atomicAdd(a.ecsum + b, ec);
+    __threadfence();
+    if (atomicAdd(a.done + b, 1) != nch_b - 1) return;
+    __threadfence();
+    ec = atomicAdd(a.ecsum + b, 0.0);  // read through L2
+  }
   if (FUSED) ec /= double(scale);  // back to natural units
   if (L == 0) {
     const double dg = HARD ? 0.0 : double(g) * (double(a.value[b]) - ec) / double(gamma);
@@ -359,7 +437,8 @@ backward_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* C, co
   __shared__ __align__(16) T cring[COST == COST_PRECOMPUTED ? P * THREADS * K : 1];
   const int b = (W == 1) ? int(blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) : int(blockIdx.x);
   if (b >= B) return;
-  const BackwardArgs<T> a{x, y, C, xlen, ylen, window, grad, saved, dx, dy, dC, value, dgamma, bnd, N, M, nch};
+  const BackwardArgs<T> a{x, y, C, xlen, ylen, window, grad, saved, dx, dy, dC, value, dgamma, bnd,
+                          nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, N, M, nch, N};
   const T g = *gamma;  // scales as in the forward (inputs pre-scaled for fused costs)
   if (g == T(0)) {
     backward_pair<T, COST, DT, K, W, WINDOW, true, P>(a, b, T(1), g, T(1), hand, red, wring, cring);
@@ -367,6 +446,48 @@ backward_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* C, co
     const T scale = T(1) / (g * T(LN2));
     const T xs = COST == COST_SQEUCLIDEAN ? sqrt(scale) : scale;
     backward_pair<T, COST, DT, K, W, WINDOW, false, P>(a, b, scale, g, xs, hand, red, wring, cring);
+  }
+}
+
+// Chained layout: B * nch blocks of W warps, one per (pair, chunk), chunks taken right to left from a
+// ticket in the order blocks start (see forward_chain_kernel). CKPT (memory="checkpoint"): saved holds no
+// links; fbnd / ckpt are the forward's checkpoints and `tiles` has 2 TH CW links per block.
+// sync: [ticket, flags (B, nch), done (B)], ecsum (B,), zeroed by the caller.
+template <typename T, int COST, int DT, int K, int W, bool WINDOW, bool CKPT>
+__global__ void __launch_bounds__(32 * W)
+backward_chain_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* C, const T* __restrict__ gamma,
+                      const long long* __restrict__ xlen, const long long* __restrict__ ylen,
+                      const int* __restrict__ window, const T* __restrict__ grad,
+                      const typename Link<T>::Word* __restrict__ saved,
+                      T* __restrict__ dx, T* __restrict__ dy, T* dC, const T* __restrict__ value,
+                      T* __restrict__ dgamma, T* bnd, int* sync, double* ecsum, T* fbnd, T* ckpt,
+                      typename Link<T>::Word* tiles, int B, int N, int M, int nch, int TH) {
+  using Word = typename Link<T>::Word;
+  constexpr int THREADS = 32 * W;
+  constexpr int STAGE = THREADS * K * int(sizeof(Word) + (COST == COST_PRECOMPUTED ? sizeof(T) : 0));
+  constexpr int P = ring_depth(STAGE);
+  static_assert(P * STAGE <= 40960, "ring too large: the planner limits K for this W (launch.k_max)");
+  __shared__ T hand[2][W][Carry<COST, DT>::NB];
+  __shared__ T fhand[2][W];
+  __shared__ double red[W];
+  __shared__ __align__(16) Word wring[P * THREADS * K];
+  __shared__ __align__(16) T cring[COST == COST_PRECOMPUTED ? P * THREADS * K : 1];
+  __shared__ int ticket;
+  if (threadIdx.x == 0) ticket = atomicAdd(sync, 1);
+  __syncthreads();
+  const int b = ticket / nch, c = nch - 1 - ticket % nch;
+  if (b >= B) return;
+  Word* tile = CKPT ? tiles + (size_t(b) * nch + c) * 2 * size_t(TH) * (THREADS * K) : nullptr;
+  const BackwardArgs<T> a{x, y, C, xlen, ylen, window, grad, saved, dx, dy, dC, value, dgamma, bnd,
+                          sync + 1, fbnd, ckpt, tile, ecsum, sync + 1 + B * nch, N, M, nch, TH};
+  constexpr int MODE = CKPT ? BWD_CKPT : BWD_CHAIN;
+  const T g = *gamma;
+  if (g == T(0)) {
+    backward_pair<T, COST, DT, K, W, WINDOW, true, P, MODE>(a, b, T(1), g, T(1), hand, red, wring, cring, c, fhand);
+  } else {
+    const T scale = T(1) / (g * T(LN2));
+    const T xs = COST == COST_SQEUCLIDEAN ? sqrt(scale) : scale;
+    backward_pair<T, COST, DT, K, W, WINDOW, false, P, MODE>(a, b, scale, g, xs, hand, red, wring, cring, c, fhand);
   }
 }
 

@@ -317,4 +317,20 @@ __device__ __forceinline__ double group_sum(double v, double* scratch) {
   return s;
 }
 
+// Flags between blocks: the writer's plain stores of bnd, then a release store of the row count; the
+// reader acquires the count (every lane, so each lane's later loads are ordered after it) and reads bnd
+// through L2 (__ldcg), never a stale L1 line.
+__device__ __forceinline__ int ld_acquire(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_release(int* p, int v) {
+  asm volatile("st.release.gpu.global.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+// Every lane of the calling warp spins until *flag >= need.
+__device__ __forceinline__ void wait_rows(const int* flag, int need) {
+  while (__any_sync(FULL_MASK, ld_acquire(flag) < need)) __nanosleep(64);
+}
+
 }  // namespace sdtw
