@@ -1,7 +1,8 @@
 """Layout sweep for long pairs (chained plans): times of forward (value only) and forward + backward with
 memory="checkpoint" and "store" under forced (K, W), to calibrate launch.choose_plan.
 
-    PYTHONPATH=src python3 scripts/long_probe.py      (B = 1, N = M = 65536 and B = 16, N = M = 8192)
+    PYTHONPATH=src python3 scripts/long_probe.py                 (B = 1, N = M = 65536 and B = 16, N = M = 8192)
+    PYTHONPATH=src python3 scripts/long_probe.py --split B N [K W]  (each kernel of store and checkpoint alone)
 
 Prints one JSON line per measurement.
 """
@@ -66,5 +67,55 @@ def main():
                     ctx.__exit__(None, None, None)
 
 
+def split(B, N, K=None, W=None):
+    """Times of each launch alone: value-only forward, storing forward, store backward, checkpointing
+    forward, checkpoint backward (the planner's chained plan unless K, W are given)."""
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(B, N, 1, device="cuda", generator=g)
+    y = torch.randn(B, N, 1, device="cuda", generator=g)
+    xl = torch.full((B,), N, dtype=torch.int64, device="cuda")
+    gm = torch.tensor(1.0, device="cuda")
+    grad = torch.ones(B, device="cuda")
+    ctx = launch.forced_plan(K, W, chain=True) if K else launch.forced_plan(4, 4, chain=True)
+    with ctx:
+        plan = launch.plan_for(B, N, N, 1, torch.float32, 0, True)
+        args = (x, y, gm, "sqeuclidean", xl, xl, None)
+        res = {"B": B, "N": N, "K": plan.K, "W": plan.W, "nch": plan.nch, "TH": plan.TH}
+        res["fwd_none"] = timed(lambda: be.forward(*args, "none"), 3)
+        store_ok = B * N * N * 4 < 20e9
+        if store_ok:
+            v, s = be.forward(*args, "store")
+            res["fwd_store"] = timed(lambda: be.forward(*args, "store"), 3)
+            res["bwd_store"] = timed(lambda: be.backward(grad, *args, v, s, "store"), 3)
+            del s
+        v, s = be.forward(*args, "checkpoint")
+        res["fwd_ckpt"] = timed(lambda: be.forward(*args, "checkpoint"), 3)
+        res["bwd_ckpt"] = timed(lambda: be.backward(grad, *args, v, s, "checkpoint"), 3)
+    print(json.dumps({k: (round(v, 3) if isinstance(v, float) else v) for k, v in res.items()}), flush=True)
+
+
+def stagger_sweep(B, N, K, W, values):
+    """Checkpoint backward time against the tile stagger (rows between neighbouring chunks' tiles)."""
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(B, N, 1, device="cuda", generator=g)
+    y = torch.randn(B, N, 1, device="cuda", generator=g)
+    xl = torch.full((B,), N, dtype=torch.int64, device="cuda")
+    gm = torch.tensor(1.0, device="cuda")
+    grad = torch.ones(B, device="cuda")
+    args = (x, y, gm, "sqeuclidean", xl, xl, None)
+    with launch.forced_plan(K, W, chain=True):
+        for sv in values:
+            launch.STAGGER_PER_WARP, launch.STAGGER_FIXED = 0, sv
+            v, s = be.forward(*args, "checkpoint")
+            t = timed(lambda: be.backward(grad, *args, v, s, "checkpoint"), 3)
+            print(json.dumps({"B": B, "N": N, "K": K, "W": W, "stagger": sv, "bwd_ckpt": round(t, 3)}), flush=True)
+
+
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) > 1 and sys.argv[1] == "--stagger":
+        a = [int(v) for v in sys.argv[2:]]
+        stagger_sweep(a[0], a[1], a[2], a[3], a[4:])
+    elif len(sys.argv) > 1 and sys.argv[1] == "--split":
+        split(*[int(a) for a in sys.argv[2:]])
+    else:
+        main()

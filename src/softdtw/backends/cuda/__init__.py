@@ -127,7 +127,7 @@ def _run_forward_chain(x, y, C, cost, D, gamma, x_lengths, y_lengths, window, st
     args = (_launch.ptr(x), _launch.ptr(y), _launch.ptr(C), gamma.data_ptr(), x_lengths.data_ptr(),
             y_lengths.data_ptr(), _launch.ptr(window), value.data_ptr(), _launch.ptr(saved if store else None),
             _launch.ptr(bnd), sync.data_ptr(), _launch.ptr(ckpt), _launch.i32(B), _launch.i32(N), _launch.i32(M),
-            _launch.i32(plan.nch), _launch.i32(max(plan.TH, 1)))
+            _launch.i32(plan.nch), _launch.i32(max(plan.TH, 1)), _launch.i32(_launch.tile_stagger(plan.W)))
     _launch.launch("forward", expr, dev, plan.grid(B), plan.block(), args)
     return value, saved
 
@@ -161,7 +161,7 @@ def _run_backward_chain(grad, x, y, C, dC, cost, D, gamma, x_lengths, y_lengths,
             _launch.ptr(dx), _launch.ptr(dy), _launch.ptr(dC), value.data_ptr(), dgamma.data_ptr(),
             _launch.ptr(bnd), ws.data_ptr() + 8 * B, ws.data_ptr(), _launch.ptr(fbnd), _launch.ptr(ckpt),
             _launch.ptr(tiles), _launch.i32(B), _launch.i32(N), _launch.i32(M), _launch.i32(plan.nch),
-            _launch.i32(max(plan.TH, 1)))
+            _launch.i32(max(plan.TH, 1)), _launch.i32(_launch.tile_stagger(plan.W)))
     _launch.launch("backward", expr, dev, plan.grid(B), plan.block(), args)
     return dx, dy, dgamma
 

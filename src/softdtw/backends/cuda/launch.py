@@ -52,8 +52,9 @@ class Plan:
 
     def checkpoint_numel(self, N: int) -> int:
         """Elements per pair that memory="checkpoint" saves: R of every chunk's last column (nch·N) and R
-        of the row above every tile of TH rows (ceil(N / TH) rows of nch·CW)."""
-        return self.nch * N + -(-N // self.TH) * self.nch * self.CW
+        of the row above every tile (ceil(N / TH) + 1 rows of nch·CW: tiles are staggered per chunk,
+        kernels/forward_pair.cuh, tile_shift)."""
+        return self.nch * N + (-(-N // self.TH) + 1) * self.nch * self.CW
 
     def tile_numel(self) -> int:
         """Links per block in the checkpointed backward: two tiles of TH step rows of CW columns."""
@@ -103,6 +104,14 @@ CHAIN_K_MAX = 8
 _CHAIN_LAG_ROWS = 64
 #: Budget for the checkpointed backward's tile buffers, bytes (all blocks of one call together).
 TILE_BYTES = 1 << 30
+#: Rows between the checkpoint tile boundaries of neighbouring chunks, per warp of a chunk and fixed
+#: (kernels/forward_pair.cuh, tile_shift): about the backward chain's lag. A setting, not part of the plan:
+#: the forward and the backward of one step must see the same value.
+STAGGER_PER_WARP, STAGGER_FIXED = 32, 96
+
+
+def tile_stagger(W: int) -> int:
+    return STAGGER_PER_WARP * W + STAGGER_FIXED
 
 
 def tile_rows(B: int, N: int, K: int, W: int, nch: int, word_bytes: int) -> int:

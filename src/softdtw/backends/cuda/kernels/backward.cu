@@ -45,6 +45,7 @@ struct BackwardArgs {
   double* ecsum;          // CHAIN: (B,) <E, C> summed over the chunks (zeroed by the caller)
   int* done;              // CHAIN: (B,) chunks finished (zeroed by the caller)
   int N, M, nch, TH;
+  int stagger;            // CKPT: tile stagger between chunks, as in the forward (tile_shift)
 };
 
 // SEQ: one group walks the chunks of a pair right to left, links from the stored table. CHAIN: one block
@@ -209,14 +210,15 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
     // step n + NL - 2 - tau, i.e. slot (n + NL - 2 - tau) mod N), issued P - 1 steps ahead.
     int islot = (n + NL - 2) % N;
     const int TH = a.TH;
+    const int shift = MODE == BWD_CKPT ? tile_shift(c, nch_b, a.stagger, TH) : 0;
     auto issue = [&](const int tau) {
       const int row = n - 1 - tau + (NL - 1 - L);
       const bool ok = row >= 0 && row < n;
       const int s = tau % P;
       const Word* src = sbase + size_t(islot) * CW;
-      if (MODE == BWD_CKPT) {  // tile r = row / TH, recomputed into buffer r & 1 at slot (local row + L) mod TH
-        const int r = ok ? row / TH : 0;
-        src = a.tile + (size_t(r & 1) * TH + (ok ? (row - r * TH + L) % TH : 0)) * CW;
+      if (MODE == BWD_CKPT) {  // tile r, recomputed into buffer r & 1 at slot (row - first row + L) mod TH
+        const int r = ok ? (row + shift) / TH : 0;
+        src = a.tile + (size_t(r & 1) * TH + (ok ? (row - max(0, r * TH - shift) + L) % TH : 0)) * CW;
       }
       cp_async_step<Word, K>(my_wring + s * stage, src, L, NL, ok);
       if (!FUSED) {
@@ -232,16 +234,16 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
     // CKPT: tile r must be recomputed before the first prefetch of its rows, i.e. of lane NL - 1 (the lane
     // furthest up) at step n - (r + 1) TH. Its buffer last held tile r + 2, which every lane has left by
     // then (TH > NL + P, launch.py), and the prefetches in flight all read tile r + 1.
-    int next_tile = (n + TH - 1) / TH - 1;
-    int next_enter = n - (next_tile + 1) * TH;
+    int next_tile = (n - 1 + shift) / TH;  // the tile of row n - 1
+    int next_enter = n - (next_tile + 1) * TH + shift;
     auto ensure = [&](const int tq) {
       if constexpr (MODE == BWD_CKPT) {
         while (next_tile >= 0 && tq >= next_enter) {  // block-uniform
           const ForwardArgs<T> fa{a.x, a.y, a.C, a.xlen, a.ylen, a.window, nullptr, nullptr, a.fbnd, nullptr, a.ckpt,
-                                  N, M, a.nch, TH};
+                                  N, M, a.nch, TH, a.stagger};
           forward_pair<T, COST, DT, K, W, WINDOW, true, HARD, 0, MODE_RECOMP>(
-              fa, b, scale, T(1), xs, fhand, nullptr, c, next_tile * TH, min(n, (next_tile + 1) * TH),
-              a.tile + size_t(next_tile & 1) * TH * CW);
+              fa, b, scale, T(1), xs, fhand, nullptr, c, max(0, next_tile * TH - shift),
+              min(n, (next_tile + 1) * TH - shift), a.tile + size_t(next_tile & 1) * TH * CW, next_tile);
           __threadfence_block();  // this lane's tile stores before its own cp.async reads of them
           --next_tile;
           next_enter += TH;
@@ -438,7 +440,7 @@ backward_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* C, co
   const int b = (W == 1) ? int(blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) : int(blockIdx.x);
   if (b >= B) return;
   const BackwardArgs<T> a{x, y, C, xlen, ylen, window, grad, saved, dx, dy, dC, value, dgamma, bnd,
-                          nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, N, M, nch, N};
+                          nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, N, M, nch, N, 0};
   const T g = *gamma;  // scales as in the forward (inputs pre-scaled for fused costs)
   if (g == T(0)) {
     backward_pair<T, COST, DT, K, W, WINDOW, true, P>(a, b, T(1), g, T(1), hand, red, wring, cring);
@@ -461,7 +463,7 @@ backward_chain_kernel(const T* __restrict__ x, const T* __restrict__ y, const T*
                       const typename Link<T>::Word* __restrict__ saved,
                       T* __restrict__ dx, T* __restrict__ dy, T* dC, const T* __restrict__ value,
                       T* __restrict__ dgamma, T* bnd, int* sync, double* ecsum, T* fbnd, T* ckpt,
-                      typename Link<T>::Word* tiles, int B, int N, int M, int nch, int TH) {
+                      typename Link<T>::Word* tiles, int B, int N, int M, int nch, int TH, int stagger) {
   using Word = typename Link<T>::Word;
   constexpr int THREADS = 32 * W;
   constexpr int STAGE = THREADS * K * int(sizeof(Word) + (COST == COST_PRECOMPUTED ? sizeof(T) : 0));
@@ -479,7 +481,7 @@ backward_chain_kernel(const T* __restrict__ x, const T* __restrict__ y, const T*
   if (b >= B) return;
   Word* tile = CKPT ? tiles + (size_t(b) * nch + c) * 2 * size_t(TH) * (THREADS * K) : nullptr;
   const BackwardArgs<T> a{x, y, C, xlen, ylen, window, grad, saved, dx, dy, dC, value, dgamma, bnd,
-                          sync + 1, fbnd, ckpt, tile, ecsum, sync + 1 + B * nch, N, M, nch, TH};
+                          sync + 1, fbnd, ckpt, tile, ecsum, sync + 1 + B * nch, N, M, nch, TH, stagger};
   constexpr int MODE = CKPT ? BWD_CKPT : BWD_CHAIN;
   const T g = *gamma;
   if (g == T(0)) {

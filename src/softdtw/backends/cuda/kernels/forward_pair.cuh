@@ -32,9 +32,22 @@ struct ForwardArgs {
   T* bnd;                   // SEQ: (B, N), R of the previous chunk's last column; CHAIN / RECOMP: (B, nch, N),
                             // R of every chunk's last column (also the column checkpoint of memory="checkpoint")
   int* flags;               // CHAIN: (B, nch) rows of bnd published by each chunk (release / acquire)
-  T* ckpt;                  // CHAIN with checkpoint: (B, nT, nch * CW), R of row r * TH - 1 (row checkpoints)
+  T* ckpt;                  // CHAIN with checkpoint: (B, ckpt_rows(N, TH), nch * CW), row checkpoints (tile_shift)
   int N, M, nch, TH;
+  int stagger;              // rows between the tile boundaries of neighbouring chunks (tile_shift)
 };
+
+// memory="checkpoint" cuts each chunk's rows into tiles of TH rows: tile r of chunk c is rows
+// [max(0, r TH - s), min(n, (r + 1) TH - s)) with s = tile_shift(c, ...), and the forward keeps R of the row
+// above each tile but the first (ckpt[b][r]). The shift staggers the tile boundaries of neighbouring
+// chunks by `stagger` rows (launch.tile_stagger), about the backward chain's lag, so that the chunks pause
+// to recompute a tile at about the same moment. Unstaggered, each chunk's pause held up the chunk on its
+// left once more, adding up to nch (TH + 32 W) steps to the pass (benchmarks/OPTIMIZATION_LOG.md).
+__device__ __forceinline__ int tile_shift(int c, int nch_b, int stagger, int TH) {
+  const int offset = int((long long)(nch_b - 1 - c) * stagger % TH);
+  return (TH - offset) % TH;
+}
+__host__ __device__ constexpr int ckpt_rows(int N, int TH) { return (N + TH - 1) / TH + 1; }
 
 // How forward_pair covers a pair (research/gpu-kernels.md, "few long pairs"):
 //   SEQ:    one group walks all column chunks of the pair in turn (many pairs fill the GPU);
@@ -61,7 +74,7 @@ template <typename T, int COST, int DT, int K, int W, bool WINDOW, bool STORE, b
 __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int b, const T scale,
                                              const T unit, const T xs, T (*hand)[W], T* ring, const int c0 = 0,
                                              const int r0 = 0, int r1 = 0,
-                                             typename Link<T>::Word* tile = nullptr) {
+                                             typename Link<T>::Word* tile = nullptr, const int tile_index = 0) {
   constexpr int NL = 32 * W;
   constexpr int CW = NL * K;
   constexpr bool FUSED = COST != COST_PRECOMPUTED;
@@ -100,8 +113,12 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
     }
     T r[K];  // R of this lane's columns on the row it processed last (RECOMP: the checkpointed row r0 - 1)
     const T* top = (MODE == MODE_RECOMP && r0 > 0)
-                       ? a.ckpt + (size_t(b) * ((N + a.TH - 1) / a.TH) + r0 / a.TH) * (size_t(a.nch) * CW) + j0
+                       ? a.ckpt + (size_t(b) * ckpt_rows(N, a.TH) + tile_index) * (size_t(a.nch) * CW) + j0
                        : nullptr;
+    // CHAIN with checkpoints: rows until this lane's next checkpointed row (the row above a tile), counted
+    // down per row instead of a modulo per row.
+    const int shift = (MODE == MODE_CHAIN && a.ckpt != nullptr) ? tile_shift(c, nch_b, a.stagger, a.TH) : 0;
+    int to_ckpt = (MODE == MODE_CHAIN && a.ckpt != nullptr) ? (2 * a.TH - 1 - shift) % a.TH : -1;
 #pragma unroll
     for (int k = 0; k < K; ++k) r[k] = top ? top[k] : BIG;
     T last = r[K - 1];  // what lane L + 1 reads as its left neighbour
@@ -235,10 +252,13 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
           // Publish 32 rows at a time; the release orders this lane's bnd stores before the count.
           if (MODE == MODE_CHAIN && (((i + 1) & 31) == 0 || i == n - 1)) st_release(flag_out, i + 1);
         }
-        if (MODE == MODE_CHAIN && a.ckpt != nullptr && i + 1 < n && (i + 1) % a.TH == 0) {
-          T* q = a.ckpt + (size_t(b) * ((N + a.TH - 1) / a.TH) + (i + 1) / a.TH) * (size_t(a.nch) * CW) + j0;
+        if (MODE == MODE_CHAIN && to_ckpt-- == 0) {  // row i + 1 starts tile (i + 1 + shift) / TH
+          to_ckpt = a.TH - 1;
+          if (i + 1 < n) {
+            T* q = a.ckpt + (size_t(b) * ckpt_rows(N, a.TH) + (i + 1 + shift) / a.TH) * (size_t(a.nch) * CW) + j0;
 #pragma unroll
-          for (int k = 0; k < K; ++k) q[k] = r[k];
+            for (int k = 0; k < K; ++k) q[k] = r[k];
+          }
         }
         if (MODE != MODE_RECOMP && i == n - 1 && owns_end) {
 #pragma unroll
