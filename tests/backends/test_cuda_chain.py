@@ -124,3 +124,16 @@ def test_checkpoint_long_pair_bounded_memory():
     assert all(torch.isfinite(t).all() for t in got)
     assert rel_err(got[0], v64) <= 1e-5
     assert peak < 0.5e9, peak
+
+
+def test_out_of_memory_is_a_clear_error():
+    """A checkpoint that cannot fit: MemoryError naming the sizes and what to do, not a CUDA error."""
+    be = cuda_backend()
+    free = torch.cuda.mem_get_info()[0]
+    N = 1 << 20  # R on the chunk boundaries alone: B · nch · N floats
+    B = max(2, int(free // (N * 4 * 8)))
+    x = torch.randn(1, N, 1, device="cuda").expand(B, N, 1)
+    lengths = torch.full((B,), N, dtype=torch.int64, device="cuda")
+    g = _gamma(1.0, torch.float32)
+    with pytest.raises(MemoryError, match=r"B=\d+ pairs of lengths N=1048576.*GiB.*fewer pairs"):
+        be.forward(x, x, g, "sqeuclidean", lengths, lengths, None, "checkpoint")

@@ -83,6 +83,21 @@ def saved_spec(kind, B, N, M, D, dtype, memory):
 
 # --- launches ---------------------------------------------------------------------------------------
 
+def _alloc(like: torch.Tensor, numel: int, dtype: torch.dtype, what: str, B: int, N: int, M: int) -> torch.Tensor:
+    """A flat buffer for the saved table, the checkpoints or the tile buffers; running out of memory
+    becomes a MemoryError that names the sizes and the ways around it."""
+    try:
+        return like.new_empty((numel,), dtype=dtype)
+    except torch.OutOfMemoryError as err:
+        free, _ = torch.cuda.mem_get_info(like.device)
+        nbytes = numel * dtype.itemsize
+        raise MemoryError(
+            f"soft-DTW on B={B} pairs of lengths N={N}, M={M} needs {nbytes / 2**30:.2f} GiB for {what} "
+            f"and only {free / 2**30:.2f} GiB of GPU memory are free. Pass fewer pairs per call (the "
+            f"memory grows with the batch), use memory='checkpoint' (it keeps R only on tile boundaries), "
+            f"shorten the series, or compute values only (torch.no_grad())."
+        ) from err
+
 def _run_forward(x, y, C, cost: str, D: int, gamma, x_lengths, y_lengths, window, store: bool,
                  checkpoint: bool = False):
     """Launch forward_kernel; x, y for fused costs (C None) or C for a precomputed one (x, y None)."""
@@ -94,7 +109,8 @@ def _run_forward(x, y, C, cost: str, D: int, gamma, x_lengths, y_lengths, window
     if plan.chain:
         return _run_forward_chain(x, y, C, cost, D, gamma, x_lengths, y_lengths, window, store, plan)
     value = torch.empty(B, dtype=data.dtype, device=data.device)
-    saved = (data.new_empty((B * plan.saved_numel(N),), dtype=_saved_dtype(data.dtype)) if store
+    saved = (_alloc(data, B * plan.saved_numel(N), _saved_dtype(data.dtype),
+                    "the stored backward table (memory='store')", B, N, M) if store
              else data.new_empty((0,)))
     bnd = data.new_empty((B, N)) if plan.nch > 1 else None
     expr = _launch.expression("forward_kernel", data.dtype, cost, D, plan, window is not None, store)
@@ -116,10 +132,12 @@ def _run_forward_chain(x, y, C, cost, D, gamma, x_lengths, y_lengths, window, st
     checkpoint = plan.TH > 0
     ckpt = None
     if checkpoint:
-        saved = data.new_empty((B * plan.checkpoint_numel(N),))
+        saved = _alloc(data, B * plan.checkpoint_numel(N), data.dtype, "the checkpoints (memory='checkpoint')",
+                       B, N, M)
         bnd, ckpt = saved[: B * plan.nch * N], saved[B * plan.nch * N:]
     else:
-        saved = (data.new_empty((B * plan.saved_numel(N),), dtype=_saved_dtype(data.dtype)) if store
+        saved = (_alloc(data, B * plan.saved_numel(N), _saved_dtype(data.dtype),
+                        "the stored backward table (memory='store')", B, N, M) if store
                  else data.new_empty((0,)))
         bnd = data.new_empty((B * plan.nch * N,)) if plan.nch > 1 else None
     sync = torch.zeros(1 + B * plan.nch, dtype=torch.int32, device=data.device)  # ticket, flags
@@ -152,7 +170,8 @@ def _run_backward_chain(grad, x, y, C, dC, cost, D, gamma, x_lengths, y_lengths,
     fbnd = ckpt = tiles = None
     if checkpoint:
         fbnd, ckpt = saved[: B * plan.nch * N], saved[B * plan.nch * N:]
-        tiles = data.new_empty((B * plan.nch * plan.tile_numel(),), dtype=_saved_dtype(data.dtype))
+        tiles = _alloc(data, B * plan.nch * plan.tile_numel(), _saved_dtype(data.dtype),
+                       "the checkpointed backward's tile buffers", B, N, M)
     if grad.dtype != data.dtype or not grad.is_contiguous():
         grad = grad.to(data.dtype).contiguous()
     expr = _launch.expression("backward_chain_kernel", data.dtype, cost, D, plan, window is not None, checkpoint)
