@@ -145,7 +145,7 @@ def choose_plan(B: int, N: int, M: int, kmax: int, sms: int, kring: tuple = (), 
     """
     resident = sms * _RESIDENT_WARPS_PER_SM
     best, best_time = None, math.inf
-    best_chain, chain_time = None, math.inf
+    best_chain, chain_time, chain_seq_units = None, math.inf, math.inf
     for wi, W in enumerate(W_CHOICES):
         for K in K_CHOICES:
             if K > kmax or (kring and K > kring[wi]):
@@ -159,14 +159,21 @@ def choose_plan(B: int, N: int, M: int, kmax: int, sms: int, kring: tuple = (), 
             time = steps * step * max(1.0, B * W / resident)
             if time < best_time * 0.97:  # prefer the earlier (narrower) layout on near-ties
                 best, best_time = Plan(K, W, nch), time
-            if K > CHAIN_K_MAX or W > 8:
-                continue
-            path = (N + (nch - 1) * (32 * W + _CHAIN_LAG_ROWS) + 32 * W) * step
-            work = B * nch * W * (N + 32 * W) * step / resident
+            if K > CHAIN_K_MAX or W > 4:
+                continue  # W <= 4: the range the chained model below was fitted on
+            # Chained layouts are latency-bound: fitted to a forward sweep on an H100 (K, W in 1..8 x 1..4,
+            # B = 1 / 16, N = 8192..65536, benchmarks/OPTIMIZATION_LOG.md; mean error 4 %, max 11 %):
+            # a step costs ~28 ns K + 385 ns - 17 ns W, and a chunk runs ~48 W rows behind its left neighbour.
+            cstep = 28 * K + 385 - 17 * W
+            path = (N + (nch - 1) * 48 * W + 32 * W) * cstep
+            work = B * nch * W * (N + 32 * W) * cstep / resident
             ctime = max(path, work)
             if ctime < chain_time * 0.97:
+                # The sequential model's estimate of the same layout, to compare like with like below.
                 best_chain, chain_time = (K, W, nch), ctime
-    if best_chain is not None and (checkpoint or (best_chain[2] > 1 and chain_time < 0.7 * best_time)):
+                chain_seq_units = max(N + (nch - 1) * (32 * W + _CHAIN_LAG_ROWS) + 32 * W,
+                                      B * nch * W * (N + 32 * W) / resident) * step
+    if best_chain is not None and (checkpoint or (best_chain[2] > 1 and chain_seq_units < 0.7 * best_time)):
         K, W, nch = best_chain
         return Plan(K, W, nch, True, tile_rows(B, N, K, W, nch, word_bytes) if checkpoint else 0)
     return best
