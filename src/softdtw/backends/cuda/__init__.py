@@ -23,9 +23,10 @@ instantiation of the same templates; float32 runs its DP in float32).
 - memory="checkpoint" (long pairs, bounded memory): a chained plan (one block per pair and column chunk,
   the chunks of a pair running at once and handing their boundary column over through L2 flags). The
   forward saves R of every chunk's last column and of the row above every tile of TH rows, flat in the
-  data dtype: ``B · (nch·N + ceil(N/TH)·nch·CW)`` values. The backward walks each chunk's tiles bottom up,
-  recomputing a tile's forward (its links) into one of two per-block tile buffers just before the
-  reverse sweep reaches it: 2·TH·CW words per block, at most ``launch.TILE_BYTES`` in all.
+  data dtype: ``B · (nch·N + (ceil(N/TH) + 1)·nch·CW)`` values. In the backward each block has a second
+  group of warps that recomputes the chunk's tiles bottom up (their links) into two per-block tile
+  buffers while the first group sweeps the previous tile: 2·TH·CW words per block, at most
+  ``launch.TILE_BYTES`` in all.
 - gamma == 0 is hard DTW; its backward follows the argmin path (ties: diagonal, up, left). gamma is read
   on the device, so nothing here synchronises with the host (CUDA graphs capture every call).
 
@@ -181,7 +182,8 @@ def _run_backward_chain(grad, x, y, C, dC, cost, D, gamma, x_lengths, y_lengths,
             _launch.ptr(bnd), ws.data_ptr() + 8 * B, ws.data_ptr(), _launch.ptr(fbnd), _launch.ptr(ckpt),
             _launch.ptr(tiles), _launch.i32(B), _launch.i32(N), _launch.i32(M), _launch.i32(plan.nch),
             _launch.i32(max(plan.TH, 1)), _launch.i32(_launch.tile_stagger(plan.W)))
-    _launch.launch("backward", expr, dev, plan.grid(B), plan.block(), args)
+    # memory="checkpoint": twice the warps, the second group recomputing tiles (kernels/backward.cu).
+    _launch.launch("backward", expr, dev, plan.grid(B), plan.block() * (2 if checkpoint else 1), args)
     return dx, dy, dgamma
 
 

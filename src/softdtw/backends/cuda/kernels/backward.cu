@@ -50,11 +50,17 @@ struct BackwardArgs {
 
 // SEQ: one group walks the chunks of a pair right to left, links from the stored table. CHAIN: one block
 // per (pair, chunk), chunks chained right to left through L2 flags, links from the stored table. CKPT:
-// CHAIN without a stored table: the rows are cut into tiles of TH rows; just before the reverse sweep
-// reaches tile r the block recomputes tile r's forward (forward_pair, MODE_RECOMP) from the checkpointed
-// row above it and the saved left column into one of two tile buffers, so only 2 TH CW links per block
-// exist at any time.
+// CHAIN without a stored table: the rows are cut into tiles of TH rows (tile_shift, forward_pair.cuh) and
+// the block has two groups of W warps. The recompute group (recompute_tiles) runs tile r's forward
+// (forward_pair, MODE_RECOMP) from the checkpointed row above it and the saved left column into tile
+// buffer r & 1 while the backward group sweeps tile r + 1 (the FlashAttention pattern): only 2 TH CW links
+// per block exist at any time, and the sweep never pauses for a recompute (a pause held up every chunk
+// to its left: benchmarks/OPTIMIZATION_LOG.md).
 enum BwdMode { BWD_SEQ = 0, BWD_CHAIN = 1, BWD_CKPT = 2 };
+
+// Named barriers of the checkpointed backward: each group's own step barrier, and per tile buffer
+// "tile ready" (the recompute group arrives, the backward group waits) and "buffer free" (the reverse).
+enum Bar { BAR_BWD = 1, BAR_RECOMP = 2, BAR_READY = 3, BAR_FREE = 5 };
 
 template <int COST, int DT>
 struct Carry {  // values handed from lane to lane along a row: E, link, and for fused costs dx[DT]
@@ -70,11 +76,11 @@ struct BwdRow {
   T right[NB];  // (E, link, dx) of the next chunk's first column (read by lane 31 of the last warp only)
 };
 
-template <typename T, int COST, int DT, int K, int W, bool WINDOW, bool HARD, int P, int MODE = BWD_SEQ>
+template <typename T, int COST, int DT, int K, int W, bool WINDOW, bool HARD, int P, int MODE = BWD_SEQ,
+          int BAR = 0>
 __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const int b, const T scale,
                                               const T gamma, const T xs, T (*hand)[W][Carry<COST, DT>::NB], double* red,
-                                              typename Link<T>::Word* wring, T* cring, const int c0 = 0,
-                                              T (*fhand)[W] = nullptr) {
+                                              typename Link<T>::Word* wring, T* cring, const int c0 = 0) {
   constexpr int NL = 32 * W;
   constexpr int CW = NL * K;
   constexpr int DX = Carry<COST, DT>::DX;
@@ -83,7 +89,8 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
   using Word = typename Link<T>::Word;
   const Word BORDER = Link<T>::border();
   const int lane = threadIdx.x & 31;
-  const int wg = (W == 1) ? 0 : int(threadIdx.x >> 5);
+  const unsigned tid = group_tid<W, BAR>(), nthreads = group_threads<W, BAR>();
+  const int wg = (W == 1) ? 0 : int(tid >> 5);
   const int L = wg * 32 + lane;
   const int N = a.N, M = a.M;
   const int n = int(a.xlen[b]), m = int(a.ylen[b]);
@@ -98,9 +105,9 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
   // d cost / d x = slope_unit * cost_slope(x - y); the kernel sees pre-scaled x' = xs x, y' = xs y, so the
   // squared Euclidean slopes it sums are xs times too large (L1's signs are not).
   const T slope_unit = (COST == COST_SQEUCLIDEAN) ? T(2) / xs : T(1);
-  const size_t stage = size_t(blockDim.x) * K;                     // ring stride between stages
-  Word* my_wring = wring + size_t(threadIdx.x) * K;
-  T* my_cring = cring + size_t(threadIdx.x) * K;
+  const size_t stage = size_t(nthreads) * K;                       // ring stride between stages
+  Word* my_wring = wring + size_t(tid) * K;
+  T* my_cring = cring + size_t(tid) * K;
   double ec = 0.0;
   if (MODE != BWD_SEQ) {  // this block zeroes what lies outside the pair in its own columns (and dx: chunk 0)
     const int cbeg = c0 * CW, cend = min(M, cbeg + CW);
@@ -172,7 +179,7 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
           for (int d = 0; d < DX; ++d) hand[h][wg][2 + d] = T(0);
         }
       }
-      __syncthreads();
+      group_sync<W, BAR>();
     }
     const Word* sbase = a.saved + (size_t(b) * a.nch + c) * size_t(N) * CW;
     unsigned colok = 0, colend = 0;  // per column k of the lane: j < m_b, j == m_b - 1 (bit k)
@@ -231,22 +238,29 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
       cp_async_commit();
       islot = (islot == 0) ? N - 1 : islot - 1;
     };
-    // CKPT: tile r must be recomputed before the first prefetch of its rows, i.e. of lane NL - 1 (the lane
-    // furthest up) at step n - (r + 1) TH. Its buffer last held tile r + 2, which every lane has left by
-    // then (TH > NL + P, launch.py), and the prefetches in flight all read tile r + 1.
+    // CKPT: wait for tile r before the first prefetch of its rows, i.e. of lane NL - 1 (the lane furthest
+    // up) at step n - (r + 1) TH + shift; hand buffer r & 1 back once lane 0 (the last lane to leave a row)
+    // has passed the tile's top row. The recompute group then writes tile r - 2 there, while the sweep is
+    // in tile r - 1 at least TH > NL + P rows away (launch.py), so no prefetch in flight reads it.
     int next_tile = (n - 1 + shift) / TH;  // the tile of row n - 1
     int next_enter = n - (next_tile + 1) * TH + shift;
+    int done_tile = next_tile;
+    int done_step = n - 1 - max(0, done_tile * TH - shift) + NL - 1;
     auto ensure = [&](const int tq) {
       if constexpr (MODE == BWD_CKPT) {
-        while (next_tile >= 0 && tq >= next_enter) {  // block-uniform
-          const ForwardArgs<T> fa{a.x, a.y, a.C, a.xlen, a.ylen, a.window, nullptr, nullptr, a.fbnd, nullptr, a.ckpt,
-                                  N, M, a.nch, TH, a.stagger};
-          forward_pair<T, COST, DT, K, W, WINDOW, true, HARD, 0, MODE_RECOMP>(
-              fa, b, scale, T(1), xs, fhand, nullptr, c, max(0, next_tile * TH - shift),
-              min(n, (next_tile + 1) * TH - shift), a.tile + size_t(next_tile & 1) * TH * CW, next_tile);
-          __threadfence_block();  // this lane's tile stores before its own cp.async reads of them
+        while (next_tile >= 0 && tq >= next_enter) {  // group-uniform
+          bar_wait(BAR_READY + (next_tile & 1), 64 * W);
           --next_tile;
           next_enter += TH;
+        }
+      }
+    };
+    auto release = [&](const int tq) {
+      if constexpr (MODE == BWD_CKPT) {
+        if (tq == done_step && done_tile >= 0) {  // group-uniform
+          if (done_tile >= 2) bar_arrive(BAR_FREE + (done_tile & 1), 64 * W);
+          --done_tile;
+          done_step = n - 1 - max(0, done_tile * TH - shift) + NL - 1;
         }
       }
     };
@@ -387,8 +401,9 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
 #pragma unroll
           for (int d = 0; d < DX; ++d) h[2 + d] = dxout[d];
         }
-        __syncthreads();
+        group_sync<W, BAR>();
       }
+      release(tau);
     }
     cp_async_wait<0>();
     if (FUSED) {
@@ -400,9 +415,9 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
             a.dy[(size_t(b) * M + j0 + k) * DT + d] = (j0 + k < m) ? -slope_unit * g * dyacc[k][d] : T(0);
         }
     }
-    group_sync<W>();  // bnd written by this chunk is read by the next
+    group_sync<W, BAR>();  // bnd written by this chunk is read by the next
   }
-  ec = group_sum<W>(ec, red);
+  ec = group_sum<W, BAR>(ec, red);
   if (MODE != BWD_SEQ) {  // the chunk that finishes last adds up <E, C> of all chunks
     if (L != 0) return;
     atomicAdd(a.ecsum + b, ec);
@@ -451,12 +466,34 @@ backward_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* C, co
   }
 }
 
-// Chained layout: B * nch blocks of W warps, one per (pair, chunk), chunks taken right to left from a
-// ticket in the order blocks start (see forward_chain_kernel). CKPT (memory="checkpoint"): saved holds no
-// links; fbnd / ckpt are the forward's checkpoints and `tiles` has 2 TH CW links per block.
+// The recompute group of the checkpointed backward: tiles from the bottom up, each into buffer r & 1 once
+// the backward group has handed that buffer back (it held tile r + 2), then "tile r ready".
+template <typename T, int COST, int DT, int K, int W, bool WINDOW, bool HARD>
+__device__ __forceinline__ void recompute_tiles(const ForwardArgs<T>& fa, const int b, const int c, const T scale,
+                                                const T xs, T (*fhand)[W], typename Link<T>::Word* tile) {
+  constexpr int CW = 32 * W * K;
+  const int n = int(fa.xlen[b]), m = int(fa.ylen[b]);
+  const int nch_b = (m + CW - 1) / CW;
+  const int TH = fa.TH;
+  const int shift = tile_shift(c, nch_b, fa.stagger, TH);
+  const int bottom = (n - 1 + shift) / TH;
+  for (int r = bottom; r >= 0; --r) {
+    if (r <= bottom - 2) bar_wait(BAR_FREE + (r & 1), 64 * W);
+    forward_pair<T, COST, DT, K, W, WINDOW, true, HARD, 0, MODE_RECOMP, BAR_RECOMP>(
+        fa, b, scale, T(1), xs, fhand, nullptr, c, max(0, r * TH - shift), min(n, (r + 1) * TH - shift),
+        tile + size_t(r & 1) * TH * CW, r);
+    __threadfence_block();  // the tile's stores before the backward group's reads (the barrier orders them too)
+    bar_arrive(BAR_READY + (r & 1), 64 * W);
+  }
+}
+
+// Chained layout: B * nch blocks, one per (pair, chunk), chunks taken right to left from a ticket in the
+// order blocks start (see forward_chain_kernel): W warps, or with CKPT (memory="checkpoint": saved holds no
+// links; fbnd / ckpt are the forward's checkpoints, `tiles` has 2 TH CW links per block) 2 W warps, the
+// backward group (warps [0, W)) and the recompute group (warps [W, 2 W)).
 // sync: [ticket, flags (B, nch), done (B)], ecsum (B,), zeroed by the caller.
 template <typename T, int COST, int DT, int K, int W, bool WINDOW, bool CKPT>
-__global__ void __launch_bounds__(32 * W)
+__global__ void __launch_bounds__(CKPT ? 64 * W : 32 * W)
 backward_chain_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* C, const T* __restrict__ gamma,
                       const long long* __restrict__ xlen, const long long* __restrict__ ylen,
                       const int* __restrict__ window, const T* __restrict__ grad,
@@ -465,7 +502,7 @@ backward_chain_kernel(const T* __restrict__ x, const T* __restrict__ y, const T*
                       T* __restrict__ dgamma, T* bnd, int* sync, double* ecsum, T* fbnd, T* ckpt,
                       typename Link<T>::Word* tiles, int B, int N, int M, int nch, int TH, int stagger) {
   using Word = typename Link<T>::Word;
-  constexpr int THREADS = 32 * W;
+  constexpr int THREADS = 32 * W;  // one group
   constexpr int STAGE = THREADS * K * int(sizeof(Word) + (COST == COST_PRECOMPUTED ? sizeof(T) : 0));
   constexpr int P = ring_depth(STAGE);
   static_assert(P * STAGE <= 40960, "ring too large: the planner limits K for this W (launch.k_max)");
@@ -483,13 +520,24 @@ backward_chain_kernel(const T* __restrict__ x, const T* __restrict__ y, const T*
   const BackwardArgs<T> a{x, y, C, xlen, ylen, window, grad, saved, dx, dy, dC, value, dgamma, bnd,
                           sync + 1, fbnd, ckpt, tile, ecsum, sync + 1 + B * nch, N, M, nch, TH, stagger};
   constexpr int MODE = CKPT ? BWD_CKPT : BWD_CHAIN;
+  constexpr int BAR = CKPT ? BAR_BWD : 0;
   const T g = *gamma;
+  const T scale = g == T(0) ? T(1) : T(1) / (g * T(LN2));
+  const T xs = g == T(0) ? T(1) : (COST == COST_SQEUCLIDEAN ? sqrt(scale) : scale);
+  if (CKPT && threadIdx.x >= THREADS) {  // the recompute group
+    if (c * THREADS * K >= int(ylen[b])) return;  // no chunk of this pair here: the backward group only zeroes
+    const ForwardArgs<T> fa{x, y, C, xlen, ylen, window, nullptr, nullptr, fbnd, nullptr, ckpt, N, M, nch, TH, stagger};
+    if (g == T(0)) {
+      recompute_tiles<T, COST, DT, K, W, WINDOW, true>(fa, b, c, scale, xs, fhand, tile);
+    } else {
+      recompute_tiles<T, COST, DT, K, W, WINDOW, false>(fa, b, c, scale, xs, fhand, tile);
+    }
+    return;
+  }
   if (g == T(0)) {
-    backward_pair<T, COST, DT, K, W, WINDOW, true, P, MODE>(a, b, T(1), g, T(1), hand, red, wring, cring, c, fhand);
+    backward_pair<T, COST, DT, K, W, WINDOW, true, P, MODE, BAR>(a, b, scale, g, xs, hand, red, wring, cring, c);
   } else {
-    const T scale = T(1) / (g * T(LN2));
-    const T xs = COST == COST_SQEUCLIDEAN ? sqrt(scale) : scale;
-    backward_pair<T, COST, DT, K, W, WINDOW, false, P, MODE>(a, b, scale, g, xs, hand, red, wring, cring, c, fhand);
+    backward_pair<T, COST, DT, K, W, WINDOW, false, P, MODE, BAR>(a, b, scale, g, xs, hand, red, wring, cring, c);
   }
 }
 

@@ -297,21 +297,41 @@ __host__ __device__ constexpr int ring_depth(int bytes_per_stage) {
 }
 
 // The group of lanes that works on one pair: one warp (W == 1) or one whole block (W > 1).
-template <int W>
+// BAR = 0: the group is the whole block (__syncthreads); BAR > 0: the group is 32 W threads of a block that
+// holds other groups too, synchronised by the named barrier BAR (the checkpointed backward, backward.cu).
+template <int W, int BAR = 0>
 __device__ __forceinline__ void group_sync() {
-  if (W > 1) __syncthreads(); else __syncwarp();
+  if (W == 1) {
+    __syncwarp();
+  } else if (BAR == 0) {
+    __syncthreads();
+  } else {
+    asm volatile("bar.sync %0, %1;" ::"n"(BAR), "n"(32 * W) : "memory");
+  }
+}
+// The thread's index within its group, and the group's size.
+template <int W, int BAR>
+__device__ __forceinline__ unsigned group_tid() { return BAR == 0 ? threadIdx.x : (threadIdx.x & (32 * W - 1)); }
+template <int W, int BAR>
+__device__ __forceinline__ unsigned group_threads() { return BAR == 0 ? blockDim.x : 32u * W; }
+// Producer / consumer hand-over between two groups of one block: `count` threads in all (both groups).
+__device__ __forceinline__ void bar_arrive(int id, int count) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ void bar_wait(int id, int count) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
 }
 
 // Sum over the group; every lane of the group gets the result (W > 1: through `scratch`, W doubles).
-template <int W>
+template <int W, int BAR = 0>
 __device__ __forceinline__ double group_sum(double v, double* scratch) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
   if (W == 1) return v;
-  const int warp = threadIdx.x >> 5;
-  __syncthreads();
+  const int warp = group_tid<W, BAR>() >> 5;
+  group_sync<W, BAR>();
   if ((threadIdx.x & 31) == 0) scratch[warp] = v;
-  __syncthreads();
+  group_sync<W, BAR>();
   double s = 0.0;
   for (int w = 0; w < W; ++w) s += scratch[w];
   return s;

@@ -70,7 +70,8 @@ struct FwdRow {
 
 // SEQ: chunks [0, nch_b), rows [0, n). CHAIN: chunk c0, rows [0, n). RECOMP: chunk c0, rows [r0, r1), links
 // to `tile` (TH step rows, slot = local step mod TH).
-template <typename T, int COST, int DT, int K, int W, bool WINDOW, bool STORE, bool HARD, int P, int MODE = MODE_SEQ>
+template <typename T, int COST, int DT, int K, int W, bool WINDOW, bool STORE, bool HARD, int P, int MODE = MODE_SEQ,
+          int BAR = 0>
 __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int b, const T scale,
                                              const T unit, const T xs, T (*hand)[W], T* ring, const int c0 = 0,
                                              const int r0 = 0, int r1 = 0,
@@ -80,7 +81,8 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
   constexpr bool FUSED = COST != COST_PRECOMPUTED;
   using Word = typename Link<T>::Word;
   const int lane = threadIdx.x & 31;
-  const int wg = (W == 1) ? 0 : int(threadIdx.x >> 5);
+  const unsigned tid = group_tid<W, BAR>(), nthreads = group_threads<W, BAR>();
+  const int wg = (W == 1) ? 0 : int(tid >> 5);
   const int L = wg * 32 + lane;
   const T BIG = Num<T>::big();
   const int N = a.N, M = a.M;
@@ -93,7 +95,7 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
   const T* yb = a.y + size_t(b) * M * DT;
   const T* Cb = a.C + size_t(b) * N * M;
   const int* wb = a.window + size_t(b) * N * 2;
-  T* my_ring = ring + size_t(threadIdx.x) * K;  // stage s at my_ring + s * blockDim.x * K
+  T* my_ring = ring + size_t(tid) * K;  // stage s at my_ring + s * nthreads * K
 
   const int c_lo = MODE == MODE_SEQ ? 0 : c0, c_hi = MODE == MODE_SEQ ? nch_b : c0 + 1;
   for (int c = c_lo; c < c_hi; ++c) {
@@ -127,7 +129,7 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
     T prevleft = (MODE == MODE_RECOMP && r0 > 0 && c > 0 && L == 0) ? bnd_in[r0 - 1] : BIG;
     if (W > 1) {
       if (lane == 31) { hand[0][wg] = BIG; hand[1][wg] = BIG; }
-      __syncthreads();
+      group_sync<W, BAR>();
     }
     Word* sbase = MODE == MODE_RECOMP ? tile : (STORE ? a.saved + (size_t(b) * a.nch + c) * size_t(N) * CW : nullptr);
     const bool owns_end = (c == nch_b - 1) && (j0 <= m - 1) && (m - 1 < j0 + K);  // holds R[n-1, m-1]
@@ -155,7 +157,7 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
       if constexpr (!FUSED && P > 0) {
         const int row = r0 + t - L;
         const bool ok = row >= 0 && row < n;
-        T* dst = my_ring + size_t(t % P) * blockDim.x * K;
+        T* dst = my_ring + size_t(t % P) * nthreads * K;
 #pragma unroll
         for (int k = 0; k < K; ++k)
           cp_async<int(sizeof(T))>(dst + k, ok && j0 + k < M ? Cb + size_t(row) * M + j0 + k : Cb, ok && j0 + k < M);
@@ -204,7 +206,7 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
       if constexpr (!FUSED && P > 0) {
         issue_c(t + P - 1);
         cp_async_wait<P - 1>();
-        const T* src_c = my_ring + size_t(t % P) * blockDim.x * K;
+        const T* src_c = my_ring + size_t(t % P) * nthreads * K;
 #pragma unroll
         for (int k = 0; k < K; ++k) cr[k] = src_c[k];
       } else if constexpr (!FUSED) {  // RECOMP of a precomputed cost: plain loads (no ring in the backward)
@@ -269,11 +271,11 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
       if (++slot == smod) slot = 0;
       if (W > 1) {
         if (lane == 31) hand[t & 1][wg] = last;
-        __syncthreads();
+        group_sync<W, BAR>();
       }
     }
     if (!FUSED && P > 0) cp_async_wait<0>();
-    group_sync<W>();  // bnd written by this chunk is read by the next
+    group_sync<W, BAR>();  // bnd written by this chunk is read by the next
   }
 }
 
