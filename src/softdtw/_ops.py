@@ -207,18 +207,71 @@ _SMALL_TABLE = 64 << 20
 def _free_bytes(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.mem_get_info(device)[0]
+    return _host_free_bytes()
+
+
+def _host_free_bytes() -> int:
+    """Bytes a large host allocation can get: Linux's MemAvailable (free pages plus reclaimable
+    page cache: free pages alone, SC_AVPHYS_PAGES, are near zero on a machine that has read a
+    lot of files), capped by the memory cgroup's limit less its usage (containers)."""
+    free = None
     try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return 1 << 62
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    free = int(line.split()[1]) * 1024
+                    break
+    except (OSError, ValueError, IndexError):
+        pass
+    if free is None:
+        try:
+            free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            return 1 << 62
+    room = _cgroup_room()
+    return free if room is None else min(free, room)
+
+
+def _cgroup_room() -> Optional[int]:
+    """Limit less usage of this process's memory cgroup (v2 or v1), or None without a limit."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, path = parts
+        if controllers == "":  # v2
+            names, root = ("memory.max", "memory.current"), "/sys/fs/cgroup"
+        elif "memory" in controllers.split(","):  # v1
+            names, root = ("memory.limit_in_bytes", "memory.usage_in_bytes"), "/sys/fs/cgroup/memory"
+        else:
+            continue
+        # The process's own group, or the mount root when a cgroup namespace hides the path.
+        for folder in (root + path, root):
+            try:
+                with open(os.path.join(folder, names[0])) as f:
+                    limit = f.read().strip()
+                with open(os.path.join(folder, names[1])) as f:
+                    usage = int(f.read().strip())
+            except (OSError, ValueError):
+                continue
+            if limit == "max" or int(limit) >= 1 << 60:  # no limit
+                break
+            return max(int(limit) - usage, 0)
+    return None
 
 
 def resolve_memory(memory: str, needs_grad: bool, backend: str, kind: str, B: int, N: int, M: int, D: int,
                    dtype: torch.dtype, device: torch.device) -> str:
     """The memory mode the ops run with: "none" when no gradient is needed, else store or checkpoint.
 
-    "auto" stores the backward table when it takes at most half of the free memory. A backend that
-    cannot checkpoint yet turns a table that does not fit into an error naming the sizes.
+    "auto" stores the backward table when it takes at most half of the free memory (device memory
+    on a GPU, available host memory on the CPU: see _host_free_bytes), else checkpoints. A backend
+    that cannot checkpoint yet turns a table that does not fit into an error naming the sizes.
     """
     if not needs_grad:
         return "none"

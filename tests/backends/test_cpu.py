@@ -268,15 +268,6 @@ def test_memory_modes_agree_and_saved_spec_describes_saved():
             assert torch.equal(a, b)
 
 
-def test_checkpoint_is_not_implemented_yet():
-    x, y = case(1, 3, 3, 1)
-    with pytest.raises(NotImplementedError, match="checkpoint.*use memory='store'"):
-        cpu.forward(x, y, _gamma(1.0), "sqeuclidean", _lengths(3), _lengths(3), None, "checkpoint")
-    with pytest.raises(NotImplementedError, match="checkpoint"):
-        cpu.saved_spec("fused", 1, 3, 3, 1, F64, "checkpoint")
-    assert "checkpoint" not in cpu.MEMORY_MODES
-
-
 def test_outputs_are_fresh_and_inputs_untouched():
     x, y = case(2, 5, 6, 2, seed=3)
     x0, y0 = x.clone(), y.clone()

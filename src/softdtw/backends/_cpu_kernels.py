@@ -388,25 +388,38 @@ def _dp_row_hard(a, b, prev, cur, crow, lo, hi, left, big):
 
 
 @njit(**_JIT)
-def _store_row(i, b0, nl, a, b, cur, out_scale, big, R_out):
-    """R_out[b0 + k, i, :] = row i in natural units; the sentinel outside [a, b) and on masked cells."""
+def _store_row(slot, b0, nl, a, b, cur, scale, big, R_out):
+    """R_out[b0 + k, slot, :] = the row in ``cur`` times ``scale``; the sentinel outside [a, b)
+    and on masked cells."""
     for k in range(nl):
-        row = R_out[b0 + k, i]
+        row = R_out[b0 + k, slot]
         row[:a] = big
         src = cur[a + 1:b + 1, k]
         dst = row[a:b]
         for q in range(b - a):
             v = src[q]
-            dst[q] = big if v >= big else v * out_scale
+            dst[q] = big if v >= big else v * scale
         row[b:] = big
+
+
+@njit(**_INLINE)
+def _slot(i, first, every, n_slots):
+    """Where row i goes in a saved buffer of rows first, first + every, ... (n_slots of them); -1
+    if it is not saved (every == 0: nothing is)."""
+    if every <= 0 or i < first:
+        return -1
+    d = i - first
+    s = d // every
+    return s if (d - s * every == 0 and s < n_slots) else -1
 
 
 @njit(**_JIT)
 def _forward_group(g, lanes, x, y, C, cost_kind, N, M, gamma, x_lengths, y_lengths, window,
-                   has_window, store, R_out, values):
-    """Forward of pairs [g * lanes, g * lanes + lanes): values, and R (natural units) if store.
+                   has_window, r0, r1, R_top, top_slot, every, first, natural, R_out,
+                   values):
+    """Forward of rows [r0, r1) of pairs [g * lanes, g * lanes + lanes); see forward_kernel.
 
-    The state dtype is R_out's (a placeholder's when not storing), the data dtype is values'.
+    The state dtype is R_out's (a placeholder's when nothing is saved), the data dtype values'.
     """
     B = x_lengths.shape[0]
     b0 = g * lanes
@@ -414,6 +427,8 @@ def _forward_group(g, lanes, x, y, C, cost_kind, N, M, gamma, x_lengths, y_lengt
     dt = values.dtype
     st = R_out.dtype
     big, hard, inv, out_scale = _state_constants(gamma, st.type(0.0))
+    scale = out_scale if natural else st.type(1.0)
+    n_slots = R_out.shape[1]
 
     D = x.shape[2]
     fused = cost_kind != COST_GIVEN
@@ -424,16 +439,28 @@ def _forward_group(g, lanes, x, y, C, cost_kind, N, M, gamma, x_lengths, y_lengt
     crow = np.zeros((M + 2, lanes), dt)
     prev = np.full((M + 2, lanes), big, st)
     cur = np.full((M + 2, lanes), big, st)
-    prev[0, :] = 0  # R[-1, -1] = 0; buffer position p holds column p - 1
-    prev_lo, prev_hi, cur_lo, cur_hi = 0, 1, 0, 0  # written position ranges of the two buffers
+    # Buffer position p holds column p - 1; prev_lo..cur_hi: written position ranges.
+    if top_slot < 0:
+        prev[0, :] = 0  # R[-1, -1] = 0
+        prev_lo, prev_hi = 0, 1
+    else:  # start below a checkpoint (log2 units, as the forward had it)
+        for k in range(nl):
+            src = R_top[b0 + k, top_slot]
+            dst = prev[1:M + 1, k]
+            for q in range(M):
+                dst[q] = src[q]
+        prev_lo, prev_hi = 0, M + 2
+    cur_lo, cur_hi = 0, 0
     lo = np.zeros(lanes, np.int64)
     hi = np.zeros(lanes, np.int64)
     left = np.empty(lanes, st)
 
+    # Rows no lane reaches (empty ranges) are cheap, and give saved rows the sentinel.
     n_rows = 0
     for k in range(nl):
         n_rows = max(n_rows, x_lengths[b0 + k])
-    for i in range(n_rows):
+    r_end = min(r1, N if every > 0 else n_rows)
+    for i in range(r0, r_end):
         a, b = _row_bounds(i, b0, nl, x_lengths, y_lengths, window, has_window, lo, hi)
         _cost_row(i, b0, nl, a, b, x, ys, C, cost_kind, lo, hi, xrow, crow)
         _reset_outside(cur, cur_lo, cur_hi, a + 1, b + 1, big)
@@ -445,27 +472,39 @@ def _forward_group(g, lanes, x, y, C, cost_kind, N, M, gamma, x_lengths, y_lengt
         for k in range(nl):
             if i == x_lengths[b0 + k] - 1:
                 values[b0 + k] = cur[y_lengths[b0 + k], k] * out_scale
-        if store:
-            _store_row(i, b0, nl, a, b, cur, out_scale, big, R_out)
+        s = _slot(i, first, every, n_slots)
+        if s >= 0:
+            _store_row(s, b0, nl, a, b, cur, scale, big, R_out)
         prev, cur = cur, prev
         prev_lo, prev_hi, cur_lo, cur_hi = cur_lo, cur_hi, prev_lo, prev_hi
-    if store:  # rows no lane of the group reaches
-        for k in range(nl):
-            R_out[b0 + k, n_rows:, :] = big
 
 
 @njit(parallel=True, **_JIT)
-def forward_kernel(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, has_window, store,
-                   by_pair, lanes, R_out, values):
-    """Soft-DTW values `(B,)` into ``values`` and, if ``store``, R `(B, N, M)` into ``R_out``.
+def forward_kernel(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, has_window, r0, r1,
+                   R_top, top_slot, every, first, natural, by_pair, lanes, R_out, values):
+    """Rows [r0, r1) of the forward: soft-DTW values into ``values`` (pairs that end there), and
+    the rows ``first``, ``first + every``, ... into R_out.
 
-    R_out's dtype is the state dtype, also when not storing (then R_out is a `(0, 0, 0)`
-    placeholder). values has the data dtype.
+    The rows start from the border (top_slot < 0; r0 = 0) or from row r0 - 1 of every pair read
+    from R_top[b, top_slot] in log2 units (a checkpoint). Row i is written to R_out[b, s] with
+    s = (i - first) / every where that is an integer below R_out.shape[1], in natural units if
+    ``natural`` else in log2 units; saved cells past a pair's lengths or outside its window get
+    the sentinel. Uses (as cpu.py calls it):
 
-    x `(B, N, D)`, y `(B, M, D)` for fused costs (``cost_kind`` 0 or 1); C `(B, N, M)` for
-    COST_GIVEN (then x, y are `(0, 0, 0)` placeholders and only their dtype matters). gamma: float
-    (0 = hard DTW). window: int32 `(B, N, 2)` if has_window. by_pair: one pair at a time with
-    ``lanes`` rows per strip (small batches), else groups of ``lanes`` pairs.
+    - value only: every = 0 (R_out a `(0, 0, 0)` placeholder of the state dtype);
+    - the table R `(B, N, M)`: every = 1, first = 0, natural;
+    - checkpoints `(B, K, M)`: every = TH, first = TH - 1 (rows TH - 1, 2 TH - 1, ...), log2
+      units, so that a band recomputed from one repeats the forward's arithmetic exactly;
+    - a band recomputed for the backward: r0 = k TH, r1 = r0 + TH, top_slot = k - 1, every = 1,
+      first = r0 - 1, natural: R_out `(B, TH + 1, M)` gets rows r0 .. r0 + TH - 1 in slots
+      1 .. TH as the table holds them (slot 0, row r0 - 1, is the caller's). ``values`` is then
+      scratch.
+
+    values has the data dtype, R_out and R_top the state dtype. x `(B, N, D)`, y `(B, M, D)` for
+    fused costs (``cost_kind`` 0 or 1); C `(B, N, M)` for COST_GIVEN (then x, y are `(0, 0, 0)`
+    placeholders and only their dtype matters). gamma: float (0 = hard DTW). window: int32
+    `(B, N, 2)` if has_window. by_pair: one pair at a time with ``lanes`` rows per strip (small
+    batches), else groups of ``lanes`` pairs.
     """
     B = x_lengths.shape[0]
     if cost_kind == COST_GIVEN:
@@ -475,12 +514,14 @@ def forward_kernel(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, has_
     if by_pair:
         for b in prange(B):
             _forward_pair(b, lanes, x, y, C, cost_kind, N, M, gamma, x_lengths, y_lengths, window,
-                          has_window, store, R_out, values)
+                          has_window, r0, r1, R_top, top_slot, every, first, natural, R_out,
+                          values)
         return
     groups = (B + lanes - 1) // lanes
     for g in prange(groups):
         _forward_group(g, lanes, x, y, C, cost_kind, N, M, gamma, x_lengths, y_lengths, window,
-                       has_window, store, R_out, values)
+                       has_window, r0, r1, R_top, top_slot, every, first, natural, R_out,
+                       values)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -488,8 +529,9 @@ def forward_kernel(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, has_
 # ---------------------------------------------------------------------------------------------
 
 @njit(**_JIT)
-def _load_R_row(i, b0, nl, a, b, R_saved, inv, big, out):
-    """out[j + 1, k] = R[b0 + k, i, j] in log2 units for j in [a - 1, b) (row -1 is the border)."""
+def _load_R_row(i, first, b0, nl, a, b, R_rows, inv, big, out):
+    """out[j + 1, k] = R[b0 + k, i, j] in log2 units for j in [a - 1, b), read from
+    R_rows[b0 + k, i - first] (natural units); row -1 is the border."""
     start = max(a - 1, 0)
     if i < 0:
         for p in range(start, b + 1):
@@ -498,7 +540,7 @@ def _load_R_row(i, b0, nl, a, b, R_saved, inv, big, out):
         return
     out[start + 1:b + 1, nl:] = big  # lanes past the batch
     for k in range(nl):
-        src = R_saved[b0 + k, i, start:b]
+        src = R_rows[b0 + k, i - first, start:b]
         dst = out[start + 1:b + 1, k]
         for q in range(b - start):
             v = src[q]
@@ -616,21 +658,31 @@ def _grad_row(a, b, cost_kind, e_cur, xrow, ys, ent, dxrow, dys, e_ent):
 
 @njit(**_JIT)
 def _backward_group(g, lanes, x, y, C, cost_kind, N, M, gamma, x_lengths, y_lengths, window,
-                    has_window, grad, values, R_saved, dx, dy, dC, dgamma):
-    """Backward of pairs [g * lanes, g * lanes + lanes); state dtype R_saved's, data dtype values'."""
+                    has_window, r0, r1, first, grad, values, R_rows, carry, carry_i, carry_y,
+                    e_ent, dx, dy, dC, dgamma):
+    """Rows [r0, r1) (bottom-up) of the backward of pairs [g * lanes, g * lanes + lanes); see
+    backward_kernel. State dtype R_rows', data dtype values'."""
     B = x_lengths.shape[0]
     b0 = g * lanes
     nl = min(lanes, B - b0)
     dt = values.dtype
-    st = R_saved.dtype
+    st = R_rows.dtype
     big, hard, inv, _ = _state_constants(gamma, st.type(0.0))
     D = x.shape[2]
     fused = cost_kind != COST_GIVEN
     # sqeuclidean's derivative carries a factor 2; applied once per pair with grad.
     factor = dt.type(2.0) if cost_kind == COST_SQEUCLIDEAN else dt.type(1.0)
 
+    # State handed between calls (see backward_kernel), or kept here for a one-call backward.
+    handed = carry.shape[0] > 0
+    if handed:
+        cg, ci, dys = carry[g], carry_i[g], carry_y[g]
+    else:
+        cg = np.zeros((6, M + 2, lanes), dt)
+        ci = np.zeros(5, np.int64)
+        dys = np.zeros((M if fused else 0, D, lanes), dt)
+    # dys: the sum over the rows done so far of -E (x_i - y_j), lanes innermost.
     ys = np.empty((M if fused else 0, D, lanes), dt)
-    dys = np.zeros((M if fused else 0, D, lanes), dt)
     if fused:
         _pack_y(y, b0, nl, ys)
     xrow = np.zeros((D, lanes), dt)
@@ -639,32 +691,36 @@ def _backward_group(g, lanes, x, y, C, cost_kind, N, M, gamma, x_lengths, y_leng
     rup = np.full((M + 2, lanes), big, st)
     rcur = np.full((M + 2, lanes), big, st)
     # Weights of rows i (cur) and i + 1 (next); finite everywhere, exact only inside the ranges.
-    wd_cur = np.zeros((M + 2, lanes), dt)
-    wu_cur = np.zeros((M + 2, lanes), dt)
-    wl_cur = np.zeros((M + 2, lanes), dt)
-    wd_next = np.zeros((M + 2, lanes), dt)
-    wu_next = np.zeros((M + 2, lanes), dt)
-    wl_next = np.zeros((M + 2, lanes), dt)
     # E of rows i and i + 1: zero outside the written range (successors outside are not cells).
-    e_cur = np.zeros((M + 2, lanes), dt)
-    e_next = np.zeros((M + 2, lanes), dt)
-    cur_lo, cur_hi, next_lo, next_hi = 0, 0, 0, 0
+    # Both rows' buffers are in cg, which of them is "next" in ci (no copies: an array assignment
+    # costs seconds of compilation), so the call for the rows above goes on from here.
+    p = ci[4]
+    e_next, e_cur = cg[p], cg[1 - p]
+    wd_next, wd_cur = cg[2 + p], cg[3 - p]
+    wu_next, wu_cur = cg[4 + p], cg[5 - p]
+    wl_cur = np.zeros((M + 2, lanes), dt)
+    wl_next = np.zeros((M + 2, lanes), dt)
+    next_lo, next_hi, cur_lo, cur_hi = ci[0], ci[1], ci[2], ci[3]
     lo = np.zeros(lanes, np.int64)
     hi = np.zeros(lanes, np.int64)
     end_col = np.full(lanes, -1, np.int64)
     ent = np.zeros((M + 2, lanes), dt)  # per cell: sum_p w log2 w over its predecessors
-    e_ent = np.zeros(lanes, np.float64)  # <E, ent> per pair (float64: a sum of N·M terms)
+    ent_acc = np.zeros(lanes, np.float64)  # <E, ent> per pair (float64: a sum of N·M terms)
+    if handed:
+        for k in range(nl):
+            ent_acc[k] = e_ent[b0 + k]
 
     n_rows = 0
     for k in range(nl):
         n_rows = max(n_rows, x_lengths[b0 + k])
-    for i in range(n_rows - 1, -1, -1):
+    r_end = min(r1, n_rows)
+    for i in range(r_end - 1, r0 - 1, -1):
         a, b = _row_bounds(i, b0, nl, x_lengths, y_lengths, window, has_window, lo, hi)
         for k in range(lanes):
             end_col[k] = y_lengths[b0 + k] - 1 if (k < nl and i == x_lengths[b0 + k] - 1) else -1
         _cost_row(i, b0, nl, a, b, x, ys, C, cost_kind, lo, hi, xrow, crow)
-        _load_R_row(i, b0, nl, a, b, R_saved, inv, big, rcur)
-        _load_R_row(i - 1, b0, nl, a, b, R_saved, inv, big, rup)
+        _load_R_row(i, first, b0, nl, a, b, R_rows, inv, big, rcur)
+        _load_R_row(i - 1, first, b0, nl, a, b, R_rows, inv, big, rup)
         if hard:
             _weights_hard(a, b, rup, rcur, wd_cur, wu_cur, wl_cur)
         else:
@@ -672,7 +728,7 @@ def _backward_group(g, lanes, x, y, C, cost_kind, N, M, gamma, x_lengths, y_leng
         _reset_outside(e_cur, cur_lo, cur_hi, a + 1, b + 1, 0)
         cur_lo, cur_hi = a + 1, b + 1
         _alignment_row(a, b, lo, hi, end_col, e_next, wd_next, wu_next, e_cur, wl_cur)
-        _grad_row(a, b, cost_kind, e_cur, xrow, ys, ent, dxrow, dys, e_ent)
+        _grad_row(a, b, cost_kind, e_cur, xrow, ys, ent, dxrow, dys, ent_acc)
         for k in range(nl):
             gk = grad[b0 + k]
             if fused:
@@ -689,6 +745,13 @@ def _backward_group(g, lanes, x, y, C, cost_kind, N, M, gamma, x_lengths, y_leng
         wd_cur, wd_next = wd_next, wd_cur
         wu_cur, wu_next = wu_next, wu_cur
         wl_cur, wl_next = wl_next, wl_cur
+    if handed:
+        ci[0], ci[1], ci[2], ci[3] = next_lo, next_hi, cur_lo, cur_hi
+        ci[4] = (p + max(r_end - r0, 0)) % 2  # one swap per row
+        for k in range(nl):
+            e_ent[b0 + k] = ent_acc[k]
+    if r0 > 0:
+        return
     for k in range(nl):
         gk = grad[b0 + k]
         if fused:
@@ -696,19 +759,35 @@ def _backward_group(g, lanes, x, y, C, cost_kind, N, M, gamma, x_lengths, y_leng
                 for d in range(D):
                     dy[b0 + k, j, d] = factor * gk * dys[j, d, k]
         # d value / d gamma = sum_s E[s] sum_p w ln w = (value - <E, C>) / gamma, without cancellation.
-        dgamma[b0 + k] = 0 if hard else gk * LN2 * e_ent[k]
+        dgamma[b0 + k] = 0 if hard else gk * LN2 * ent_acc[k]
 
 
 @njit(parallel=True, **_JIT)
-def backward_kernel(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, has_window, by_pair,
-                    lanes, grad, values, R_saved, dx, dy, dC, dgamma):
-    """Gradients of sum_b grad[b] * value[b] from the saved table R `(B, N, M)` (natural units,
-    state dtype; float64 for float32 data, see the module docstring).
+def backward_kernel(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, has_window, r0, r1,
+                    first, by_pair, lanes, grad, values, R_rows, carry, carry_i, carry_y, e_ent,
+                    dx, dy, dC, dgamma):
+    """Rows [r0, r1) of the backward of sum_b grad[b] * value[b], bottom-up.
 
-    Fused costs write dx `(B, N, D)` and dy `(B, M, D)`; COST_GIVEN writes dC `(B, N, M)`. All
-    three must be zero-filled by the caller (padded steps and cells are not written). dgamma `(B,)`.
-    by_pair: one pair at a time, vectorised along each row (small batches), else groups of
-    ``lanes`` pairs.
+    R_rows[b, i - first] holds row i of R in natural units (state dtype; float64 for float32
+    data, see the module docstring) for i in [r0 - 1, r1): the table (r0 = first = 0, r1 = N,
+    one call) or a band that forward_kernel recomputed (first = r0 - 1; calls for bands from the
+    bottom up). Between calls, the row below r0 travels in the carry arrays, zero-filled by the
+    caller before the first call (or all four `(0, ...)`-shaped for a single call over all rows:
+    the state then stays inside); their layout depends on the plan (by_pair, lanes), fixed for
+    the calls of one backward:
+
+    - carry `(units, 6, M + 2, lanes)` (groups) or `(units, 6, 1, M + 2)` (by pair): E, the
+      diagonal and the up weights (2 buffers each) of the rows below and being done, position
+      j + 1 = column j;
+    - carry_i `(units, 5)` int64: the written position ranges of the two E buffers, and which
+      of each pair of buffers holds the row below;
+    - carry_y `(units, M, D, lanes)` or `(units, 1, D, M)`: the partial sums of dy;
+    - e_ent `(B,)` float64: the partial sums of <E, entropy> for dgamma.
+
+    The call with r0 == 0 writes dy and dgamma. Fused costs write dx `(B, N, D)` and dy
+    `(B, M, D)`; COST_GIVEN writes dC `(B, N, M)`. All three must be zero-filled by the caller
+    (padded steps and cells are not written). dgamma `(B,)`. by_pair: one pair at a time,
+    vectorised along each row (small batches), else groups of ``lanes`` pairs.
     """
     B = x_lengths.shape[0]
     if cost_kind == COST_GIVEN:
@@ -718,12 +797,14 @@ def backward_kernel(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, has
     if by_pair:
         for b in prange(B):
             _backward_pair(b, x, y, C, cost_kind, M, gamma, x_lengths, y_lengths, window,
-                           has_window, grad, values, R_saved, dx, dy, dC, dgamma)
+                           has_window, r0, r1, first, grad, values, R_rows, carry, carry_i,
+                           carry_y, e_ent, dx, dy, dC, dgamma)
         return
     groups = (B + lanes - 1) // lanes
     for g in prange(groups):
         _backward_group(g, lanes, x, y, C, cost_kind, N, M, gamma, x_lengths, y_lengths, window,
-                        has_window, grad, values, R_saved, dx, dy, dC, dgamma)
+                        has_window, r0, r1, first, grad, values, R_rows, carry, carry_i, carry_y,
+                        e_ent, dx, dy, dC, dgamma)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -737,6 +818,9 @@ def backward_kernel(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, has
 # last row of the strip above. The lanes are independent within a step, so the vector loop is
 # the same as across pairs. The backward's exponentials depend on R only, so it runs row by row
 # with every loop along the row vectorised, except the short multiply-add recurrence of E.
+
+
+_BLOCK = 64  # steps (columns) per block of the strided cT / out accesses of _forward_pair
 
 
 @njit(**_JIT)
@@ -782,12 +866,17 @@ def _pair_cost_row(b, i, lo, hi, x, yT, C, cost_kind, crow):
 
 @njit(**_JIT)
 def _forward_pair(b, H, x, y, C, cost_kind, N, M, gamma, x_lengths, y_lengths, window,
-                  has_window, store, R_out, values):
-    """Forward of pair b in strips of H rows (wavefront across the strip; see the section note)."""
+                  has_window, r0, r1, R_top, top_slot, every, first, natural, R_out, values):
+    """Forward of rows [r0, r1) of pair b in strips of H rows (wavefront across the strip; see the
+    section note); the arguments as in forward_kernel."""
     dt = values.dtype
     st = R_out.dtype
     big, hard, inv, out_scale = _state_constants(gamma, st.type(0.0))
+    scale = out_scale if natural else st.type(1.0)
+    n_slots = R_out.shape[1]
     n, m = x_lengths[b], y_lengths[b]
+    # Rows past the pair's length (empty strips) are cheap, and give saved rows the sentinel.
+    r_end = min(r1, N if every > 0 else n)
     D = x.shape[2]
     fused = cost_kind != COST_GIVEN
     yT = np.empty((D, M if fused else 0), dt)
@@ -797,31 +886,46 @@ def _forward_pair(b, H, x, y, C, cost_kind, N, M, gamma, x_lengths, y_lengths, w
     cT = np.zeros((M + H, H), dt)  # cT[t, k]: cost of lane k at step t (column t - k)
     # top[p] = R[i0 - 1, p - 1]; positions past M stay at the sentinel.
     top = np.full(M + H + 1, big, st)
-    top[0] = 0  # R[-1, -1]
+    if top_slot < 0:
+        top[0] = 0  # R[-1, -1]
+    else:  # start below a checkpoint (log2 units, as the forward had it)
+        src = R_top[b, top_slot]
+        for q in range(M):
+            top[q + 1] = src[q]
     bottom = np.full(M + H + 1, big, st)
     p1 = np.empty(H + 1, st)  # lane k's value at step t - 1 in p1[k + 1]; p1[0]: top row's
     p2 = np.empty(H + 1, st)  # the same at step t - 2
     p0 = np.empty(H + 1, st)  # the step being computed
     lo = np.zeros(H, np.int64)
     hi = np.zeros(H, np.int64)
-    out = np.empty((M + H, H) if store else (0, H), st)  # out[t, k]: R' of lane k at step t
+    out = np.empty((M + H, H) if every > 0 else (0, H), st)  # out[t, k]: R' of lane k at step t
+    slot = np.empty(H, np.int64)  # where the strip's rows are saved (-1: not saved)
 
-    for i0 in range(0, n, H):
+    for i0 in range(r0, r_end, H):
         t_start, t_end = M + H, 0
         for k in range(H):
-            lo[k], hi[k] = _pair_bounds(b, i0 + k, x_lengths, y_lengths, window, has_window)
+            lo[k], hi[k] = 0, 0
+            if i0 + k < r_end:
+                lo[k], hi[k] = _pair_bounds(b, i0 + k, x_lengths, y_lengths, window, has_window)
             if lo[k] < hi[k]:
                 t_start = min(t_start, lo[k] + k)
                 t_end = max(t_end, hi[k] + k)
-                _pair_cost_row(b, i0 + k, lo[k], hi[k], x, yT, C, cost_kind, crow)
-                src = crow[lo[k]:hi[k]]
-                dst = cT[lo[k] + k:hi[k] + k, k]
-                for q in range(hi[k] - lo[k]):
-                    dst[q] = src[q]
         p1[:] = big
         p2[:] = big
         bottom[:] = big
         for t in range(t_start, t_end):
+            if (t - t_start) % _BLOCK == 0:
+                # The costs of the next _BLOCK steps: written one lane (cache line) apart, so
+                # by blocks that stay in L1 (a whole strip's, (M + H) x H, leaves L2 at M ~ 16k).
+                t1 = min(t + _BLOCK, t_end)
+                for k in range(H):
+                    c0, c1 = max(lo[k], t - k), min(hi[k], t1 - k)
+                    if c0 < c1:
+                        _pair_cost_row(b, i0 + k, c0, c1, x, yT, C, cost_kind, crow)
+                        src = crow[c0:c1]
+                        dst = cT[c0 + k:c1 + k, k]
+                        for q in range(c1 - c0):
+                            dst[q] = src[q]
             p1[0] = top[t + 1]
             p2[0] = top[t]
             if hard:
@@ -835,37 +939,44 @@ def _forward_pair(b, H, x, y, C, cost_kind, N, M, gamma, x_lengths, y_lengths, w
                     p0[k + 1] = r if ((t - k >= lo[k]) & (t - k < hi[k])) else big
             if t >= H - 1:
                 bottom[t - H + 2] = p0[H]  # row i0 + H - 1, column t - H + 1
-            if store:
+            if every > 0:
                 for k in range(H):
                     out[t, k] = p0[k + 1]
-            if i0 <= n - 1 < i0 + H and t == m - 1 + (n - 1 - i0):
+            if i0 <= n - 1 < min(i0 + H, r1) and t == m - 1 + (n - 1 - i0):
                 values[b] = p0[n - i0] * out_scale
             p2, p1, p0 = p1, p0, p2
-        if store:
-            for k in range(min(H, N - i0)):
-                src = out[k:k + M, k]
-                dst = R_out[b, i0 + k]
-                for q in range(M):
-                    inside = (q >= lo[k]) & (q < hi[k])
-                    dst[q] = src[q] * out_scale if inside else big
+        # Saved rows, by blocks of columns: the strided reads of out stay in L1.
+        saved = 0
+        for k in range(H):
+            slot[k] = _slot(i0 + k, first, every, n_slots) if i0 + k < r_end else -1
+            saved += slot[k] >= 0
+        for q0 in range(0, M if saved > 0 else 0, _BLOCK):
+            q1 = min(q0 + _BLOCK, M)
+            for k in range(H):
+                s = slot[k]
+                if s >= 0:
+                    src = out[q0 + k:q1 + k, k]
+                    dst = R_out[b, s, q0:q1]
+                    for q in range(q1 - q0):
+                        inside = (q0 + q >= lo[k]) & (q0 + q < hi[k])
+                        dst[q] = src[q] * scale if inside else big
         # The strip's last row is the next strip's top row (column -1: the sentinel).
         top, bottom = bottom, top
         top[0] = big
-        cT[:] = 0  # clean for the next strip
-    if store:
-        for i in range(n, N):
-            R_out[b, i, :] = big
+        # cT keeps this strip's costs: cells outside a lane's range only ever meet the mask, and
+        # are finite (zeros at first, then costs), so they need no clearing.
 
 
 @njit(**_JIT)
-def _pair_load_R_row(b, i, lo, hi, R_saved, inv, big, out):
-    """out[j + 1] = R[b, i, j] in log2 units for j in [lo - 1, hi) (row -1 is the border)."""
+def _pair_load_R_row(b, i, first, lo, hi, R_rows, inv, big, out):
+    """out[j + 1] = R[b, i, j] in log2 units for j in [lo - 1, hi), read from
+    R_rows[b, i - first] (natural units); row -1 is the border."""
     start = max(lo - 1, 0)
     if i < 0:
         out[start:hi + 1] = big
         out[0] = 0  # R[-1, -1] = 0
         return
-    src = R_saved[b, i, start:hi]
+    src = R_rows[b, i - first, start:hi]
     dst = out[start + 1:hi + 1]
     for q in range(hi - start):
         v = src[q]
@@ -876,10 +987,12 @@ def _pair_load_R_row(b, i, lo, hi, R_saved, inv, big, out):
 
 @njit(**_JIT)
 def _backward_pair(b, x, y, C, cost_kind, M, gamma, x_lengths, y_lengths, window, has_window,
-                   grad, values, R_saved, dx, dy, dC, dgamma):
-    """Backward of pair b, one row at a time (the lanes version's steps, vectorised along j)."""
+                   r0, r1, first, grad, values, R_rows, carry, carry_i, carry_y, e_ent, dx, dy,
+                   dC, dgamma):
+    """Rows [r0, r1) of the backward of pair b, one row at a time (the lanes version's steps,
+    vectorised along j); the arguments as in backward_kernel."""
     dt = values.dtype
-    st = R_saved.dtype
+    st = R_rows.dtype
     big, hard, inv, _ = _state_constants(gamma, st.type(0.0))
     zero, one = dt.type(0.0), dt.type(1.0)
     tiny = exp2_neg(flush_exponent(zero))
@@ -888,28 +1001,39 @@ def _backward_pair(b, x, y, C, cost_kind, M, gamma, x_lengths, y_lengths, window
     fused = cost_kind != COST_GIVEN
     factor = dt.type(2.0) if cost_kind == COST_SQEUCLIDEAN else one
     gb = grad[b]
+    # State handed between calls (see backward_kernel), or kept here for a one-call backward.
+    handed = carry.shape[0] > 0
+    if handed:
+        cb, ci, dyT, e_sum = carry[b], carry_i[b], carry_y[b, 0], e_ent[b]
+    else:
+        cb = np.zeros((6, 1, M + 2), dt)
+        ci = np.zeros(5, np.int64)
+        dyT = np.zeros((D, M if fused else 0), dt)
+        e_sum = 0.0
+    # dyT: the sum over the rows done so far of -E (x_i - y_j), `(D, M)`.
     yT = np.empty((D, M if fused else 0), dt)
-    dyT = np.zeros((D, M if fused else 0), dt)
     if fused:
         _transpose_y(y, b, yT)
     crow = np.zeros(M + 2, dt)
     rup = np.full(M + 2, big, st)
     rcur = np.full(M + 2, big, st)
-    # Positions j + 1 hold column j, as in the lanes version.
-    wd_cur, wu_cur, wl_cur = np.zeros(M + 2, dt), np.zeros(M + 2, dt), np.zeros(M + 2, dt)
-    wd_next, wu_next, wl_next = np.zeros(M + 2, dt), np.zeros(M + 2, dt), np.zeros(M + 2, dt)
-    e_cur, e_next = np.zeros(M + 2, dt), np.zeros(M + 2, dt)
+    # Positions j + 1 hold column j, as in the lanes version; rows i and i + 1 in cb, as there.
+    p = ci[4]
+    e_next, e_cur = cb[p, 0], cb[1 - p, 0]
+    wd_next, wd_cur = cb[2 + p, 0], cb[3 - p, 0]
+    wu_next, wu_cur = cb[4 + p, 0], cb[5 - p, 0]
+    wl_cur, wl_next = np.zeros(M + 2, dt), np.zeros(M + 2, dt)
     ent = np.zeros(M + 2, dt)
     acc = np.zeros(M + 2, dt)
-    cur_lo, cur_hi, next_lo, next_hi = 0, 0, 0, 0
-    e_ent = 0.0
+    next_lo, next_hi, cur_lo, cur_hi = ci[0], ci[1], ci[2], ci[3]
 
-    for i in range(n - 1, -1, -1):
+    r_end = min(r1, n)
+    for i in range(r_end - 1, r0 - 1, -1):
         lo, hi = _pair_bounds(b, i, x_lengths, y_lengths, window, has_window)
         w = hi - lo
         _pair_cost_row(b, i, lo, hi, x, yT, C, cost_kind, crow)
-        _pair_load_R_row(b, i, lo, hi, R_saved, inv, big, rcur)
-        _pair_load_R_row(b, i - 1, lo, hi, R_saved, inv, big, rup)
+        _pair_load_R_row(b, i, first, lo, hi, R_rows, inv, big, rcur)
+        _pair_load_R_row(b, i - 1, first, lo, hi, R_rows, inv, big, rup)
         # Views of row i's columns [lo, hi): "_l" = column j - 1, "_r" = column j + 1.
         c_v = crow[lo:hi]
         r_v, r_l = rcur[lo + 1:hi + 1], rcur[lo:hi]
@@ -941,7 +1065,7 @@ def _backward_pair(b, x, y, C, cost_kind, M, gamma, x_lengths, y_lengths, window
             e_cur[j + 1] = e
         e_v = e_cur[lo + 1:hi + 1]
         for q in range(w):
-            e_ent += e_v[q] * ent_v[q]
+            e_sum += e_v[q] * ent_v[q]
         if fused:
             for d in range(D):
                 xd = x[b, i, d]
@@ -967,8 +1091,14 @@ def _backward_pair(b, x, y, C, cost_kind, M, gamma, x_lengths, y_lengths, window
         wd_cur, wd_next = wd_next, wd_cur
         wu_cur, wu_next = wu_next, wu_cur
         wl_cur, wl_next = wl_next, wl_cur
+    if handed:
+        ci[0], ci[1], ci[2], ci[3] = next_lo, next_hi, cur_lo, cur_hi
+        ci[4] = (p + max(r_end - r0, 0)) % 2  # one swap per row
+        e_ent[b] = e_sum
+    if r0 > 0:
+        return
     if fused:
         for j in range(M):
             for d in range(D):
                 dy[b, j, d] = factor * gb * dyT[d, j]
-    dgamma[b] = 0 if hard else gb * LN2 * e_ent
+    dgamma[b] = 0 if hard else gb * LN2 * e_sum

@@ -14,7 +14,21 @@ kernels; the arithmetic lives in ``_cpu_kernels.py``.
   ~1e-3 relative error into float32 gradients at gamma = 0.1 (the backward's exponents are
   differences of neighbouring R / gamma, which reach ~1e4); see ``_cpu_kernels.py``. Values
   only (no gradient) run entirely in float32 for float32 data.
-- memory="checkpoint": not implemented yet (raises NotImplementedError); use "store".
+- memory="checkpoint": saves R only on band boundaries. With TH = :func:`band_rows` (N) (~sqrt(N),
+  a multiple of 32, at least 64), the rows TH - 1, 2 TH - 1, ... (the row just above each band of
+  TH rows but the first; K = ceil(N / TH) - 1 of them), float64 in log2 units (R / (gamma ln 2);
+  natural units for gamma == 0) with the sentinel outside, as a flat buffer of B·K·M values
+  (``saved_spec``). The backward runs the bands bottom-up, two kernel calls each: the forward
+  kernel recomputes the band's rows from the checkpoint above it into a `(B, TH + 1, M)` buffer,
+  exactly as store mode's table holds them, then the backward kernel runs the band's rows and
+  hands E and the weights of its top row on to the band above. The results equal store mode's
+  (bitwise when the recompute runs with the forward's plan, e.g. for one pair: it repeats the
+  forward's arithmetic from the checkpoint's exact log2 values). Memory: B·K·M +
+  min(B, chunk)·(TH + 1)·M float64 instead of B·N·M (batches run in chunks whose band buffer
+  stays under ``_BAND_BYTES``); work: one more forward. A single pair runs on one thread (by
+  pair, see _plan). Measured on 2 cores, float64: one pair N = M = 20000, forward + backward
+  11.5 s and +52 MB peak RSS (store: 17.8 s, +3.1 GB); two pairs 3000 x 70000 (lengths, a band
+  of radius 100) 7.4 s, +173 MB (store: 11.8 s, +3.3 GB).
 - gamma == 0 is hard DTW; its backward follows the argmin path (ties: diagonal, up, left).
 
 The first call compiles the kernels (measured on a 2-core CI-class machine: ~40 s for float32,
@@ -24,6 +38,8 @@ file or under ``NUMBA_CACHE_DIR``, so later processes load them in well under a 
 Devices: CPU. Dtypes: float32, float64.
 """
 from __future__ import annotations
+
+import math
 
 import numba
 import numpy as np
@@ -49,15 +65,19 @@ _PAIR_LANES_MIN = {torch.float32: 12, torch.float64: 16}
 # fewer lanes instead of a huge per-thread buffer.
 _GROUP_BYTES = 64 << 20
 
+_NUMPY_DTYPE = {torch.float32: np.float32, torch.float64: np.float64}
+
 #: Memory modes this backend runs (read by ``softdtw._ops.resolve_memory``).
-MEMORY_MODES = ("none", "store")
+MEMORY_MODES = ("none", "store", "checkpoint")
 #: dtype of the saved table R, whatever the data dtype.
 SAVED_DTYPE = torch.float64
 
-_CHECKPOINT_MESSAGE = (
-    "memory='checkpoint' is not implemented by the cpu backend yet; use memory='store', which "
-    "keeps the table R (B·N·M float64 values)."
-)
+# Bounds of a checkpoint band's height (see band_rows).
+_MIN_BAND_ROWS = 64
+_BAND_ALIGN = 32
+# Bound on the recomputed band `(pairs, TH + 1, M)` float64 of a checkpointed backward: larger
+# batches run in chunks of pairs (at least one per thread).
+_BAND_BYTES = 256 << 20
 
 
 def _plan(B: int, M: int, D: int, dtype: torch.dtype, max_lanes: int) -> tuple[bool, int]:
@@ -101,96 +121,182 @@ def _gamma(gamma: torch.Tensor) -> float:
     return float(gamma)
 
 
-def _check_memory(memory: str) -> bool:
-    """True if the table R is to be saved."""
-    if memory == "checkpoint":
-        raise NotImplementedError(_CHECKPOINT_MESSAGE)
-    return memory == "store"
+def band_rows(N: int) -> int:
+    """Rows per checkpoint band (TH) for series of N rows.
+
+    ~sqrt(N) balances the checkpoints (N / TH rows per pair) against the band the backward
+    recomputes (TH rows); a multiple of 32 so that the by-pair strips (16 or 32 rows) tile a band
+    exactly; at least 64 so that short series do not pay two kernel calls every few rows.
+    """
+    root = math.isqrt(max(N - 1, 0)) + 1  # ceil(sqrt(N))
+    return max(_MIN_BAND_ROWS, -(-root // _BAND_ALIGN) * _BAND_ALIGN)
+
+
+def _checkpoints(N: int) -> tuple[int, int]:
+    """(TH, K): band height and number of checkpoint rows (one above every band but the first)."""
+    th = band_rows(N)
+    return th, -(-N // th) - 1
 
 
 def saved_spec(kind, B, N, M, D, dtype, memory):
-    """What :func:`forward` / :func:`forward_cost` save: R `(B, N, M)` float64, or nothing."""
+    """What :func:`forward` / :func:`forward_cost` save: R `(B, N, M)` float64 ("store"), the
+    flat checkpoints `(B·K·M,)` float64 ("checkpoint"), or nothing.
+
+    K depends on N's value (a square root), so for symbolic sizes (torch.compile with dynamic
+    shapes) the checkpoint buffer's shape is None and the fake kernel gives it a size of its own.
+    """
     if memory == "none":
         return (0,), dtype
     if memory == "checkpoint":
-        raise NotImplementedError(_CHECKPOINT_MESSAGE)
+        if not all(isinstance(v, int) for v in (B, N, M)):
+            return None, SAVED_DTYPE
+        return (B * _checkpoints(N)[1] * M,), SAVED_DTYPE
     return (B, N, M), SAVED_DTYPE
 
 
-def _run_forward(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, store, B, N, M, D, dtype):
+def _run_forward(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, memory, B, N, M, D, dtype):
     values = torch.empty(B, dtype=dtype)
-    if store:
+    if memory == "store":
+        every = 1
         saved = torch.empty((B, N, M), dtype=SAVED_DTYPE)
         state = saved.numpy()
+    elif memory == "checkpoint":
+        every, K = _checkpoints(N)
+        saved = torch.empty((B * K * M,), dtype=SAVED_DTYPE)
+        state = saved.view(B, K, M).numpy()
     else:  # values only: the DP state stays in the data dtype
+        every = 0
         saved = torch.empty((0,), dtype=dtype)
         state = _placeholder(dtype)
     win, has_win = _window_args(window)
-    by_pair, lanes = _plan(B, M, D, dtype, (_MAX_LANES_STORING if store else _MAX_LANES)[dtype])
+    by_pair, lanes = _plan(B, M, D, dtype, (_MAX_LANES_STORING if every else _MAX_LANES)[dtype])
     kernels.forward_kernel(
         x, y, C, cost_kind, _gamma(gamma), _view(x_lengths), _view(y_lengths), win, has_win,
-        store, by_pair, lanes, state, values.numpy(),
+        0, N, state, -1, every, every - 1, memory == "store", by_pair, lanes, state,
+        values.numpy(),
     )
     return values, saved
 
 
 def forward(x, y, gamma, cost, x_lengths, y_lengths, window, memory):
     """Soft-DTW values `(B,)` of x `(B, N, D)` and y `(B, M, D)` under a fused cost; see module doc."""
-    store = _check_memory(memory)
     B, N, D = x.shape
     M = y.shape[1]
     return _run_forward(_view(x), _view(y), _placeholder(x.dtype), _COST_KIND[cost], gamma,
-                        x_lengths, y_lengths, window, store, B, N, M, D, x.dtype)
+                        x_lengths, y_lengths, window, memory, B, N, M, D, x.dtype)
 
 
 def forward_cost(C, gamma, x_lengths, y_lengths, window, memory):
     """Soft-DTW values `(B,)` from a precomputed cost C `(B, N, M)`."""
-    store = _check_memory(memory)
     B, N, M = C.shape
     empty = _placeholder(C.dtype)
     return _run_forward(empty, empty, _view(C), kernels.COST_GIVEN, gamma, x_lengths, y_lengths,
-                        window, store, B, N, M, 0, C.dtype)
+                        window, memory, B, N, M, 0, C.dtype)
+
+
+def _carry(by_pair: bool, lanes: int, B: int, M: int, D: int, fused: bool, dtype: torch.dtype):
+    """Zeroed state that the backward kernel hands from one call (rows below) to the next (rows
+    above): E and two weights of two rows, their ranges, partial dy and <E, entropy> (see
+    ``_cpu_kernels.backward_kernel`` for the layouts)."""
+    Mf, Df = (M, D) if fused else (0, 0)
+    if by_pair:
+        shapes = ((B, 6, 1, M + 2), (B, 1, Df, Mf))
+        units = B
+    else:
+        units = -(-B // lanes)
+        shapes = ((units, 6, M + 2, lanes), (units, Mf, Df, lanes))
+    nd = _NUMPY_DTYPE[dtype]
+    return (np.zeros(shapes[0], nd), np.zeros((units, 5), np.int64), np.zeros(shapes[1], nd),
+            np.zeros(B))
 
 
 def _run_backward(grad, x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, value, saved,
-                  B, N, M, D, dtype, outputs):
-    """Call the backward kernel; recompute R first when the forward saved nothing."""
-    if saved.numel() == 0:
-        _, saved = _run_forward(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, True,
-                                B, N, M, D, dtype)
+                  memory, B, N, M, D, dtype, outputs):
+    """Call the backward kernel (per band for checkpoints); recompute R first when a storing
+    forward saved nothing."""
     dx, dy, dC = outputs
     dgamma = torch.empty(B, dtype=dtype)
     win, has_win = _window_args(window)
+    args = (cost_kind, _gamma(gamma), _view(x_lengths), _view(y_lengths), win, has_win)
+    grad, value = _view(grad.to(dtype)), _view(value.to(dtype))
+    if memory == "checkpoint":
+        _backward_bands(x, y, C, args, grad, value, saved, B, N, M, D, dtype,
+                        (dx, dy, dC, dgamma.numpy()))
+        return dgamma
+    if saved.numel() == 0:
+        _, saved = _run_forward(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, "store",
+                                B, N, M, D, dtype)
     by_pair, lanes = _plan(B, M, D, dtype, _MAX_LANES[dtype])
+    none = _placeholder(dtype, 4)  # one call over all rows: no state to hand on
     kernels.backward_kernel(
-        x, y, C, cost_kind, _gamma(gamma), _view(x_lengths), _view(y_lengths), win, has_win,
-        by_pair, lanes, _view(grad.to(dtype)), _view(value.to(dtype)), _view(saved),
-        dx, dy, dC, dgamma.numpy(),
+        x, y, C, *args, 0, N, 0, by_pair, lanes, grad, value, _view(saved),
+        none, np.zeros((0, 5), np.int64), none, np.zeros(0), dx, dy, dC, dgamma.numpy(),
     )
     return dgamma
 
 
+def _table_row(checkpoint: np.ndarray, gamma: float, out: np.ndarray) -> None:
+    """out = a checkpoint row (log2 units) in natural units, as forward_kernel stores the table."""
+    scale = 1.0 if gamma == 0 else gamma * kernels.LN2
+    with np.errstate(over="ignore"):
+        np.multiply(checkpoint, scale, out=out)
+    np.copyto(out, kernels.SENTINEL_F64, where=checkpoint >= kernels.SENTINEL_F64)
+
+
+def _backward_bands(x, y, C, args, grad, value, saved, B, N, M, D, dtype, outputs):
+    """The checkpointed backward: per chunk of pairs, bands of TH rows from the bottom up, each
+    recomputed by the forward kernel from its checkpoint, then run by the backward kernel."""
+    th, K = _checkpoints(N)
+    checkpoints = saved.view(B, K, M).numpy()
+    cost_kind, gamma, x_lengths, y_lengths, win, has_win = args
+    fused = cost_kind != kernels.COST_GIVEN
+    per_pair = (th + 1) * M * SAVED_DTYPE.itemsize
+    chunk = min(B, max(numba.get_num_threads(), _BAND_BYTES // per_pair))
+    band = np.empty((chunk, th + 1, M), np.float64)
+    scratch = np.empty(chunk, x.dtype if fused else C.dtype)  # recomputed values, not kept
+    for c0 in range(0, B, chunk):
+        part = slice(c0, min(B, c0 + chunk))
+        n = part.stop - c0
+        xc, yc, Cc = (a[part] if a.size else a for a in (x, y, C))
+        xl, yl = x_lengths[part], y_lengths[part]
+        wc = win[part] if has_win else win
+        outs = [a[part] if a.size else a for a in outputs]
+        fwd_plan = _plan(n, M, D, dtype, _MAX_LANES_STORING[dtype])
+        bwd_plan = _plan(n, M, D, dtype, _MAX_LANES[dtype])
+        carry = _carry(*bwd_plan, n, M, D, fused, dtype)
+        for k in range(-(-int(xl.max()) // th) - 1, -1, -1):
+            r0 = k * th
+            if k > 0:  # the band's top row, as the table would hold it (see _table_row)
+                _table_row(checkpoints[part, k - 1], gamma, band[:n, 0])
+            kernels.forward_kernel(
+                xc, yc, Cc, cost_kind, gamma, xl, yl, wc, has_win, r0, r0 + th,
+                checkpoints[part], k - 1, 1, r0 - 1, True, *fwd_plan, band[:n], scratch[:n],
+            )
+            kernels.backward_kernel(
+                xc, yc, Cc, cost_kind, gamma, xl, yl, wc, has_win, r0, r0 + th, r0 - 1,
+                *bwd_plan, grad[part], value[part], band[:n], *carry, *outs,
+            )
+
+
 def backward(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved, memory):
     """(dx `(B, N, D)`, dy `(B, M, D)`, dgamma `(B,)`) of sum_b grad[b] * value[b]."""
-    _check_memory(memory)
     B, N, D = x.shape
     M = y.shape[1]
     dx = torch.zeros_like(x)
     dy = torch.zeros_like(y)
     empty = _placeholder(x.dtype)
     dgamma = _run_backward(grad, _view(x), _view(y), empty, _COST_KIND[cost], gamma, x_lengths,
-                           y_lengths, window, value, saved, B, N, M, D, x.dtype,
+                           y_lengths, window, value, saved, memory, B, N, M, D, x.dtype,
                            (dx.numpy(), dy.numpy(), empty))
     return dx, dy, dgamma
 
 
 def backward_cost(grad, C, gamma, x_lengths, y_lengths, window, value, saved, memory):
     """(dC `(B, N, M)` = grad_b · E_b, dgamma `(B,)`) from a precomputed cost C."""
-    _check_memory(memory)
     B, N, M = C.shape
     dC = torch.zeros_like(C)
     empty = _placeholder(C.dtype)
     dgamma = _run_backward(grad, empty, empty, _view(C), kernels.COST_GIVEN, gamma, x_lengths,
-                           y_lengths, window, value, saved, B, N, M, 0, C.dtype,
+                           y_lengths, window, value, saved, memory, B, N, M, 0, C.dtype,
                            (empty, empty, dC.numpy()))
     return dC, dgamma
