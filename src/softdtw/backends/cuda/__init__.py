@@ -46,10 +46,6 @@ MEMORY_MODES = ("none", "store", "checkpoint")
 #: Largest feature size whose cost is computed inside the kernels.
 FUSED_D_MAX = 16
 
-def _check_memory(memory: str) -> bool:
-    """True if the forward is to save S (the whole table of links)."""
-    return memory == "store"
-
 
 def _fused(kind: str, D: int) -> bool:
     return kind == "fused" and D <= FUSED_D_MAX
@@ -99,13 +95,32 @@ def _alloc(like: torch.Tensor, numel: int, dtype: torch.dtype, what: str, B: int
             f"shorten the series, or compute values only (torch.no_grad())."
         ) from err
 
+
+def _sizes(x, y, C):
+    """(data, B, N, M, device index) of a launch: x, y for fused costs, C for a precomputed one."""
+    data = C if C is not None else x
+    M = C.shape[2] if C is not None else y.shape[1]
+    return data, data.shape[0], data.shape[1], M, data.device.index
+
+
+def _backward_outputs(x, y, data, B):
+    """dx, dy (fused costs, else None) and dgamma; the kernels write every element."""
+    fused = x is not None
+    return (torch.empty_like(x) if fused else None, torch.empty_like(y) if fused else None,
+            torch.empty(B, dtype=data.dtype, device=data.device))
+
+
+def _like(grad, data):
+    """grad in data's dtype and contiguous; checked first, since the tiny-pair path counts every torch call."""
+    if grad.dtype != data.dtype or not grad.is_contiguous():
+        grad = grad.to(data.dtype).contiguous()
+    return grad
+
+
 def _run_forward(x, y, C, cost: str, D: int, gamma, x_lengths, y_lengths, window, store: bool,
                  checkpoint: bool = False):
     """Launch forward_kernel; x, y for fused costs (C None) or C for a precomputed one (x, y None)."""
-    data = C if C is not None else x
-    B, N = data.shape[0], data.shape[1]
-    M = C.shape[2] if C is not None else y.shape[1]
-    dev = data.device.index
+    data, B, N, M, dev = _sizes(x, y, C)
     plan = _launch.plan_for(B, N, M, D, data.dtype, dev, checkpoint)
     if plan.chain:
         return _run_forward_chain(x, y, C, cost, D, gamma, x_lengths, y_lengths, window, store, plan)
@@ -125,10 +140,7 @@ def _run_forward(x, y, C, cost: str, D: int, gamma, x_lengths, y_lengths, window
 def _run_forward_chain(x, y, C, cost, D, gamma, x_lengths, y_lengths, window, store, plan):
     """forward_chain_kernel: B·nch blocks, one per (pair, chunk). Saves the link table (store), the
     checkpoints (plan.TH > 0: column checkpoints then row checkpoints, flat) or nothing."""
-    data = C if C is not None else x
-    B, N = data.shape[0], data.shape[1]
-    M = C.shape[2] if C is not None else y.shape[1]
-    dev = data.device.index
+    data, B, N, M, dev = _sizes(x, y, C)
     value = torch.empty(B, dtype=data.dtype, device=data.device)
     checkpoint = plan.TH > 0
     ckpt = None
@@ -154,14 +166,9 @@ def _run_forward_chain(x, y, C, cost, D, gamma, x_lengths, y_lengths, window, st
 def _run_backward_chain(grad, x, y, C, dC, cost, D, gamma, x_lengths, y_lengths, window, value, saved, plan):
     """backward_chain_kernel: one block per (pair, chunk), chunks right to left; with plan.TH > 0 saved
     holds the checkpoints and each block recomputes its tiles into its own two tile buffers."""
-    data = C if C is not None else x
-    B, N = data.shape[0], data.shape[1]
-    M = C.shape[2] if C is not None else y.shape[1]
-    dev = data.device.index
+    data, B, N, M, dev = _sizes(x, y, C)
     fused = C is None
-    dx = torch.empty_like(x) if fused else None
-    dy = torch.empty_like(y) if fused else None
-    dgamma = torch.empty(B, dtype=data.dtype, device=data.device)
+    dx, dy, dgamma = _backward_outputs(x, y, data, B)
     carry = 2 + (D if fused else 0)
     bnd = data.new_empty((B * plan.nch * N * carry,)) if plan.nch > 1 else None
     # One zeroed buffer: <E, C> per pair (float64), then int32 ticket, flags (B, nch), done (B).
@@ -173,8 +180,7 @@ def _run_backward_chain(grad, x, y, C, dC, cost, D, gamma, x_lengths, y_lengths,
         fbnd, ckpt = saved[: B * plan.nch * N], saved[B * plan.nch * N:]
         tiles = _alloc(data, B * plan.nch * plan.tile_numel(), _saved_dtype(data.dtype),
                        "the checkpointed backward's tile buffers", B, N, M)
-    if grad.dtype != data.dtype or not grad.is_contiguous():
-        grad = grad.to(data.dtype).contiguous()
+    grad = _like(grad, data)
     expr = _launch.expression("backward_chain_kernel", data.dtype, cost, D, plan, window is not None, checkpoint)
     args = (_launch.ptr(x), _launch.ptr(y), _launch.ptr(C), gamma.data_ptr(), x_lengths.data_ptr(),
             y_lengths.data_ptr(), _launch.ptr(window), grad.data_ptr(), 0 if checkpoint else saved.data_ptr(),
@@ -194,22 +200,16 @@ def _run_backward(grad, x, y, C, dC, cost: str, D: int, gamma, x_lengths, y_leng
     The kernel writes every element of dx, dy, dC and dgamma (zeros past the lengths and outside the
     window, dgamma = 0 at gamma = 0); dC may be C itself (overwritten in place).
     """
-    data = C if C is not None else x
-    B, N = data.shape[0], data.shape[1]
-    M = C.shape[2] if C is not None else y.shape[1]
-    dev = data.device.index
+    data, B, N, M, dev = _sizes(x, y, C)
     plan = _launch.plan_for(B, N, M, D, data.dtype, dev, checkpoint)
     if plan.chain:
         return _run_backward_chain(grad, x, y, C, dC, cost, D, gamma, x_lengths, y_lengths, window, value, saved,
                                    plan)
     fused = C is None
-    dx = torch.empty_like(x) if fused else None
-    dy = torch.empty_like(y) if fused else None
-    dgamma = torch.empty(B, dtype=data.dtype, device=data.device)
+    dx, dy, dgamma = _backward_outputs(x, y, data, B)
     carry = 2 + (D if fused else 0)
     bnd = data.new_empty((B, N, carry)) if plan.nch > 1 else None
-    if grad.dtype != data.dtype or not grad.is_contiguous():
-        grad = grad.to(data.dtype).contiguous()
+    grad = _like(grad, data)
     expr = _launch.expression("backward_kernel", data.dtype, cost, D, plan, window is not None)
     args = (_launch.ptr(x), _launch.ptr(y), _launch.ptr(C), gamma.data_ptr(), x_lengths.data_ptr(),
             y_lengths.data_ptr(), _launch.ptr(window), grad.data_ptr(), saved.data_ptr(), _launch.ptr(dx),
@@ -227,14 +227,13 @@ def _window(window):
 
 def forward_cost(C, gamma, x_lengths, y_lengths, window, memory):
     """Values `(B,)` and saved S from a precomputed cost C `(B, N, M)`."""
-    store = _check_memory(memory)
+    store = memory == "store"  # save the whole table of links
     return _run_forward(None, None, C.contiguous(), "precomputed", 0, gamma, x_lengths, y_lengths,
                         _window(window), store, memory == "checkpoint")
 
 
 def backward_cost(grad, C, gamma, x_lengths, y_lengths, window, value, saved, memory):
     """(dC `(B, N, M)` = grad_b · E_b, dgamma `(B,)`)."""
-    _check_memory(memory)
     C = C.contiguous()
     window = _window(window)
     if saved.numel() == 0:  # nothing was kept: run the forward again, storing
@@ -247,7 +246,7 @@ def backward_cost(grad, C, gamma, x_lengths, y_lengths, window, value, saved, me
 
 def forward(x, y, gamma, cost, x_lengths, y_lengths, window, memory):
     """Values `(B,)` and saved S for x `(B, N, D)`, y `(B, M, D)` under a fused cost."""
-    store = _check_memory(memory)
+    store = memory == "store"  # save the whole table of links
     window = _window(window)
     D = x.shape[2]
     if D > FUSED_D_MAX:
@@ -260,7 +259,6 @@ def forward(x, y, gamma, cost, x_lengths, y_lengths, window, memory):
 
 def backward(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved, memory):
     """(dx `(B, N, D)`, dy `(B, M, D)`, dgamma `(B,)`) of sum_b grad_b · value_b."""
-    _check_memory(memory)
     window = _window(window)
     x, y = x.contiguous(), y.contiguous()
     D = x.shape[2]

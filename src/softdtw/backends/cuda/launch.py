@@ -114,17 +114,15 @@ def tile_stagger(W: int) -> int:
     return STAGGER_PER_WARP * W + STAGGER_FIXED
 
 
-def tile_rows(B: int, N: int, K: int, W: int, nch: int, word_bytes: int) -> int:
-    """Rows per checkpoint tile: 1024, halved while the tile buffers of all B·nch blocks exceed
-    TILE_BYTES, never below 2·32W + 32 (the backward's double buffer needs TH > 32W + ring depth). A pair
-    of at most that many rows is one tile."""
+def tile_rows(B: int, N: int, K: int, W: int, nch: int, word_bytes: int, want: int | None = None) -> int:
+    """Rows per checkpoint tile: `want` (tests, benchmarks) or 1024, halved while the tile buffers of all
+    B·nch blocks exceed TILE_BYTES; never below 2·32W + 32 (the backward's double buffer needs
+    TH > 32W + ring depth). A pair that fits in one tile gets TH = N."""
     th_min = 64 * W + 32
-    if N <= th_min:
-        return N
-    th = min(1024, N) if N > 1024 else N
-    while th // 2 >= th_min and B * nch * 2 * th * 32 * W * K * word_bytes > TILE_BYTES:
+    th = want if want is not None else min(1024, N)
+    while want is None and th // 2 >= th_min and B * nch * 2 * th * 32 * W * K * word_bytes > TILE_BYTES:
         th //= 2
-    return max(th, th_min)
+    return N if th >= N else max(th, th_min)
 
 
 @lru_cache(maxsize=4096)
@@ -209,8 +207,7 @@ def plan_for(B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index: i
         nch = -(-M // (32 * W * K))
         if checkpoint:
             word = 4 if dtype == torch.float32 else 8
-            th = TH if TH is not None else tile_rows(B, N, K, W, nch, word)
-            return Plan(K, W, nch, True, min(th, N) if th >= N else max(th, 64 * W + 32))
+            return Plan(K, W, nch, True, tile_rows(B, N, K, W, nch, word, TH))
         return Plan(K, W, nch, chain)
     return _planned(B, N, M, D, dtype, device_index, checkpoint)
 
