@@ -217,15 +217,15 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
     // step n + NL - 2 - tau, i.e. slot (n + NL - 2 - tau) mod N), issued P - 1 steps ahead.
     int islot = (n + NL - 2) % N;
     const int TH = a.TH;
-    const int shift = MODE == BWD_CKPT ? tile_shift(c, nch_b, a.stagger, TH) : 0;
+    const Tiles tiles(c, nch_b, a.stagger, TH);  // CKPT only
     auto issue = [&](const int tau) {
       const int row = n - 1 - tau + (NL - 1 - L);
       const bool ok = row >= 0 && row < n;
       const int s = tau % P;
       const Word* src = sbase + size_t(islot) * CW;
       if (MODE == BWD_CKPT) {  // tile r, recomputed into buffer r & 1 at slot (row - first row + L) mod TH
-        const int r = ok ? (row + shift) / TH : 0;
-        src = a.tile + (size_t(r & 1) * TH + (ok ? (row - max(0, r * TH - shift) + L) % TH : 0)) * CW;
+        const int r = ok ? tiles.of(row) : 0;
+        src = a.tile + (size_t(r & 1) * TH + (ok ? (row - tiles.first(r) + L) % TH : 0)) * CW;
       }
       cp_async_step<Word, K>(my_wring + s * stage, src, L, NL, ok);
       if (!FUSED) {
@@ -239,28 +239,26 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
       islot = (islot == 0) ? N - 1 : islot - 1;
     };
     // CKPT: wait for tile r before the first prefetch of its rows, i.e. of lane NL - 1 (the lane furthest
-    // up) at step n - (r + 1) TH + shift; hand buffer r & 1 back once lane 0 (the last lane to leave a row)
+    // up) at step n - first(r + 1); hand buffer r & 1 back once lane 0 (the last lane to leave a row)
     // has passed the tile's top row. The recompute group then writes tile r - 2 there, while the sweep is
     // in tile r - 1 at least TH > NL + P rows away (launch.py), so no prefetch in flight reads it.
-    int next_tile = (n - 1 + shift) / TH;  // the tile of row n - 1
-    int next_enter = n - (next_tile + 1) * TH + shift;
+    int next_tile = tiles.of(n - 1);
     int done_tile = next_tile;
-    int done_step = n - 1 - max(0, done_tile * TH - shift) + NL - 1;
+    auto enter_step = [&](int r) { return n - tiles.first(r + 1); };  // lane NL - 1 reaches tile r's last row
+    auto done_step = [&](int r) { return n - 1 - tiles.first(r) + NL - 1; };  // lane 0 leaves tile r's first row
     auto ensure = [&](const int tq) {
       if constexpr (MODE == BWD_CKPT) {
-        while (next_tile >= 0 && tq >= next_enter) {  // group-uniform
+        while (next_tile >= 0 && tq >= enter_step(next_tile)) {  // group-uniform
           bar_wait(BAR_READY + (next_tile & 1), 64 * W);
           --next_tile;
-          next_enter += TH;
         }
       }
     };
     auto release = [&](const int tq) {
       if constexpr (MODE == BWD_CKPT) {
-        if (tq == done_step && done_tile >= 0) {  // group-uniform
+        if (done_tile >= 0 && tq == done_step(done_tile)) {  // group-uniform
           if (done_tile >= 2) bar_arrive(BAR_FREE + (done_tile & 1), 64 * W);
           --done_tile;
-          done_step = n - 1 - max(0, done_tile * TH - shift) + NL - 1;
         }
       }
     };
@@ -474,14 +472,13 @@ __device__ __forceinline__ void recompute_tiles(const ForwardArgs<T>& fa, const 
   constexpr int CW = 32 * W * K;
   const int n = int(fa.xlen[b]), m = int(fa.ylen[b]);
   const int nch_b = (m + CW - 1) / CW;
-  const int TH = fa.TH;
-  const int shift = tile_shift(c, nch_b, fa.stagger, TH);
-  const int bottom = (n - 1 + shift) / TH;
+  const Tiles tiles(c, nch_b, fa.stagger, fa.TH);
+  const int bottom = tiles.of(n - 1);
   for (int r = bottom; r >= 0; --r) {
     if (r <= bottom - 2) bar_wait(BAR_FREE + (r & 1), 64 * W);
     forward_pair<T, COST, DT, K, W, WINDOW, true, HARD, 0, MODE_RECOMP, BAR_RECOMP>(
-        fa, b, scale, T(1), xs, fhand, nullptr, c, max(0, r * TH - shift), min(n, (r + 1) * TH - shift),
-        tile + size_t(r & 1) * TH * CW, r);
+        fa, b, scale, T(1), xs, fhand, nullptr, c, tiles.first(r), min(n, tiles.first(r + 1)),
+        tile + size_t(r & 1) * fa.TH * CW, r);
     __threadfence_block();  // the tile's stores before the backward group's reads (the barrier orders them too)
     bar_arrive(BAR_READY + (r & 1), 64 * W);
   }

@@ -47,6 +47,14 @@ __device__ __forceinline__ int tile_shift(int c, int nch_b, int stagger, int TH)
   const int offset = int((long long)(nch_b - 1 - c) * stagger % TH);
   return (TH - offset) % TH;
 }
+// The tiles of one chunk: the forward's checkpoint rows, the recompute group and the backward's prefetch
+// all take the geometry from here.
+struct Tiles {
+  int TH, shift;
+  __device__ __forceinline__ Tiles(int c, int nch_b, int stagger, int TH_) : TH(TH_), shift(tile_shift(c, nch_b, stagger, TH_)) {}
+  __device__ __forceinline__ int of(int row) const { return (row + shift) / TH; }  // the tile holding row
+  __device__ __forceinline__ int first(int r) const { return max(0, r * TH - shift); }  // its first row
+};
 __host__ __device__ constexpr int ckpt_rows(int N, int TH) { return (N + TH - 1) / TH + 1; }
 
 // How forward_pair covers a pair (research/gpu-kernels.md, "few long pairs"):
@@ -119,8 +127,9 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
                        : nullptr;
     // CHAIN with checkpoints: rows until this lane's next checkpointed row (the row above a tile), counted
     // down per row instead of a modulo per row.
-    const int shift = (MODE == MODE_CHAIN && a.ckpt != nullptr) ? tile_shift(c, nch_b, a.stagger, a.TH) : 0;
-    int to_ckpt = (MODE == MODE_CHAIN && a.ckpt != nullptr) ? (2 * a.TH - 1 - shift) % a.TH : -1;
+    const bool keeps_ckpt = MODE == MODE_CHAIN && a.ckpt != nullptr;
+    const Tiles tiles(c, nch_b, a.stagger, a.TH);
+    int to_ckpt = keeps_ckpt ? (2 * a.TH - 1 - tiles.shift) % a.TH : -1;
 #pragma unroll
     for (int k = 0; k < K; ++k) r[k] = top ? top[k] : BIG;
     T last = r[K - 1];  // what lane L + 1 reads as its left neighbour
@@ -254,10 +263,10 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
           // Publish 32 rows at a time; the release orders this lane's bnd stores before the count.
           if (MODE == MODE_CHAIN && (((i + 1) & 31) == 0 || i == n - 1)) st_release(flag_out, i + 1);
         }
-        if (MODE == MODE_CHAIN && to_ckpt-- == 0) {  // row i + 1 starts tile (i + 1 + shift) / TH
+        if (MODE == MODE_CHAIN && to_ckpt-- == 0) {  // row i + 1 starts tile tiles.of(i + 1)
           to_ckpt = a.TH - 1;
           if (i + 1 < n) {
-            T* q = a.ckpt + (size_t(b) * ckpt_rows(N, a.TH) + (i + 1 + shift) / a.TH) * (size_t(a.nch) * CW) + j0;
+            T* q = a.ckpt + (size_t(b) * ckpt_rows(N, a.TH) + tiles.of(i + 1)) * (size_t(a.nch) * CW) + j0;
 #pragma unroll
             for (int k = 0; k < K; ++k) q[k] = r[k];
           }
