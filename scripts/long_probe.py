@@ -6,55 +6,47 @@ memory="checkpoint" and "store" under forced (K, W), to calibrate launch.choose_
 
 Prints one JSON line per measurement.
 """
+import contextlib
 import json
 import sys
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from gpu import median_ms as timed  # noqa: E402  (CUDA events, median after warm-up)
 from softdtw.backends import cuda as be  # noqa: E402
 from softdtw.backends.cuda import launch  # noqa: E402
 
 
-def timed(fn, reps):
-    fn()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        out.append(a.elapsed_time(b))
-    return sorted(out)[len(out) // 2]
+def problem(B, N):
+    """Seeded data for B pairs of length N (D = 1): the backend's positional arguments, and grad."""
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(B, N, 1, device="cuda", generator=g)
+    y = torch.randn(B, N, 1, device="cuda", generator=g)
+    lengths = torch.full((B,), N, dtype=torch.int64, device="cuda")
+    gamma = torch.tensor(1.0, device="cuda")
+    return (x, y, gamma, "sqeuclidean", lengths, lengths, None), torch.ones(B, device="cuda")
 
 
 def main():
     sizes = [(1, 65536, 3), (16, 8192, 3)]
     layouts = [(None, None), (4, 1), (8, 1), (2, 2), (4, 2), (8, 2), (4, 4), (2, 4)]
     for B, N, reps in sizes:
-        g = torch.Generator(device="cuda").manual_seed(0)
-        x = torch.randn(B, N, 1, device="cuda", generator=g)
-        y = torch.randn(B, N, 1, device="cuda", generator=g)
-        xl = torch.full((B,), N, dtype=torch.int64, device="cuda")
-        gm = torch.tensor(1.0, device="cuda")
-        grad = torch.ones(B, device="cuda")
+        args, grad = problem(B, N)
         for K, W in layouts:
-            ctx = launch.forced_plan(K, W, chain=True) if K else None
-            try:
-                if ctx:
-                    ctx.__enter__()
+            with launch.forced_plan(K, W, chain=True) if K else contextlib.nullcontext():
                 plan = launch.plan_for(B, N, N, 1, torch.float32, 0, True)
-                fwd = timed(lambda: be.forward(x, y, gm, "sqeuclidean", xl, xl, None, "none"), reps)
+                fwd = timed(lambda: be.forward(*args, "none"), reps)
                 torch.cuda.reset_peak_memory_stats()
                 base = torch.cuda.memory_allocated()
 
                 def fb():
-                    v, s = be.forward(x, y, gm, "sqeuclidean", xl, xl, None, "checkpoint")
-                    be.backward(grad, x, y, gm, "sqeuclidean", xl, xl, None, v, s, "checkpoint")
+                    v, s = be.forward(*args, "checkpoint")
+                    be.backward(grad, *args, v, s, "checkpoint")
                 fbt = timed(fb, reps)
                 peak = (torch.cuda.max_memory_allocated() - base) / 2**20
                 cells = B * N * N
@@ -62,24 +54,14 @@ def main():
                                   "forced": K is not None, "fwd_ms": round(fwd, 3),
                                   "fwd_gcups": round(cells / fwd / 1e6, 1), "fb_ckpt_ms": round(fbt, 3),
                                   "fb_gcups": round(cells / fbt / 1e6, 1), "peak_mib": round(peak, 1)}), flush=True)
-            finally:
-                if ctx:
-                    ctx.__exit__(None, None, None)
 
 
-def split(B, N, K=None, W=None):
+def split(B, N, K=4, W=4):
     """Times of each launch alone: value-only forward, storing forward, store backward, checkpointing
-    forward, checkpoint backward (the planner's chained plan unless K, W are given)."""
-    g = torch.Generator(device="cuda").manual_seed(0)
-    x = torch.randn(B, N, 1, device="cuda", generator=g)
-    y = torch.randn(B, N, 1, device="cuda", generator=g)
-    xl = torch.full((B,), N, dtype=torch.int64, device="cuda")
-    gm = torch.tensor(1.0, device="cuda")
-    grad = torch.ones(B, device="cuda")
-    ctx = launch.forced_plan(K, W, chain=True) if K else launch.forced_plan(4, 4, chain=True)
-    with ctx:
+    forward, checkpoint backward, all under one chained plan (K, W) so the modes are comparable."""
+    args, grad = problem(B, N)
+    with launch.forced_plan(K, W, chain=True):
         plan = launch.plan_for(B, N, N, 1, torch.float32, 0, True)
-        args = (x, y, gm, "sqeuclidean", xl, xl, None)
         res = {"B": B, "N": N, "K": plan.K, "W": plan.W, "nch": plan.nch, "TH": plan.TH}
         res["fwd_none"] = timed(lambda: be.forward(*args, "none"), 3)
         store_ok = B * N * N * 4 < 20e9
@@ -96,19 +78,18 @@ def split(B, N, K=None, W=None):
 
 def stagger_sweep(B, N, K, W, values):
     """Checkpoint backward time against the tile stagger (rows between neighbouring chunks' tiles)."""
-    g = torch.Generator(device="cuda").manual_seed(0)
-    x = torch.randn(B, N, 1, device="cuda", generator=g)
-    y = torch.randn(B, N, 1, device="cuda", generator=g)
-    xl = torch.full((B,), N, dtype=torch.int64, device="cuda")
-    gm = torch.tensor(1.0, device="cuda")
-    grad = torch.ones(B, device="cuda")
-    args = (x, y, gm, "sqeuclidean", xl, xl, None)
-    with launch.forced_plan(K, W, chain=True):
-        for sv in values:
-            launch.STAGGER_PER_WARP, launch.STAGGER_FIXED = 0, sv
-            v, s = be.forward(*args, "checkpoint")
-            t = timed(lambda: be.backward(grad, *args, v, s, "checkpoint"), 3)
-            print(json.dumps({"B": B, "N": N, "K": K, "W": W, "stagger": sv, "bwd_ckpt": round(t, 3)}), flush=True)
+    args, grad = problem(B, N)
+    default = launch.STAGGER_PER_WARP, launch.STAGGER_FIXED
+    try:
+        with launch.forced_plan(K, W, chain=True):
+            for sv in values:
+                launch.STAGGER_PER_WARP, launch.STAGGER_FIXED = 0, sv
+                v, s = be.forward(*args, "checkpoint")
+                t = timed(lambda: be.backward(grad, *args, v, s, "checkpoint"), 3)
+                print(json.dumps({"B": B, "N": N, "K": K, "W": W, "stagger": sv, "bwd_ckpt": round(t, 3)}),
+                      flush=True)
+    finally:
+        launch.STAGGER_PER_WARP, launch.STAGGER_FIXED = default
 
 
 if __name__ == "__main__":
