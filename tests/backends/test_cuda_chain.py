@@ -65,6 +65,21 @@ def test_chained_precomputed_cost_checkpoint(dtype, gamma):
         _check((v, dC, dg), want, dtype, gamma)
 
 
+@pytest.mark.parametrize("N,M", [(1, 300), (3, 129), (17, 600), (40, 40)])
+@pytest.mark.parametrize("K,W,chain", [(1, 2, False), (2, 4, False), (1, 4, True), (4, 2, True)])
+def test_warp_lag_with_fewer_rows_than_the_lag(N, M, K, W, chain):
+    """Warps of a group run warp_lag steps apart (common.cuh): series shorter than (W - 1) lag rows, and
+    fewer rows than the hand-over ring, still agree with the reference (sequential and chained; chained
+    also with memory="checkpoint")."""
+    x, y, xl, yl, w = _problem(3, N, M, 2, seed=N + M + W, lengths=True)
+    want = reference_fused(x, y, _gamma(0.5, torch.float64), "sqeuclidean", xl, yl, w, _grad(3, torch.float64))
+    for memory in ("store", "checkpoint") if chain else ("store",):
+        with _layout(K, W, 64 * W + 32, chain):
+            got = cuda_fused(x.float(), y.float(), _gamma(0.5, torch.float32), "sqeuclidean", xl, yl, w,
+                             _grad(3, torch.float32), memory)
+        _check(got, want, torch.float32, 0.5)
+
+
 def test_checkpoint_and_store_agree_and_saved_spec():
     """Same plan, both memory modes: gradients equal to rounding; the checkpoint is far smaller."""
     be = cuda_backend()
