@@ -3,7 +3,6 @@ memory="checkpoint" and "store" under forced (K, W), to calibrate launch.choose_
 
     PYTHONPATH=src python3 scripts/long_probe.py                 (B = 1, N = M = 65536 and B = 16, N = M = 8192)
     PYTHONPATH=src python3 scripts/long_probe.py --split B N [K W]  (each kernel of store and checkpoint alone)
-    PYTHONPATH=src python3 scripts/long_probe.py --lag G [G ...]    (the warp lag of common.cuh, recompiled per G)
 
 Prints one JSON line per measurement.
 """
@@ -93,48 +92,10 @@ def stagger_sweep(B, N, K, W, values):
         launch.STAGGER_PER_WARP, launch.STAGGER_FIXED = default
 
 
-def lag_sweep(values):
-    """Key latency-bound shapes against the warp lag (common.cuh, SDTW_WARP_LAG): the kernels are recompiled
-    per value (a define prepended to common.cuh, a cache directory per value)."""
-    import os
-    from softdtw.backends.cuda import compile as cc
-    read = cc._read
-    cases = [  # (B, N, forced (K, W) or None, what)
-        (1, 65536, (4, 4), "long"), (16, 8192, None, "fwd"), (16, 512, None, "store"), (32, 512, None, "store"),
-        (16, 128, None, "store"), (16, 2048, None, "store"),
-    ]
-    try:
-        for G in values:
-            cc._read = lambda name, G=G: (f"#define SDTW_WARP_LAG {G}\n" if name == "common.cuh" else "") + read(name)
-            os.environ["SOFTDTW_CACHE_DIR"] = f"/tmp/softdtw-lag-{G}"
-            cc._kernels.clear()
-            for B, N, KW, what in cases:
-                args, grad = problem(B, N)
-                ctx = launch.forced_plan(*KW, chain=True) if KW else contextlib.nullcontext()
-                with ctx:
-                    plan = launch.plan_for(B, N, N, 1, torch.float32, 0, what == "long")
-                    res = {"lag": G, "B": B, "N": N, "K": plan.K, "W": plan.W, "nch": plan.nch, "chain": plan.chain}
-                    if what in ("long", "fwd"):
-                        res["fwd_none"] = timed(lambda: be.forward(*args, "none"), 3)
-                    mem = "checkpoint" if what == "long" else "store"
-                    if what != "fwd":
-                        v, s = be.forward(*args, mem)
-                        res["fwd_" + mem] = timed(lambda: be.forward(*args, mem), 3)
-                        res["bwd_" + mem] = timed(lambda: be.backward(grad, *args, v, s, mem), 3)
-                        del s
-                print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in res.items()}),
-                      flush=True)
-    finally:
-        cc._read = read
-        cc._kernels.clear()
-
-
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--stagger":
         a = [int(v) for v in sys.argv[2:]]
         stagger_sweep(a[0], a[1], a[2], a[3], a[4:])
-    elif len(sys.argv) > 1 and sys.argv[1] == "--lag":
-        lag_sweep([int(a) for a in sys.argv[2:]])
     elif len(sys.argv) > 1 and sys.argv[1] == "--split":
         split(*[int(a) for a in sys.argv[2:]])
     else:

@@ -156,6 +156,26 @@ def test_forced_layouts(K, W, gamma):
     _check(gc, wc, torch.float64, gamma)
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("K,W", [(1, 1), (4, 1), (1, 4), (2, 2)])
+def test_narrow_pairs_end_the_pass_early_over_junk_memory(dtype, K, W):
+    """Pairs narrower than a chunk end the forward pass at their last column's lane, and the backward starts
+    there (kernels/forward_pair.cuh, backward.cu): words of the lanes past it are never stored. The saved
+    table is taken from memory left full of NaN (float64) / all-ones bits (float32), which must not leak."""
+    be = cuda_backend()
+    B, N, M, D = 3, 40, 21, 2
+    x, y, xl, yl, w = _problem(B, N, M, D, seed=K + 10 * W, lengths=True)
+    want = reference_fused(x, y, _gamma(0.5, torch.float64), "sqeuclidean", xl, yl, w, _grad(B, torch.float64))
+    with launch_module().forced_plan(K, W):
+        shape, sdtype = be.saved_spec("fused", B, N, M, D, dtype, "store")
+        junk = [torch.full(shape, float("nan") if sdtype == torch.float64 else -1, dtype=sdtype, device="cuda")
+                for _ in range(8)]
+        del junk
+        got = cuda_fused(x.to(dtype), y.to(dtype), _gamma(0.5, dtype), "sqeuclidean", xl, yl, w, _grad(B, dtype))
+    assert all(torch.isfinite(t).all() for t in got)
+    _check(got, want, dtype, 0.5)
+
+
 def test_plans_cover_the_shapes():
     lm = launch_module()
     for B in (1, 16, 32, 1000, 20000):

@@ -92,12 +92,13 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
   const unsigned tid = group_tid<W, BAR>(), nthreads = group_threads<W, BAR>();
   const int wg = (W == 1) ? 0 : int(tid >> 5);
   const int L = wg * 32 + lane;
-  constexpr int G = warp_lag<W>(), HD = hand_depth<W>(), GB = G > 0 ? G : 1;
-  const int lagw = (W - 1 - wg) * G;  // behind the plain skew: the last warp leads (common.cuh, warp_lag)
   const int N = a.N, M = a.M;
   const int n = int(a.xlen[b]), m = int(a.ylen[b]);
   const int nch_b = (m + CW - 1) / CW;
-  const int steps = n + NL - 1 + (W - 1) * G;
+  const int steps = n + NL - 1;
+  // The forward (SEQ, fused) ended its pass at the last lane holding a column of the pair (forward_pair):
+  // the reverse pass starts that many steps late, when that lane reaches row n - 1 (TRIM).
+  constexpr bool TRIM = MODE == BWD_SEQ && FUSED;
   const T* xb = a.x + size_t(b) * N * DT;
   const T* yb = a.y + size_t(b) * M * DT;
   const T* Cb = a.C + size_t(b) * N * M;
@@ -174,7 +175,7 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
     if (W > 1) {
       if (lane == 0) {
 #pragma unroll
-        for (int h = 0; h < HD; ++h) {
+        for (int h = 0; h < 2; ++h) {
           hand[h][wg][0] = T(0);
           hand[h][wg][1] = Link<T>::to_slot(BORDER);
 #pragma unroll
@@ -207,22 +208,26 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
       for (int d = 0; d < DX; ++d) q.right[2 + d] = (edge && ok) ? __ldcg(bnd_in + size_t(row) * NB + 2 + d) : T(0);
     };
     const int top0 = n - 1 + 32 * (W - 1 - wg);
+    const int skip = TRIM ? NL - min(NL, (m - c * CW + K - 1) / K) : 0;  // steps of lanes past column m - 1 only
+    // Those lanes hand no E to the left (their cells are invalid: E = 0), but links the forward did not
+    // store; float links are fixed-point and finite whatever the bits, a double S could be NaN (0 * NaN):
+    // the lane left of them takes the border instead.
+    const bool right_dead = TRIM && Link<T>::NEEDS_R && j0 + K >= m;
     BwdRow<T, DT, NB> cur, nxt, mine;
     if (waits) wait_rows(flag_in, min(n, 64));
-    load_row(top0 - lane, cur);
-    load_row(top0 - 32 - lane, nxt);
+    load_row(top0 - 32 * (skip / 32) - lane, cur);
+    load_row(top0 - 32 * (skip / 32) - 32 - lane, nxt);
 #pragma unroll
     for (int d = 0; d < DT; ++d) mine.x[d] = T(0);
     mine.lo = mine.hi = 0;
 
-    // Link (and C) ring: the values of reverse step tau, tw = tau - lagw (row n - 1 - tw + NL - 1 - L, stored
-    // at forward step n + NL - 2 - tw of the plain skew, i.e. slot (n + NL - 2 - tw) mod N), issued P - 1
-    // steps ahead.
-    int islot = (n + NL - 2 + lagw) % N;
+    // Link (and C) ring: the values of reverse step tau (row n - 1 - tau + NL - 1 - L, stored at forward
+    // step n + NL - 2 - tau, i.e. slot (n + NL - 2 - tau) mod N), issued P - 1 steps ahead.
+    int islot = (n + NL - 2 - skip) % N;
     const int TH = a.TH;
     const Tiles tiles(c, nch_b, a.stagger, TH);  // CKPT only
     auto issue = [&](const int tau) {
-      const int row = n - 1 - (tau - lagw) + (NL - 1 - L);
+      const int row = n - 1 - tau + (NL - 1 - L);
       const bool ok = row >= 0 && row < n;
       const int s = tau % P;
       const Word* src = sbase + size_t(islot) * CW;
@@ -248,8 +253,7 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
     int next_tile = tiles.of(n - 1);
     int done_tile = next_tile;
     auto enter_step = [&](int r) { return n - tiles.first(r + 1); };  // lane NL - 1 reaches tile r's last row
-    // lane 0 (of warp 0, the most lagging) leaves tile r's first row
-    auto done_step = [&](int r) { return n - 1 - tiles.first(r) + NL - 1 + (W - 1) * G; };
+    auto done_step = [&](int r) { return n - 1 - tiles.first(r) + NL - 1; };  // lane 0 leaves tile r's first row
     auto ensure = [&](const int tq) {
       if constexpr (MODE == BWD_CKPT) {
         while (next_tile >= 0 && tq >= enter_step(next_tile)) {  // group-uniform
@@ -266,21 +270,20 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
         }
       }
     };
-    for (int tau = 0; tau < P - 1; ++tau) {
+    for (int tau = skip; tau < skip + P - 1; ++tau) {
       ensure(tau);
       issue(tau);
     }
 
-    for (int tau = 0; tau < steps; ++tau) {
-      const int tw = tau - lagw;  // the step of the plain skew (negative: this warp has not started)
-      const int i = n - 1 - tw + (NL - 1 - L);
+    for (int tau = skip; tau < steps; ++tau) {
+      const int i = n - 1 - tau + (NL - 1 - L);
       const bool live = (i >= 0) && (i < n);
-      if ((tw & 31) == 0 && tw > 0) {
+      if ((tau & 31) == 0 && tau > skip) {
         cur = nxt;
-        if (waits) wait_rows(flag_in, min(n, 32 * (tw / 32) + 64));
-        load_row(top0 - 32 * (tw / 32) - 32 - lane, nxt);
+        if (waits) wait_rows(flag_in, min(n, 32 * (tau / 32) + 64));
+        load_row(top0 - 32 * (tau / 32) - 32 - lane, nxt);
       }
-      const int src = tw & 31;
+      const int src = tau & 31;
 #pragma unroll
       for (int d = 0; d < DT; ++d) {
         const T in = __shfl_sync(FULL_MASK, cur.x[d], src);
@@ -305,14 +308,14 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
       T dxin[DX > 0 ? DX : 1];
 #pragma unroll
       for (int d = 0; d < DX; ++d) dxin[d] = __shfl_down_sync(FULL_MASK, dxout[d], 1);
-      // Lane 31 takes its right neighbour from lane 0 of the warp on the right (G + 1 steps ago, through
-      // shared memory), or from the next chunk's first column. Every lane reads (a broadcast) and selects: no
+      // Lane 31 takes its right neighbour from lane 0 of the warp on the right (one step ago, through shared
+      // memory), or from the next chunk's first column. Every lane reads (a broadcast) and selects: no
       // divergent branch around the shuffles.
       T in31[NB];
 #pragma unroll
       for (int q = 0; q < NB; ++q) in31[q] = nextchunk[q];
       if (W > 1 && wg < W - 1) {  // warp-uniform
-        const T* h = hand[(tau - 1 - G) & (HD - 1)][wg + 1];
+        const T* h = hand[(tau + 1) & 1][wg + 1];
 #pragma unroll
         for (int q = 0; q < NB; ++q) in31[q] = h[q];
       }
@@ -322,6 +325,7 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
 #pragma unroll
         for (int d = 0; d < DX; ++d) dxin[d] = in31[2 + d];
       }
+      if (right_dead) Sr = BORDER;  // (Er is 0 there)
       T Ed = pE;
       Word Sd = pS;
       pE = Er;
@@ -398,13 +402,13 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
       }
       if (W > 1) {
         if (lane == 0) {
-          T* h = hand[tau & (HD - 1)][wg];
+          T* h = hand[tau & 1][wg];
           h[0] = Efirst;
           h[1] = Link<T>::to_slot(Sfirst);
 #pragma unroll
           for (int d = 0; d < DX; ++d) h[2 + d] = dxout[d];
         }
-        if (((tau + 1) & (GB - 1)) == 0) group_sync<W, BAR>();  // every GB steps (warp_lag)
+        group_sync<W, BAR>();
       }
       release(tau);
     }
@@ -451,7 +455,7 @@ backward_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* C, co
   constexpr int STAGE = THREADS * K * int(sizeof(Word) + (COST == COST_PRECOMPUTED ? sizeof(T) : 0));
   constexpr int P = ring_depth(STAGE);
   static_assert(P * STAGE <= 40960, "ring too large: the planner limits K for this W (launch.k_max)");
-  __shared__ T hand[hand_depth<W>()][W][Carry<COST, DT>::NB];
+  __shared__ T hand[2][W][Carry<COST, DT>::NB];
   __shared__ double red[W];
   __shared__ __align__(16) Word wring[P * THREADS * K];
   __shared__ __align__(16) T cring[COST == COST_PRECOMPUTED ? P * THREADS * K : 1];
@@ -508,8 +512,8 @@ backward_chain_kernel(const T* __restrict__ x, const T* __restrict__ y, const T*
   constexpr int STAGE = THREADS * K * int(sizeof(Word) + (COST == COST_PRECOMPUTED ? sizeof(T) : 0));
   constexpr int P = ring_depth(STAGE);
   static_assert(P * STAGE <= 40960, "ring too large: the planner limits K for this W (launch.k_max)");
-  __shared__ T hand[hand_depth<W>()][W][Carry<COST, DT>::NB];
-  __shared__ T fhand[hand_depth<W>()][W];
+  __shared__ T hand[2][W][Carry<COST, DT>::NB];
+  __shared__ T fhand[2][W];
   __shared__ double red[W];
   __shared__ __align__(16) Word wring[P * THREADS * K];
   __shared__ __align__(16) T cring[COST == COST_PRECOMPUTED ? P * THREADS * K : 1];

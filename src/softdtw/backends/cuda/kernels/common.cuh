@@ -296,22 +296,6 @@ __host__ __device__ constexpr int ring_depth(int bytes_per_stage) {
   return bytes_per_stage <= 0 ? 2 : (40960 / bytes_per_stage > 8 ? 8 : (40960 / bytes_per_stage < 2 ? 2 : 40960 / bytes_per_stage));
 }
 
-// Warp lag inside a group (W > 1): warp wg of the forward runs wg * LAG steps behind the plain skew
-// (the backward: (W - 1 - wg) * LAG), so the row that lane 0 of a warp needs from lane 31 of its neighbour
-// was finished LAG + 1 steps ago. The neighbours then need a barrier only every LAG steps, not every step
-// (a per-step barrier was 27 % of the stall samples of the chained W = 4 step,
-// benchmarks/OPTIMIZATION_LOG.md), for (W - 1) LAG more steps per pass. The hand-over ring holds 4 LAG
-// steps: a slot is rewritten two barriers after it was read. W > 4 (short series, big blocks) keeps the
-// per-step barrier: its ring would not fit beside the cp.async ring in shared memory.
-#ifndef SDTW_WARP_LAG
-#define SDTW_WARP_LAG 8
-#endif
-template <int W>
-__host__ __device__ constexpr int warp_lag() { return (W == 1 || W > 4) ? 0 : SDTW_WARP_LAG; }
-template <int W>
-__host__ __device__ constexpr int hand_depth() { return warp_lag<W>() == 0 ? 2 : 4 * warp_lag<W>(); }
-static_assert((SDTW_WARP_LAG & (SDTW_WARP_LAG - 1)) == 0, "the warp lag must be a power of two (or 0)");
-
 // The group of lanes that works on one pair: one warp (W == 1) or one whole block (W > 1).
 // BAR = 0: the group is the whole block (__syncthreads); BAR > 0: the group is 32 W threads of a block that
 // holds other groups too, synchronised by the named barrier BAR (the checkpointed backward, backward.cu).

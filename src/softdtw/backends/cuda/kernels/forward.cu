@@ -17,7 +17,7 @@ forward_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* __rest
   constexpr int STAGE = COST == COST_PRECOMPUTED ? THREADS * K * int(sizeof(T)) : 0;
   constexpr int P = ring_depth(STAGE);
   static_assert(P * STAGE <= 40960, "ring too large: the planner limits K for this W (launch.k_max)");
-  __shared__ T hand[hand_depth<W>()][W];
+  __shared__ T hand[2][W];
   __shared__ __align__(16) T ring[STAGE > 0 ? P * THREADS * K : 1];
   const int b = (W == 1) ? int(blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) : int(blockIdx.x);
   if (b >= B) return;  // only the last block of a W == 1 grid; W > 1 grids have exactly B blocks
@@ -52,7 +52,7 @@ forward_chain_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* 
   constexpr int STAGE = COST == COST_PRECOMPUTED ? THREADS * K * int(sizeof(T)) : 0;
   constexpr int P = ring_depth(STAGE);
   static_assert(P * STAGE <= 40960, "ring too large: the planner limits K for this W (launch.k_max)");
-  __shared__ T hand[hand_depth<W>()][W];
+  __shared__ T hand[2][W];
   __shared__ __align__(16) T ring[STAGE > 0 ? P * THREADS * K : 1];
   __shared__ int ticket;
   if (threadIdx.x == 0) ticket = atomicAdd(sync, 1);

@@ -92,14 +92,11 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
   const unsigned tid = group_tid<W, BAR>(), nthreads = group_threads<W, BAR>();
   const int wg = (W == 1) ? 0 : int(tid >> 5);
   const int L = wg * 32 + lane;
-  constexpr int G = warp_lag<W>(), HD = hand_depth<W>(), GB = G > 0 ? G : 1;
-  const int lagw = wg * G;  // this warp runs lagw steps behind the plain skew (common.cuh, warp_lag)
   const T BIG = Num<T>::big();
   const int N = a.N, M = a.M;
   const int n = int(a.xlen[b]), m = int(a.ylen[b]);
   const int nch_b = (m + CW - 1) / CW;
   if (MODE != MODE_RECOMP) r1 = n;
-  const int steps = (r1 - r0) + NL - 1 + (W - 1) * G;
   const int smod = MODE == MODE_RECOMP ? a.TH : N;  // step rows in the link store (ring of slots)
   const T* xb = a.x + size_t(b) * N * DT;
   const T* yb = a.y + size_t(b) * M * DT;
@@ -116,6 +113,12 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
     int* flag_out = a.flags + size_t(b) * a.nch + c;
     const bool waits = MODE == MODE_CHAIN && c > 0 && wg == 0;  // warp 0 reads the previous chunk
     const int j0 = c * CW + L * K;
+    // The pass ends when the last lane holding a column of the pair has finished row r1 - 1: lanes past
+    // column m - 1 (the last chunk of a narrow pair) hold nothing that matters (a 16-column pair in one
+    // warp: 31 steps instead of 47). SEQ with fused costs only: the backward (BWD_SEQ) starts its pass
+    // late by the same count and never reads what those lanes did not store.
+    const int lanes = (MODE == MODE_SEQ && FUSED) ? min(NL, (m - c * CW + K - 1) / K) : NL;
+    const int steps = (r1 - r0) + lanes - 1;
     T yv[K][DT];
     if (FUSED) {
 #pragma unroll
@@ -139,8 +142,7 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
     // below row 0 begins with R[r0 - 1, c CW - 1] from the saved column.
     T prevleft = (MODE == MODE_RECOMP && r0 > 0 && c > 0 && L == 0) ? bnd_in[r0 - 1] : BIG;
     if (W > 1) {
-      if (lane == 31)
-        for (int h = 0; h < HD; ++h) hand[h][wg] = BIG;
+      if (lane == 31) { hand[0][wg] = BIG; hand[1][wg] = BIG; }
       group_sync<W, BAR>();
     }
     Word* sbase = MODE == MODE_RECOMP ? tile : (STORE ? a.saved + (size_t(b) * a.nch + c) * size_t(N) * CW : nullptr);
@@ -167,7 +169,7 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
     // C ring (precomputed cost): step t's K values of row t - L, issued P - 1 steps ahead.
     auto issue_c = [&](const int t) {
       if constexpr (!FUSED && P > 0) {
-        const int row = r0 + t - lagw - L;
+        const int row = r0 + t - L;
         const bool ok = row >= 0 && row < n;
         T* dst = my_ring + size_t(t % P) * nthreads * K;
 #pragma unroll
@@ -179,18 +181,17 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
     if (!FUSED && P > 0)
       for (int t = 0; t < P - 1; ++t) issue_c(t);
 
-    int slot = ((-lagw) % smod + smod) % smod;  // tw mod smod: a cell's slot does not depend on the lag
+    int slot = 0;  // t mod N
     for (int t = 0; t < steps; ++t) {
-      const int tw = t - lagw;  // the step of the plain skew (negative: this warp has not started)
-      const int i = r0 + tw - L;
+      const int i = r0 + t - L;
       const bool live = (i >= r0) && (i < r1);
-      if ((tw & 31) == 0 && tw > 0) {
+      if ((t & 31) == 0 && t > 0) {
         cur = nxt;
-        if (waits) wait_rows(flag_in, min(n, tw + 64));
-        load_row(r0 + tw + 32 - 32 * wg + lane, nxt);
+        if (waits) wait_rows(flag_in, min(n, t + 64));
+        load_row(r0 + t + 32 - 32 * wg + lane, nxt);
       }
       // Move the row inputs one lane along; lane 0 takes the next row from the warp's block.
-      const int src = tw & 31;
+      const int src = t & 31;
 #pragma unroll
       for (int d = 0; d < DT; ++d) {
         const T in = __shfl_sync(FULL_MASK, cur.x[d], src);
@@ -206,11 +207,11 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
       T chunk_left = BIG;
       if (c > 0 && wg == 0) chunk_left = __shfl_sync(FULL_MASK, cur.left, src);  // warp-uniform
       T leftin = __shfl_up_sync(FULL_MASK, last, 1);
-      // Lane 0 takes its left neighbour from lane 31 of the warp on the left (G + 1 steps ago, through
-      // shared memory; every lane reads the broadcast and selects, no divergent branch), from the previous
+      // Lane 0 takes its left neighbour from lane 31 of the warp on the left (one step ago, through shared
+      // memory; every lane reads the broadcast and selects, no divergent branch), from the previous
       // chunk's last column, or the border.
       T in0 = chunk_left;
-      if (W > 1 && wg > 0) in0 = hand[(t - 1 - G) & (HD - 1)][wg - 1];  // warp-uniform
+      if (W > 1 && wg > 0) in0 = hand[(t + 1) & 1][wg - 1];  // warp-uniform
       if (lane == 0) leftin = in0;
       T diag = prevleft;
       if (L == 0 && c == 0) diag = (i == 0) ? T(0) : BIG;  // R[-1, -1] = 0
@@ -283,8 +284,8 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
       }
       if (++slot == smod) slot = 0;
       if (W > 1) {
-        if (lane == 31) hand[t & (HD - 1)][wg] = last;
-        if (((t + 1) & (GB - 1)) == 0) group_sync<W, BAR>();  // every GB steps (warp_lag)
+        if (lane == 31) hand[t & 1][wg] = last;
+        group_sync<W, BAR>();
       }
     }
     if (!FUSED && P > 0) cp_async_wait<0>();
