@@ -213,10 +213,14 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
     // store; float links are fixed-point and finite whatever the bits, a double S could be NaN (0 * NaN):
     // the lane left of them takes the border instead.
     const bool right_dead = TRIM && Link<T>::NEEDS_R && j0 + K >= m;
+    // Rows enter each warp at lane 31 and travel down. A pass that starts late enters them at the warp's
+    // last lane holding a column, 31 - sw: the warp's stream runs sw steps behind (stream step tq = tau - sw).
+    const int sw = min(31, max(0, skip - 32 * (W - 1 - wg)));
+    const int tq0 = skip - sw;
     BwdRow<T, DT, NB> cur, nxt, mine;
     if (waits) wait_rows(flag_in, min(n, 64));
-    load_row(top0 - 32 * (skip / 32) - lane, cur);
-    load_row(top0 - 32 * (skip / 32) - 32 - lane, nxt);
+    load_row(top0 - 32 * (tq0 / 32) - lane, cur);
+    load_row(top0 - 32 * (tq0 / 32) - 32 - lane, nxt);
 #pragma unroll
     for (int d = 0; d < DT; ++d) mine.x[d] = T(0);
     mine.lo = mine.hi = 0;
@@ -278,23 +282,25 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
     for (int tau = skip; tau < steps; ++tau) {
       const int i = n - 1 - tau + (NL - 1 - L);
       const bool live = (i >= 0) && (i < n);
-      if ((tau & 31) == 0 && tau > skip) {
+      const int tq = tau - sw;
+      if ((tq & 31) == 0 && tq > tq0) {
         cur = nxt;
-        if (waits) wait_rows(flag_in, min(n, 32 * (tau / 32) + 64));
-        load_row(top0 - 32 * (tau / 32) - 32 - lane, nxt);
+        if (waits) wait_rows(flag_in, min(n, 32 * (tq / 32) + 64));
+        load_row(top0 - 32 * (tq / 32) - 32 - lane, nxt);
       }
-      const int src = tau & 31;
+      const int src = tq & 31;
+      const bool entry = lane == 31 - sw;
 #pragma unroll
       for (int d = 0; d < DT; ++d) {
         const T in = __shfl_sync(FULL_MASK, cur.x[d], src);
         const T dn = __shfl_down_sync(FULL_MASK, mine.x[d], 1);
-        mine.x[d] = (lane == 31) ? in : dn;
+        mine.x[d] = entry ? in : dn;
       }
       if (WINDOW) {
         const int lin = __shfl_sync(FULL_MASK, cur.lo, src), hin = __shfl_sync(FULL_MASK, cur.hi, src);
         const int ldn = __shfl_down_sync(FULL_MASK, mine.lo, 1), hdn = __shfl_down_sync(FULL_MASK, mine.hi, 1);
-        mine.lo = (lane == 31) ? lin : ldn;
-        mine.hi = (lane == 31) ? hin : hdn;
+        mine.lo = entry ? lin : ldn;
+        mine.hi = entry ? hin : hdn;
       }
       T nextchunk[NB];
 #pragma unroll
