@@ -98,7 +98,7 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
   const int steps = n + NL - 1;
   // The forward (SEQ, fused) ended its pass at the last lane holding a column of the pair (forward_pair):
   // the reverse pass starts that many steps late, when that lane reaches row n - 1 (TRIM).
-  constexpr bool TRIM = MODE == BWD_SEQ && FUSED;
+  constexpr bool TRIM = MODE == BWD_SEQ && trims_pass<FUSED, K>();
   const T* xb = a.x + size_t(b) * N * DT;
   const T* yb = a.y + size_t(b) * M * DT;
   const T* Cb = a.C + size_t(b) * N * M;

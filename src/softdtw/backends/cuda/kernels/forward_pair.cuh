@@ -67,6 +67,12 @@ __host__ __device__ constexpr int ckpt_rows(int N, int TH) { return (N + TH - 1)
 //           column, storing links into a tile buffer (the backward of memory="checkpoint").
 enum FwdMode { MODE_SEQ = 0, MODE_CHAIN = 1, MODE_RECOMP = 2 };
 
+// Whether a SEQ pass over a pair narrower than its last chunk ends once the last lane holding a column is
+// done (forward) and starts there (backward): fused costs, and K <= 4 (short series; the K = 16
+// throughput backward would spill more for a saving of < 32 steps in its hundreds).
+template <bool FUSED, int K>
+__host__ __device__ constexpr bool trims_pass() { return FUSED && K <= 4; }
+
 
 // The per-row inputs that travel along the lanes with the wavefront.
 template <typename T, int DT>
@@ -115,9 +121,9 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
     const int j0 = c * CW + L * K;
     // The pass ends when the last lane holding a column of the pair has finished row r1 - 1: lanes past
     // column m - 1 (the last chunk of a narrow pair) hold nothing that matters (a 16-column pair in one
-    // warp: 31 steps instead of 47). SEQ with fused costs only: the backward (BWD_SEQ) starts its pass
-    // late by the same count and never reads what those lanes did not store.
-    const int lanes = (MODE == MODE_SEQ && FUSED) ? min(NL, (m - c * CW + K - 1) / K) : NL;
+    // warp: 31 steps instead of 47). The backward (BWD_SEQ) starts its pass late by the same count and
+    // never reads what those lanes did not store (trims_pass).
+    const int lanes = (MODE == MODE_SEQ && trims_pass<FUSED, K>()) ? min(NL, (m - c * CW + K - 1) / K) : NL;
     const int steps = (r1 - r0) + lanes - 1;
     T yv[K][DT];
     if (FUSED) {
