@@ -65,6 +65,12 @@ def main(calls=2000):
     for name, fn in (("empty graph", empty), ("backend forward", fwd), ("backend backward", bwd),
                      ("backend forward+backward", both), ("public API forward+grad", api)):
         out["replay_us"][name] = round(wall_ms(graphed(fn), calls) * 1e3, 2)
+    from softdtw.backends.cuda import launch
+    for K in (1, 2, 4):  # the layout of the pair: K columns per lane on ceil(16 / K) lanes
+        with launch.forced_plan(K, 1):
+            v, s = fwd()
+            for name, fn in (("backend forward+backward", both), ("public API forward+grad", api)):
+                out["replay_us"][f"{name}, K={K}"] = round(wall_ms(graphed(fn), calls) * 1e3, 2)
     # Back-to-back replays measure the graph's GPU time plus launch; the GPU time alone, from events
     # around 200 replays of the API graph:
     replay = graphed(api)

@@ -125,9 +125,14 @@ def tile_rows(B: int, N: int, K: int, W: int, nch: int, word_bytes: int, want: i
     return N if th >= N else max(th, th_min)
 
 
+#: Largest K whose sequential passes end at the last lane holding a column of a narrow pair (fused costs;
+#: kernels/forward_pair.cuh, trims_pass).
+TRIM_K_MAX = 4
+
+
 @lru_cache(maxsize=4096)
 def choose_plan(B: int, N: int, M: int, kmax: int, sms: int, kring: tuple = (), checkpoint: bool = False,
-                word_bytes: int = 4) -> Plan:
+                word_bytes: int = 4, fused: bool = False) -> Plan:
     """Pick (K, W) by a model of the kernels' time, fitted to a sweep of layouts on an H100.
 
     One step of a pair (fwd + bwd) costs about 75 ns·K + 330 ns + 30 ns·W (benchmarks/OPTIMIZATION_LOG.md,
@@ -140,6 +145,10 @@ def choose_plan(B: int, N: int, M: int, kmax: int, sms: int, kring: tuple = (), 
     need about N + nch·(32W + 64) steps per pair instead of nch·(N + 32W); they are taken when the model
     says they are clearly faster (few, long pairs) and always for memory="checkpoint", which only they
     implement.
+
+    Fused costs with K <= TRIM_K_MAX: a pair narrower than one chunk takes N + ceil(M / K) - 1 steps,
+    not N + 32W - 1 (the passes end at the last lane holding a column), so a one-warp layout wider than
+    the pair is no loss: a 16-column pair runs K = 2 on 8 lanes in 23 steps instead of 31.
     """
     resident = sms * _RESIDENT_WARPS_PER_SM
     best, best_time = None, math.inf
@@ -149,11 +158,14 @@ def choose_plan(B: int, N: int, M: int, kmax: int, sms: int, kring: tuple = (), 
             if K > kmax or (kring and K > kring[wi]):
                 continue
             CW = 32 * W * K
-            if CW >= 2 * M and (K > 1 or W > 1):
+            trims = fused and K <= TRIM_K_MAX and W == 1
+            if CW >= 2 * M and (K > 1 or W > 1) and not trims:
                 continue  # half the lanes would idle: a narrower layout is never worse
             nch = -(-M // CW)
             step = K + 4.4 + (0.4 * W if W > 1 else 0.0)
             steps = nch * (N + 32 * W - 1)
+            if trims and nch == 1:
+                steps = N + -(-M // K) - 1
             time = steps * step * max(1.0, B * W / resident)
             if time < best_time * 0.97:  # prefer the earlier (narrower) layout on near-ties
                 best, best_time = Plan(K, W, nch), time
@@ -221,7 +233,7 @@ def _krings(dtype: torch.dtype, D: int) -> tuple:
 def _planned(B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index: int, checkpoint: bool) -> Plan:
     # Cached: a step asks for its plan three times (saved_spec, forward, backward), ~15 us each uncached.
     return choose_plan(B, N, M, k_max(dtype, D), sm_count(device_index), _krings(dtype, D), checkpoint,
-                       4 if dtype == torch.float32 else 8)
+                       4 if dtype == torch.float32 else 8, D > 0)
 
 
 @lru_cache(maxsize=4096)
