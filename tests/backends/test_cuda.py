@@ -180,9 +180,18 @@ def test_plans_cover_the_shapes():
     lm = launch_module()
     for B in (1, 16, 32, 1000, 20000):
         for M in (1, 16, 128, 512, 1024, 2048, 8192):
-            p = lm.choose_plan(B, 512, M, 16, 132)
-            assert p.nch * p.CW >= M
-            assert p.nch * p.CW < 2 * M + 32 * p.W * p.K
+            for fused in (False, True):
+                p = lm.choose_plan(B, 512, M, 16, 132, (), False, 4, fused)
+                assert p.nch * p.CW >= M
+                assert p.nch * p.CW < 2 * M + 32 * p.W * p.K
+
+
+def test_narrow_fused_pairs_take_a_wider_layout():
+    """A 16-column pair: fused costs end the passes at the last lane holding a column, so K = 2 on 8 lanes
+    (23 steps) beats K = 1 on 16 (31 steps); a precomputed cost keeps K = 1 (its passes are not trimmed)."""
+    lm = launch_module()
+    assert lm.choose_plan(1, 16, 16, 16, 132, (), False, 4, True).K == 2
+    assert lm.choose_plan(1, 16, 16, 16, 132, (), False, 4, False).K == 1
 
 
 # --- precomputed cost --------------------------------------------------------------------------------

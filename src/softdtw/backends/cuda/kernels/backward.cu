@@ -467,14 +467,6 @@ backward_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* C, co
   __shared__ __align__(16) T cring[COST == COST_PRECOMPUTED ? P * THREADS * K : 1];
   const int b = (W == 1) ? int(blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) : int(blockIdx.x);
   if (b >= B) return;
-  {
-    const int L = W == 1 ? int(threadIdx.x & 31) : int(threadIdx.x);
-    prefetch_pair<T, DT, K>(x, y, xlen, ylen, b, L, N, M);
-    prefetch_l1(grad + b);
-    // The pair's links: its first 4 KB per 32 lanes (all of a tiny pair's table).
-    const size_t per_pair = size_t(nch) * N * (32 * W * K);
-    if (size_t(L) * 32 < per_pair) prefetch_l1(saved + size_t(b) * per_pair + size_t(L) * 32);
-  }
   const BackwardArgs<T> a{x, y, C, xlen, ylen, window, grad, saved, dx, dy, dC, value, dgamma, bnd,
                           nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, N, M, nch, N, 0};
   const T g = *gamma;  // scales as in the forward (inputs pre-scaled for fused costs)

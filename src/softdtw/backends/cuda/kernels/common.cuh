@@ -296,23 +296,6 @@ __host__ __device__ constexpr int ring_depth(int bytes_per_stage) {
   return bytes_per_stage <= 0 ? 2 : (40960 / bytes_per_stage > 8 ? 8 : (40960 / bytes_per_stage < 2 ? 2 : 40960 / bytes_per_stage));
 }
 
-// Start a pair's first global reads before the kernel branches on gamma: no load after a branch issues
-// before it resolves, so a tiny pair's kernel was a chain of dependent L2 round trips (gamma, then the
-// lengths, then the rows and links, ~0.3 µs each) before its first step. Each lane touches one line of
-// each; the reads proper then hit L1.
-__device__ __forceinline__ void prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
-template <typename T, int DT, int K>
-__device__ __forceinline__ void prefetch_pair(const T* x, const T* y, const long long* xlen, const long long* ylen,
-                                              int b, int L, int N, int M) {
-  prefetch_l1(xlen + b);
-  prefetch_l1(ylen + b);
-  if (x != nullptr) {  // fused costs: the lane's first row (either end of x) and its first column of y
-    prefetch_l1(x + (size_t(b) * N + min(L, N - 1)) * DT);
-    prefetch_l1(x + (size_t(b) * N + max(N - 1 - L, 0)) * DT);
-    prefetch_l1(y + (size_t(b) * M + min(L * K, M - 1)) * DT);
-  }
-}
-
 // The group of lanes that works on one pair: one warp (W == 1) or one whole block (W > 1).
 // BAR = 0: the group is the whole block (__syncthreads); BAR > 0: the group is 32 W threads of a block that
 // holds other groups too, synchronised by the named barrier BAR (the checkpointed backward, backward.cu).

@@ -21,7 +21,6 @@ forward_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* __rest
   __shared__ __align__(16) T ring[STAGE > 0 ? P * THREADS * K : 1];
   const int b = (W == 1) ? int(blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) : int(blockIdx.x);
   if (b >= B) return;  // only the last block of a W == 1 grid; W > 1 grids have exactly B blocks
-  prefetch_pair<T, DT, K>(x, y, xlen, ylen, b, W == 1 ? int(threadIdx.x & 31) : int(threadIdx.x), N, M);
   const ForwardArgs<T> a{x, y, C, xlen, ylen, window, value, saved, bnd, nullptr, nullptr, N, M, nch, N, 0};
   // gamma is read on the device: no host sync, and CUDA-graph replays see its current value.
   // Soft: values in log2 units, scale = 1 / (gamma ln 2). Fused costs scale their inputs instead of each
