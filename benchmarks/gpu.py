@@ -544,7 +544,18 @@ def targets(report) -> list[str]:
     if r and a:
         out.append(f"| tiny pair B=1 N=M=16 fwd+bwd <= 0.1 ms per call | backend {r['ms']:.3f} ms; API {a['ms']:.3f} ms"
                    f" | backend yes, API {'yes' if a['ms'] <= 0.1 else 'no'} |")
-    return out + [""] + targets_long(rows)
+    return out + [""] + targets_long(rows) + targets_graph(rows)
+
+
+def targets_graph(rows) -> list[str]:
+    """Issue 6's CUDA-graph target: a replay of the tiny pair's forward + backward <= 20 µs."""
+    r = _find(rows, "softdtw CUDA-graph replay", "forward_backward", 1, 16)
+    if not r:
+        return []
+    us = r["ms"] * 1e3
+    return ["## Targets (issue 6)", "", "| target | measured | met |", "|---|---|---|",
+            f"| CUDA-graph replay of the tiny pair's forward + backward (B=1, N=M=16, public API + autograd.grad) "
+            f"<= 20 µs | {us:.1f} µs per replay | {'yes' if us <= 20 else 'no'} |", ""]
 
 
 #: Smallest peak memory (MB) of the peers per grid configuration, research/peers.md (issue 4's target).
