@@ -290,6 +290,20 @@ def wall_ms(fn, calls: int) -> float:
     return (time.perf_counter() - start) / calls * 1e3
 
 
+def graphed(fn):
+    """fn captured once in a CUDA graph (after a warm-up on a side stream); returns its replay."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
+
+
 def graph_replay_ms(x, y, calls: int) -> float:
     """Per-call time of a CUDA graph holding the public API's forward + backward (issue 6 target)."""
     xs = x.clone().requires_grad_()
@@ -298,16 +312,7 @@ def graph_replay_ms(x, y, calls: int) -> float:
         v = softdtw.soft_dtw(xs, y, 1.0)
         return torch.autograd.grad(v.sum(), xs)
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
-    return wall_ms(graph.replay, calls)
+    return wall_ms(graphed(step), calls)
 
 
 def tiny(quick: bool):

@@ -16,22 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import softdtw  # noqa: E402
-from gpu import data, wall_ms  # noqa: E402
+from gpu import data, graphed, wall_ms  # noqa: E402
 from softdtw.backends import cuda as be  # noqa: E402
-
-
-def graphed(fn):
-    """fn captured once (after warm-up on a side stream); returns the replay."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return graph.replay
 
 
 def main(calls=2000):

@@ -67,10 +67,10 @@ def test_chained_precomputed_cost_checkpoint(dtype, gamma):
 
 @pytest.mark.parametrize("N,M", [(1, 300), (3, 129), (17, 600), (40, 40)])
 @pytest.mark.parametrize("K,W,chain", [(1, 2, False), (2, 4, False), (1, 4, True), (4, 2, True)])
-def test_warp_lag_with_fewer_rows_than_the_lag(N, M, K, W, chain):
-    """Warps of a group run warp_lag steps apart (common.cuh): series shorter than (W - 1) lag rows, and
-    fewer rows than the hand-over ring, still agree with the reference (sequential and chained; chained
-    also with memory="checkpoint")."""
+def test_short_series_on_several_warps_per_pair(N, M, K, W, chain):
+    """Layouts of 2 and 4 warps per pair over series of 1 to 40 rows, narrow and wide in y (several
+    chunks; the last one narrower than a chunk, so sequential passes are trimmed): agree with the
+    reference, sequential and chained, chained also with memory="checkpoint"."""
     x, y, xl, yl, w = _problem(3, N, M, 2, seed=N + M + W, lengths=True)
     want = reference_fused(x, y, _gamma(0.5, torch.float64), "sqeuclidean", xl, yl, w, _grad(3, torch.float64))
     for memory in ("store", "checkpoint") if chain else ("store",):

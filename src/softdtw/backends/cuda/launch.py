@@ -158,6 +158,8 @@ def choose_plan(B: int, N: int, M: int, kmax: int, sms: int, kring: tuple = (), 
             if K > kmax or (kring and K > kring[wi]):
                 continue
             CW = 32 * W * K
+            # The kernels trim W > 1 passes too; the model counts it for one-warp layouts only, the ones it
+            # lets grow wider than the pair (a wider block would idle whole warps).
             trims = fused and K <= TRIM_K_MAX and W == 1
             if CW >= 2 * M and (K > 1 or W > 1) and not trims:
                 continue  # half the lanes would idle: a narrower layout is never worse

@@ -208,7 +208,7 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
       for (int d = 0; d < DX; ++d) q.right[2 + d] = (edge && ok) ? __ldcg(bnd_in + size_t(row) * NB + 2 + d) : T(0);
     };
     const int top0 = n - 1 + 32 * (W - 1 - wg);
-    const int skip = TRIM ? NL - min(NL, (m - c * CW + K - 1) / K) : 0;  // steps of lanes past column m - 1 only
+    const int skip = NL - pass_lanes<TRIM, K>(m, c, NL);  // steps of lanes past column m - 1 only
     // Those lanes hand no E to the left (their cells are invalid: E = 0), but links the forward did not
     // store; float links are fixed-point and finite whatever the bits, a double S could be NaN (0 * NaN):
     // the lane left of them takes the border instead.

@@ -72,6 +72,12 @@ enum FwdMode { MODE_SEQ = 0, MODE_CHAIN = 1, MODE_RECOMP = 2 };
 // throughput backward would spill more for a saving of < 32 steps in its hundreds).
 template <bool FUSED, int K>
 __host__ __device__ constexpr bool trims_pass() { return FUSED && K <= 4; }
+// The lanes a pass over chunk c visits: with TRIM, those holding a column of the pair; else all NL. The
+// forward ends its pass after them and the backward starts at the last of them, so both take it from here.
+template <bool TRIM, int K>
+__device__ __forceinline__ int pass_lanes(int m, int c, int NL) {
+  return TRIM ? min(NL, (m - c * NL * K + K - 1) / K) : NL;
+}
 
 
 // The per-row inputs that travel along the lanes with the wavefront.
@@ -123,8 +129,7 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
     // column m - 1 (the last chunk of a narrow pair) hold nothing that matters (a 16-column pair in one
     // warp: 31 steps instead of 47). The backward (BWD_SEQ) starts its pass late by the same count and
     // never reads what those lanes did not store (trims_pass).
-    const int lanes = (MODE == MODE_SEQ && trims_pass<FUSED, K>()) ? min(NL, (m - c * CW + K - 1) / K) : NL;
-    const int steps = (r1 - r0) + lanes - 1;
+    const int steps = (r1 - r0) + pass_lanes<MODE == MODE_SEQ && trims_pass<FUSED, K>(), K>(m, c, NL) - 1;
     T yv[K][DT];
     if (FUSED) {
 #pragma unroll
