@@ -121,10 +121,6 @@ def _run_forward(x, y, C, cost: str, D: int, gamma, x_lengths, y_lengths, window
                  checkpoint: bool = False):
     """Launch forward_kernel; x, y for fused costs (C None) or C for a precomputed one (x, y None)."""
     data, B, N, M, dev = _sizes(x, y, C)
-    if not store and not checkpoint:
-        skew = _launch.skew_plan_for(B, N, M, D, data.dtype, dev)
-        if skew is not None:
-            return _run_forward_skew(x, y, C, cost, D, gamma, x_lengths, y_lengths, window, skew)
     plan = _launch.plan_for(B, N, M, D, data.dtype, dev, checkpoint)
     if plan.chain:
         return _run_forward_chain(x, y, C, cost, D, gamma, x_lengths, y_lengths, window, store, plan)
@@ -139,27 +135,6 @@ def _run_forward(x, y, C, cost: str, D: int, gamma, x_lengths, y_lengths, window
             _launch.ptr(bnd), _launch.i32(B), _launch.i32(N), _launch.i32(M), _launch.i32(plan.nch))
     _launch.launch("forward", expr, dev, plan.grid(B), plan.block(), args)
     return value, saved
-
-
-def _run_forward_skew(x, y, C, cost, D, gamma, x_lengths, y_lengths, window, plan):
-    """Value only, skewed lanes (kernels/forward_skew.cu): forward_skew_kernel, or forward_skew_chain_kernel
-    for a chained plan (one block per pair and chunk). Returns (value, an empty saved)."""
-    data, B, N, M, dev = _sizes(x, y, C)
-    value = torch.empty(B, dtype=data.dtype, device=data.device)
-    head = (_launch.ptr(x), _launch.ptr(y), _launch.ptr(C), gamma.data_ptr(), x_lengths.data_ptr(),
-            y_lengths.data_ptr(), _launch.ptr(window), value.data_ptr())
-    sizes = (_launch.i32(B), _launch.i32(N), _launch.i32(M), _launch.i32(plan.nch))
-    if plan.chain:
-        bnd = data.new_empty((B * plan.nch * N,)) if plan.nch > 1 else None
-        sync = torch.zeros(1 + B * plan.nch, dtype=torch.int32, device=data.device)  # ticket, flags
-        expr = _launch.expression("forward_skew_chain_kernel", data.dtype, cost, D, plan, window is not None)
-        args = head + (_launch.ptr(bnd), sync.data_ptr()) + sizes
-    else:
-        bnd = data.new_empty((B, N)) if plan.nch > 1 else None
-        expr = _launch.expression("forward_skew_kernel", data.dtype, cost, D, plan, window is not None)
-        args = head + (_launch.ptr(bnd),) + sizes
-    _launch.launch("forward_skew", expr, dev, plan.grid(B), plan.block(), args)
-    return value, data.new_empty((0,))
 
 
 def _run_forward_chain(x, y, C, cost, D, gamma, x_lengths, y_lengths, window, store, plan):

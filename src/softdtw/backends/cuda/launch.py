@@ -40,7 +40,6 @@ class Plan:
     nch: int  # column chunks
     chain: bool = False  # one block per (pair, chunk), chunks chained through L2 flags (kernels' MODE_CHAIN)
     TH: int = 0  # rows per tile of memory="checkpoint" (chained plans only)
-    skew: bool = False  # value-only forward with skewed lanes (kernels/forward_skew.cu)
 
     @property
     def CW(self) -> int:
@@ -193,39 +192,6 @@ def choose_plan(B: int, N: int, M: int, kmax: int, sms: int, kring: tuple = (), 
 
 
 _forced: list = []
-_forced_skew: list = []
-
-
-def skew_plan_for(B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index: int) -> Plan | None:
-    """The plan of a value-only forward with skewed lanes (kernels/forward_skew.cu), or None where the
-    model prefers :func:`plan_for`'s layout (forward_kernel). D = 0 for a precomputed cost."""
-    if _forced_skew:
-        forced = _forced_skew[-1]
-        if forced is None:
-            return None
-        K, W, chain = forced
-        return Plan(K, W, -(-M // (32 * W * K)), chain, skew=True)
-    if _forced:  # a forced unskewed plan (tests of forward_kernel) applies to value-only forwards too
-        return None
-    return _skew_planned(B, N, M, D, dtype, device_index)
-
-
-@lru_cache(maxsize=4096)
-def _skew_planned(B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index: int) -> Plan | None:
-    return None
-
-
-@contextlib.contextmanager
-def forced_skew(K: int | None, W: int = 1, chain: bool = False):
-    """Value-only forwards inside the block run skewed with K columns per lane and W warps per pair
-    (chained or not); K=None: never skewed. Tests and benchmarks."""
-    if K is not None and (K not in K_CHOICES or W not in W_CHOICES):
-        raise ValueError(f"K must be one of {K_CHOICES} and W one of {W_CHOICES}; got K={K}, W={W}.")
-    _forced_skew.append(None if K is None else (K, W, chain))
-    try:
-        yield
-    finally:
-        _forced_skew.pop()
 
 
 @contextlib.contextmanager
