@@ -5,7 +5,7 @@
 
 Covers: fused sqeuclidean / l1 and the precomputed cost, float32 / float64, soft and hard, per-pair
 lengths, a band, one warp and several warps per pair, several column chunks, value-only and store;
-chained plans (store, checkpoint with several tiles).
+chained plans (store, checkpoint with several tiles); the public API's deferred value check (kernels/check.cu).
 Prints one line per case and "sanitize run: OK" at the end.
 """
 import sys
@@ -51,6 +51,25 @@ def case(B, N, M, D, dtype, gamma, band, layout, cost="sqeuclidean", chain=False
     return ok
 
 
+def api_checks() -> bool:
+    """The public API's deferred value check (kernels/check.cu, several blocks): a clean call, a NaN input."""
+    import softdtw
+
+    x = torch.randn(8, 300, 4, device="cuda")
+    y = torch.randn(8, 200, 4, device="cuda")
+    v = softdtw.soft_dtw(x.requires_grad_(), y, 0.5)
+    v.sum().backward()
+    bad = x.detach().clone()
+    bad[7, 299, 3] = float("nan")
+    try:
+        softdtw.soft_dtw(bad, y, 0.5)
+    except ValueError:
+        torch.cuda.synchronize()
+        return bool(torch.isfinite(v).all())
+    print("api_checks: no error for a NaN input")
+    return False
+
+
 def main():
     ok = True
     for dtype in (torch.float32, torch.float64):
@@ -64,6 +83,7 @@ def main():
         ok &= case(3, 250, 150, 1, dtype, 0.5, None, (2, 1), chain=True, TH=96)
         ok &= case(2, 200, 300, 1, dtype, 0.0, 30, (1, 2), chain=True, TH=160)
         ok &= case(2, 250, 100, 1, dtype, 0.3, None, (1, 1), "precomputed", chain=True, TH=96)
+    ok &= api_checks()
     print("sanitize run:", "OK" if ok else "FAILED")
     sys.exit(0 if ok else 1)
 

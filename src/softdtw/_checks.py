@@ -3,7 +3,10 @@
 Every message says what was wrong, what was expected and how to fix it. Nothing here writes into
 the caller's tensors. Checks that need the data's values (NaN/Inf, length ranges, band feasibility)
 read them from the device; they are skipped while a CUDA graph is being captured or torch.compile
-is tracing, where a read would break the capture or the graph.
+is tracing, where a read would break the capture or the graph. On the cuda backend, soft_dtw,
+soft_dtw_divergence and soft_dtw_from_cost check NaN/Inf (and a gamma tensor) in a kernel whose
+result is read only after their own kernels are queued (prepare(defer=True), run_checked), so the
+check does not hold the GPU idle in front of the forward (backends/cuda/checks.py).
 """
 from __future__ import annotations
 
@@ -36,6 +39,9 @@ class Problem(NamedTuple):
     backend: str
     unbatched: bool
     out_dtype: torch.dtype
+    # prepare(defer=True): the value check still running on the GPU (backends/cuda/checks.py), else None.
+    # The caller launches its kernels, then calls finish_check(problem).
+    pending: object = None
 
 
 _trusted_depth = 0
@@ -183,7 +189,7 @@ def as_gamma(gamma, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
             )
         if gamma.device.type == "cpu" and _value_checks_enabled():
             _check_gamma_value(float(gamma.detach()))
-        # A gamma tensor on the GPU is checked in check_values, with the data, in one host read.
+        # A gamma tensor on the GPU is checked with the data (check_values or the deferred check).
         return gamma.reshape(()).to(device=device, dtype=dtype)
     g = float(gamma)
     _check_gamma_value(g)
@@ -339,9 +345,51 @@ def resolve_backend(backend, device: torch.device) -> str:
     return backend
 
 
+def _start_check(a: torch.Tensor, b: Optional[torch.Tensor], gamma: Optional[torch.Tensor], backend: str,
+                 lengths_given: bool):
+    """The deferred value check of (a, b, gamma), or None where the check must run now: off the cuda
+    backend, with user lengths (a kernel must never see lengths out of range), or with checks disabled."""
+    if backend != "cuda" or lengths_given or not _value_checks_enabled():
+        return None
+    from .backends.cuda import checks
+
+    return checks.start(a, b, gamma)
+
+
+def finish_check(p: Problem) -> None:
+    """Wait for the value check that prepare(defer=True) started and raise its error, if any (the
+    same messages as the synchronous checks: they run again, one by one, only when the flag is set)."""
+    if p.pending is None or p.pending.ok():
+        return
+    same = p.y is p.x  # prepare_cost keeps C in both
+    for t, name in ((p.x, "C" if same else "x"), (None if same else p.y, "y")):
+        if t is not None:
+            check_finite(t, name)
+    _check_gamma_value(float(p.gamma.detach()))
+
+
+def run_checked(p: Problem, run):
+    """run() (the ops of a prepared problem), then the deferred value check; a bad input's error wins
+    over whatever run() raised on it."""
+    if p.pending is None:
+        return run()
+    try:
+        out = run()
+    except BaseException:
+        finish_check(p)
+        raise
+    finish_check(p)
+    return out
+
+
 def prepare(x, y, gamma, *, cost, bandwidth, itakura_max_slope, x_lengths, y_lengths, memory,
-            backend) -> Problem:
-    """Validate the arguments of the public functions and normalise them into a :class:`Problem`."""
+            backend, defer: bool = False) -> Problem:
+    """Validate the arguments of the public functions and normalise them into a :class:`Problem`.
+
+    defer: on the cuda backend with default lengths, check the values (NaN, Inf, gamma >= 0) in a kernel
+    whose result is read after the caller's kernels are launched: the caller must pass the problem to
+    :func:`run_checked` (or call :func:`finish_check`).
+    """
     x = as_tensor(x, "x")
     y = as_tensor(y, "y")
     unbatched = check_pair(x, y)
@@ -360,16 +408,20 @@ def prepare(x, y, gamma, *, cost, bandwidth, itakura_max_slope, x_lengths, y_len
     xl = as_lengths(x_lengths, "x_lengths", B, N, x.device, "x")
     yl = as_lengths(y_lengths, "y_lengths", B, M, x.device, "y")
     g = as_gamma(gamma, x.device, dtype)
-    check_values([(x, "x"), (y, "y")],
-                 [(xl if x_lengths is not None else None, "x_lengths", N, "x"),
-                  (yl if y_lengths is not None else None, "y_lengths", M, "y")],
-                 g if isinstance(gamma, torch.Tensor) else None)
+    g_tensor = g if isinstance(gamma, torch.Tensor) else None
+    x, y = x.to(dtype).contiguous(), y.to(dtype).contiguous()
+    pending = _start_check(x, y, g_tensor, backend, x_lengths is not None or y_lengths is not None) \
+        if defer else None
+    if pending is None:
+        check_values([(x, "x"), (y, "y")],
+                     [(xl if x_lengths is not None else None, "x_lengths", N, "x"),
+                      (yl if y_lengths is not None else None, "y_lengths", M, "y")], g_tensor)
     window = make_window(xl, yl, N, M, bandwidth, itakura_max_slope)
-    return Problem(x.to(dtype).contiguous(), y.to(dtype).contiguous(), g, xl, yl, window, backend,
-                   unbatched, out_dtype)
+    return Problem(x, y, g, xl, yl, window, backend, unbatched, out_dtype, pending)
 
 
-def prepare_cost(C, gamma, *, bandwidth, itakura_max_slope, x_lengths, y_lengths, memory, backend) -> Problem:
+def prepare_cost(C, gamma, *, bandwidth, itakura_max_slope, x_lengths, y_lengths, memory, backend,
+                 defer: bool = False) -> Problem:
     """Like :func:`prepare` for a precomputed cost `(B, N, M)` (or `(N, M)`); x and y hold C and C."""
     C = as_tensor(C, "C")
     if C.dim() not in (2, 3) or 0 in C.shape:
@@ -389,11 +441,14 @@ def prepare_cost(C, gamma, *, bandwidth, itakura_max_slope, x_lengths, y_lengths
     xl = as_lengths(x_lengths, "x_lengths", B, N, C.device, "C's rows")
     yl = as_lengths(y_lengths, "y_lengths", B, M, C.device, "C's columns")
     g = as_gamma(gamma, C.device, dtype)
-    check_values([(C, "C")],
-                 [(xl if x_lengths is not None else None, "x_lengths", N, "C's rows"),
-                  (yl if y_lengths is not None else None, "y_lengths", M, "C's columns")],
-                 g if isinstance(gamma, torch.Tensor) else None)
-    window = make_window(xl, yl, N, M, bandwidth, itakura_max_slope)
+    g_tensor = g if isinstance(gamma, torch.Tensor) else None
     out_dtype = C.dtype
     C = C.to(dtype).contiguous()
-    return Problem(C, C, g, xl, yl, window, backend, unbatched, out_dtype)
+    pending = _start_check(C, None, g_tensor, backend, x_lengths is not None or y_lengths is not None) \
+        if defer else None
+    if pending is None:
+        check_values([(C, "C")],
+                     [(xl if x_lengths is not None else None, "x_lengths", N, "C's rows"),
+                      (yl if y_lengths is not None else None, "y_lengths", M, "C's columns")], g_tensor)
+    window = make_window(xl, yl, N, M, bandwidth, itakura_max_slope)
+    return Problem(C, C, g, xl, yl, window, backend, unbatched, out_dtype, pending)

@@ -16,7 +16,7 @@ from typing import List, Union
 import torch
 
 from . import _ops, costs
-from ._checks import Problem, check_cost_matrix, make_window, prepare, prepare_cost
+from ._checks import Problem, check_cost_matrix, make_window, prepare, prepare_cost, run_checked
 from .backends import FUSED_COSTS
 
 __all__ = [
@@ -88,8 +88,8 @@ def soft_dtw(x, y, gamma: Union[float, torch.Tensor] = 1.0, *, cost="sqeuclidean
         tensor([5., 5.])
     """
     p = prepare(x, y, gamma, cost=cost, bandwidth=bandwidth, itakura_max_slope=itakura_max_slope,
-                x_lengths=x_lengths, y_lengths=y_lengths, memory=memory, backend=backend)
-    return _finish(_run(p, cost, memory), p)
+                x_lengths=x_lengths, y_lengths=y_lengths, memory=memory, backend=backend, defer=True)
+    return _finish(run_checked(p, lambda: _run(p, cost, memory)), p)
 
 
 def soft_dtw_divergence(x, y, gamma: Union[float, torch.Tensor] = 1.0, *, cost="sqeuclidean", bandwidth=None,
@@ -115,13 +115,14 @@ def soft_dtw_divergence(x, y, gamma: Union[float, torch.Tensor] = 1.0, *, cost="
         0.0
     """
     p = prepare(x, y, gamma, cost=cost, bandwidth=bandwidth, itakura_max_slope=itakura_max_slope,
-                x_lengths=x_lengths, y_lengths=y_lengths, memory=memory, backend=backend)
+                x_lengths=x_lengths, y_lengths=y_lengths, memory=memory, backend=backend, defer=True)
     N, M = p.x.shape[1], p.y.shape[1]
     pxx = p._replace(y=p.x, y_lengths=p.x_lengths,
                      window=make_window(p.x_lengths, p.x_lengths, N, N, bandwidth, itakura_max_slope))
     pyy = p._replace(x=p.y, x_lengths=p.y_lengths,
                      window=make_window(p.y_lengths, p.y_lengths, M, M, bandwidth, itakura_max_slope))
-    value = _run(p, cost, memory) - 0.5 * _run(pxx, cost, memory) - 0.5 * _run(pyy, cost, memory)
+    value = run_checked(p, lambda: _run(p, cost, memory) - 0.5 * _run(pxx, cost, memory)
+                        - 0.5 * _run(pyy, cost, memory))
     return _finish(value, p)
 
 
@@ -143,8 +144,8 @@ def soft_dtw_from_cost(C, gamma: Union[float, torch.Tensor] = 1.0, *, bandwidth=
         tensor(0.)
     """
     p = prepare_cost(C, gamma, bandwidth=bandwidth, itakura_max_slope=itakura_max_slope, x_lengths=x_lengths,
-                     y_lengths=y_lengths, memory=memory, backend=backend)
-    return _finish(_run_cost(p.x, p, memory), p)
+                     y_lengths=y_lengths, memory=memory, backend=backend, defer=True)
+    return _finish(run_checked(p, lambda: _run_cost(p.x, p, memory)), p)
 
 
 def _alignment(p: Problem, cost) -> torch.Tensor:

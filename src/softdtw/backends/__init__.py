@@ -74,10 +74,17 @@ def default_backend(device: torch.device) -> str:
 
 def get_backend(name: str):
     """Import and return the backend module ``name`` (lazily: Numba and cuda-core load on first use)."""
+    loaded = _LOADED.get(name)
+    if loaded is not None:  # every op asks: a dict lookup instead of an import_module call (~2 us)
+        return loaded
     try:
         module = _MODULES[name]
     except KeyError:
         raise ValueError(
             f"unknown backend {name!r}; expected one of {BACKENDS} or None (pick by device)."
         ) from None
-    return importlib.import_module(module)
+    loaded = _LOADED[name] = importlib.import_module(module)
+    return loaded
+
+
+_LOADED: dict = {}

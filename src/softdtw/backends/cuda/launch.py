@@ -239,6 +239,7 @@ def _planned(B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index: i
 
 
 @lru_cache(maxsize=4096)
+@lru_cache(maxsize=4096)  # a string built per launch otherwise
 def expression(kernel: str, dtype: torch.dtype, cost: str, D: int, plan: Plan, window: bool,
                store: bool | None = None) -> str:
     """The C++ name expression of one instantiation, e.g. ``sdtw::forward_kernel<float, 0, 1, 16, 1, false, true>``."""

@@ -1,0 +1,116 @@
+"""Value checks of the public API on CUDA, deferred behind the launches (backends/cuda/checks.py).
+
+soft_dtw, soft_dtw_divergence and soft_dtw_from_cost check NaN / Inf and a gamma tensor in a kernel and
+read the result after their own kernels are queued. The errors must be those of the synchronous checks,
+whatever path the call takes (value only, forward + backward, several blocks of the check kernel, a
+nested call from a cost callable). Marked ``cuda``; skipped without a GPU.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import softdtw
+from softdtw import _checks
+from tests._helpers import rel_err
+
+pytestmark = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+
+def _xy(B=3, N=20, M=25, D=2, dtype=torch.float32, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return (torch.randn(B, N, D, device="cuda", dtype=dtype, generator=g),
+            torch.randn(B, M, D, device="cuda", dtype=dtype, generator=g))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
+@pytest.mark.parametrize("bad,word", [(float("nan"), "NaN"), (float("inf"), "Inf"), (-float("inf"), "Inf")])
+@pytest.mark.parametrize("grad", [False, True])
+def test_soft_dtw_raises_on_bad_values(dtype, bad, word, grad):
+    x, y = _xy(dtype=dtype)
+    x[1, 7, 0] = bad
+    x.requires_grad_(grad)
+    with pytest.raises(ValueError, match=f"x contains {word}"):
+        softdtw.soft_dtw(x, y)
+    y[2, 24, 1] = bad
+    with pytest.raises(ValueError, match=f"y contains {word}"):
+        softdtw.soft_dtw(x.detach().nan_to_num(0.0, 0.0, 0.0), y)
+
+
+def test_a_bad_value_in_the_last_block_of_a_large_input_is_found():
+    x, y = _xy(B=64, N=1000, M=10, D=16)  # 1.0M values of x: many blocks of the check kernel
+    x[-1, -1, -1] = float("nan")
+    with pytest.raises(ValueError, match="x contains NaN"):
+        softdtw.soft_dtw(x, y)
+
+
+def test_divergence_and_from_cost_raise_too():
+    x, y = _xy()
+    y[0, 0, 0] = float("nan")
+    with pytest.raises(ValueError, match="y contains NaN"):
+        softdtw.soft_dtw_divergence(x, y)
+    C = torch.rand(2, 5, 6, device="cuda")
+    C[1, 4, 5] = float("inf")
+    with pytest.raises(ValueError, match="C contains Inf"):
+        softdtw.soft_dtw_from_cost(C)
+
+
+@pytest.mark.parametrize("g", [-0.5, float("nan"), float("inf")])
+def test_a_bad_gamma_tensor_on_the_gpu_raises(g):
+    x, y = _xy()
+    with pytest.raises(ValueError, match="gamma must be a finite number >= 0"):
+        softdtw.soft_dtw(x, y, torch.tensor(g, device="cuda", requires_grad=True))
+
+
+def test_good_calls_after_errors_give_the_right_values():
+    x, y = _xy(dtype=torch.float64)
+    want = softdtw.soft_dtw(x.cpu(), y.cpu(), 0.3)
+    bad = x.clone()
+    bad[0, 0, 0] = float("nan")
+    for _ in range(3):
+        with pytest.raises(ValueError):
+            softdtw.soft_dtw(bad, y, 0.3)
+        assert rel_err(softdtw.soft_dtw(x, y, 0.3).cpu(), want) <= 1e-12
+
+
+def test_a_nested_call_from_a_cost_callable_keeps_its_own_check():
+    x, y = _xy()
+    inner = []
+
+    def cost(a, b):  # calls soft-DTW itself (on good data) while the outer check is pending
+        inner.append(softdtw.soft_dtw(a.nan_to_num(0.0), b, 1.0))
+        return torch.cdist(a, b).square()
+
+    bad = x.clone()
+    bad[2, 3, 1] = float("nan")
+    with pytest.raises(ValueError, match="x contains NaN"):
+        softdtw.soft_dtw(bad, y, cost=cost)
+    assert len(inner) == 1 and torch.isfinite(inner[0]).all()
+    v = softdtw.soft_dtw(x, y, cost=cost)
+    assert torch.isfinite(v).all()
+
+
+def test_defer_applies_only_without_user_lengths():
+    x, y = _xy()
+    kw = dict(cost="sqeuclidean", bandwidth=None, itakura_max_slope=None, memory="auto", backend=None)
+    p = _checks.prepare(x, y, 1.0, x_lengths=None, y_lengths=None, defer=True, **kw)
+    assert p.pending is not None
+    _checks.finish_check(p)
+    lengths = torch.full((3,), 20, device="cuda")
+    p = _checks.prepare(x, y, 1.0, x_lengths=lengths, y_lengths=None, defer=True, **kw)
+    assert p.pending is None  # lengths are checked before any kernel sees them
+
+
+def test_check_kernel_flags_directly():
+    from softdtw.backends.cuda import checks
+
+    a = torch.randn(100_000, device="cuda", dtype=torch.float64)
+    assert checks.start(a, None, torch.tensor(0.0, device="cuda", dtype=torch.float64)).ok()
+    a[77_777] = float("inf")
+    assert not checks.start(a, a[:10]).ok()
+    b = torch.randn(33, device="cuda")
+    assert not checks.start(b, None, torch.tensor(-1e-30, device="cuda")).ok()
+    assert checks.start(b, b).ok()
