@@ -285,11 +285,11 @@ def _backward_gemm(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value,
 
 def _gemm_cost(cost, x, y):
     """`(B, N, M)` cost for large D without a (B, N, M, D) temporary: |x|² + |y|² - 2 x·yᵀ (one batched
-    GEMM, clamped at 0) for sqeuclidean, torch.cdist for l1."""
+    GEMM, the rest in place, clamped at 0) for sqeuclidean, torch.cdist for l1. In place because
+    baddbmm with a broadcast |x|² held half a table more (B = 16, N = 1024, D = 64: 101 vs 71 MB)."""
     if cost == "sqeuclidean":
-        xx = x.square().sum(-1, keepdim=True)
-        yy = y.square().sum(-1).unsqueeze(1)
-        return torch.baddbmm(xx, x, y.transpose(1, 2), alpha=-2.0).add_(yy).clamp_min_(0.0)
+        C = torch.bmm(x, y.transpose(1, 2)).mul_(-2.0)
+        return C.add_(x.square().sum(-1, keepdim=True)).add_(y.square().sum(-1).unsqueeze(1)).clamp_min_(0.0)
     return torch.cdist(x, y, p=1.0).contiguous()
 
 
