@@ -62,12 +62,11 @@ def cost_vjp(cost: str, x: torch.Tensor, y: torch.Tensor, dC: torch.Tensor):
     l1: dX_i = sum_j dC_ij sign(x_i - y_j), dY = -(that with i and j exchanged).
     """
     if cost == "sqeuclidean":
-        # The row and column sums of dC come out of the GEMMs (a ones column appended to y and x): a
-        # reduction over dC's middle dimension copies the whole (B, N, M) matrix twice on CUDA.
-        ty = torch.bmm(dC, torch.cat([y, y.new_ones(y.shape[:-1] + (1,))], -1))  # (B, N, D + 1)
-        tx = torch.bmm(dC.transpose(1, 2), torch.cat([x, x.new_ones(x.shape[:-1] + (1,))], -1))  # (B, M, D + 1)
-        dx = 2.0 * (ty[..., -1:] * x - ty[..., :-1])
-        dy = 2.0 * (tx[..., -1:] * y - tx[..., :-1])
+        # The column sums of dC by a GEMM with ones: dC.sum(1), a reduction over the middle dimension,
+        # took two (B, N, M) temporaries on CUDA (scripts/d64_memory_probe.py).
+        colsum = torch.bmm(dC.transpose(1, 2), x.new_ones(x.shape[:-1] + (1,)))  # (B, M, 1)
+        dx = 2.0 * (dC.sum(2, keepdim=True) * x - torch.bmm(dC, y))
+        dy = 2.0 * (colsum * y - torch.bmm(dC.transpose(1, 2), x))
         return dx, dy
     if cost == "l1":
         sign = torch.sign(x.unsqueeze(2) - y.unsqueeze(1))  # (B, N, M, D)
