@@ -345,15 +345,18 @@ def resolve_backend(backend, device: torch.device) -> str:
     return backend
 
 
-def _start_check(a: torch.Tensor, b: Optional[torch.Tensor], gamma: Optional[torch.Tensor], backend: str,
-                 lengths_given: bool):
-    """The deferred value check of (a, b, gamma), or None where the check must run now: off the cuda
-    backend, with user lengths (a kernel must never see lengths out of range), or with checks disabled."""
-    if backend != "cuda" or lengths_given or not _value_checks_enabled():
-        return None
-    from .backends.cuda import checks
+def _check_or_defer(data, lengths, gamma: Optional[torch.Tensor], backend: str, defer: bool):
+    """The value checks of prepare / prepare_cost (arguments as :func:`check_values`): started on the GPU
+    and returned as a pending check when deferring is possible, else run now (returning None). Deferring
+    needs the cuda backend, value checks enabled and default lengths: a kernel must never see lengths out
+    of range, so user lengths are checked before any launch."""
+    if defer and backend == "cuda" and all(l is None for l, *_ in lengths) and _value_checks_enabled():
+        from .backends.cuda import checks
 
-    return checks.start(a, b, gamma)
+        a, b = data[0][0], (data[1][0] if len(data) > 1 else None)
+        return checks.start(a, b, gamma)
+    check_values(data, lengths, gamma)
+    return None
 
 
 def finish_check(p: Problem) -> None:
@@ -410,12 +413,10 @@ def prepare(x, y, gamma, *, cost, bandwidth, itakura_max_slope, x_lengths, y_len
     g = as_gamma(gamma, x.device, dtype)
     g_tensor = g if isinstance(gamma, torch.Tensor) else None
     x, y = x.to(dtype).contiguous(), y.to(dtype).contiguous()
-    pending = _start_check(x, y, g_tensor, backend, x_lengths is not None or y_lengths is not None) \
-        if defer else None
-    if pending is None:
-        check_values([(x, "x"), (y, "y")],
-                     [(xl if x_lengths is not None else None, "x_lengths", N, "x"),
-                      (yl if y_lengths is not None else None, "y_lengths", M, "y")], g_tensor)
+    pending = _check_or_defer([(x, "x"), (y, "y")],
+                              [(xl if x_lengths is not None else None, "x_lengths", N, "x"),
+                               (yl if y_lengths is not None else None, "y_lengths", M, "y")],
+                              g_tensor, backend, defer)
     window = make_window(xl, yl, N, M, bandwidth, itakura_max_slope)
     return Problem(x, y, g, xl, yl, window, backend, unbatched, out_dtype, pending)
 
@@ -444,11 +445,9 @@ def prepare_cost(C, gamma, *, bandwidth, itakura_max_slope, x_lengths, y_lengths
     g_tensor = g if isinstance(gamma, torch.Tensor) else None
     out_dtype = C.dtype
     C = C.to(dtype).contiguous()
-    pending = _start_check(C, None, g_tensor, backend, x_lengths is not None or y_lengths is not None) \
-        if defer else None
-    if pending is None:
-        check_values([(C, "C")],
-                     [(xl if x_lengths is not None else None, "x_lengths", N, "C's rows"),
-                      (yl if y_lengths is not None else None, "y_lengths", M, "C's columns")], g_tensor)
+    pending = _check_or_defer([(C, "C")],
+                              [(xl if x_lengths is not None else None, "x_lengths", N, "C's rows"),
+                               (yl if y_lengths is not None else None, "y_lengths", M, "C's columns")],
+                              g_tensor, backend, defer)
     window = make_window(xl, yl, N, M, bandwidth, itakura_max_slope)
     return Problem(C, C, g, xl, yl, window, backend, unbatched, out_dtype, pending)

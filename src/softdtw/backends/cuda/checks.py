@@ -20,7 +20,6 @@ import torch
 
 from . import launch as _launch
 
-_CTYPE = {torch.float32: "float", torch.float64: "double"}
 _THREADS = 256
 _local = threading.local()
 
@@ -92,7 +91,7 @@ def start(a: torch.Tensor, b: torch.Tensor | None = None, gamma: torch.Tensor | 
     slot.flag.value = 0
     n = a.numel() + (0 if b is None else b.numel())
     blocks = max(1, min(-(-n // (4 * _THREADS)), 4 * _launch.sm_count(dev)))
-    expr = f"sdtw::check_kernel<{_CTYPE[a.dtype]}>"
+    expr = f"sdtw::check_kernel<{_launch._CTYPE[a.dtype]}>"
     args = (a.data_ptr(), np.int64(a.numel()), _launch.ptr(b), np.int64(0 if b is None else b.numel()),
             _launch.ptr(gamma), slot.dev)
     _launch.launch("check", expr, dev, blocks, _THREADS, args)
