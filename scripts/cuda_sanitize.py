@@ -5,7 +5,8 @@
 
 Covers: fused sqeuclidean / l1 and the precomputed cost, float32 / float64, soft and hard, per-pair
 lengths, a band, one warp and several warps per pair, several column chunks, value-only and store;
-chained plans (store, checkpoint with several tiles); the public API's deferred value check (kernels/check.cu).
+chained plans (store, checkpoint with several tiles); a large-D cost band by band (checkpoint and value-only,
+several bands); the public API's deferred value check (kernels/check.cu).
 Prints one line per case and "sanitize run: OK" at the end.
 """
 import sys
@@ -83,6 +84,11 @@ def main():
         ok &= case(3, 250, 150, 1, dtype, 0.5, None, (2, 1), chain=True, TH=96)
         ok &= case(2, 200, 300, 1, dtype, 0.0, 30, (1, 2), chain=True, TH=160)
         ok &= case(2, 250, 100, 1, dtype, 0.3, None, (1, 1), "precomputed", chain=True, TH=96)
+    be.COST_BAND_BYTES, be.COST_BANDS = 1, 1000  # large D band by band: bands of one or two chunks
+    for dtype in (torch.float32, torch.float64):
+        ok &= case(2, 150, 200, 20, dtype, 0.5, 40, (2, 1), TH=96)
+        ok &= case(2, 130, 150, 17, dtype, 0.0, None, (1, 2), "l1", TH=160)
+    be.COST_BAND_BYTES, be.COST_BANDS = 64 << 20, 8
     ok &= api_checks()
     print("sanitize run:", "OK" if ok else "FAILED")
     sys.exit(0 if ok else 1)

@@ -1,11 +1,12 @@
 """Kernel-by-kernel GPU time of the backend's forward + backward (torch.profiler), for a few sizes.
 
-    python3 scripts/kernel_times.py B,N,D [B,N,D ...]
+    MEMORY=checkpoint python3 scripts/kernel_times.py B,N,D [B,N,D ...]     (MEMORY: store by default)
 
 Prints one JSON line per size: the launch plan, the wall time of one step (host included), the sum of
 kernel times, and each kernel's name, count and mean µs. Shows whether a small problem is bound by its
 kernels or by the host launching them."""
 import json
+import os
 import sys
 import time
 from collections import defaultdict
@@ -16,7 +17,8 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from softdtw.backends import cuda as be  # noqa: E402
-from softdtw.backends.cuda import launch  # noqa: E402
+
+MEMORY = os.environ.get("MEMORY", "store")
 
 for spec in sys.argv[1:]:
     B, N, D = (int(v) for v in spec.split(","))
@@ -27,8 +29,8 @@ for spec in sys.argv[1:]:
     grad = torch.ones(B, device="cuda")
 
     def step():
-        v, saved = be.forward(x, y, g, "sqeuclidean", lengths, lengths, None, "store")
-        be.backward(grad, x, y, g, "sqeuclidean", lengths, lengths, None, v, saved, "store")
+        v, saved = be.forward(x, y, g, "sqeuclidean", lengths, lengths, None, MEMORY)
+        be.backward(grad, x, y, g, "sqeuclidean", lengths, lengths, None, v, saved, MEMORY)
 
     for _ in range(5):
         step()
@@ -48,9 +50,8 @@ for spec in sys.argv[1:]:
         if e.device_type == torch.autograd.DeviceType.CUDA:
             kernels[e.name[:90]].append(e.device_time)
     total = sum(sum(v) for v in kernels.values()) / reps
-    Dk = D if D <= be.FUSED_D_MAX else 0
-    plan = launch.plan_for(B, N, N, Dk, torch.float32, 0)
-    print(json.dumps({"B": B, "N": N, "D": D, "plan": str(plan), "wall_us_per_step": round(wall, 1),
+    plan = be._plan("fused", B, N, N, D, torch.float32, 0, MEMORY)
+    print(json.dumps({"B": B, "N": N, "D": D, "memory": MEMORY, "plan": str(plan), "wall_us_per_step": round(wall, 1),
                       "kernel_us_per_step": round(total, 1),
                       "kernels": {k: [len(v) // reps, round(sum(v) / len(v), 1)] for k, v in kernels.items()}}),
           flush=True)

@@ -269,7 +269,8 @@ def resolve_memory(memory: str, needs_grad: bool, backend: str, kind: str, B: in
                    dtype: torch.dtype, device: torch.device) -> str:
     """The memory mode the ops run with: "none" when no gradient is needed, else store or checkpoint.
 
-    "auto" stores the backward table when it takes at most half of the free memory (device memory
+    "auto" stores the backward table (with what storing needs besides it, the backend's optional
+    ``working_bytes``) when it takes at most half of the free memory (device memory
     on a GPU, available host memory on the CPU: see _host_free_bytes), else checkpoints. A backend
     that cannot checkpoint yet turns a table that does not fit into an error naming the sizes.
     """
@@ -283,6 +284,9 @@ def resolve_memory(memory: str, needs_grad: bool, backend: str, kind: str, B: in
     if memory == "auto":
         shape, sdtype = module.saved_spec(kind, B, N, M, D, dtype, "store")
         need = math.prod(shape) * sdtype.itemsize
+        working = getattr(module, "working_bytes", None)  # e.g. the whole cost of cuda's large-D path
+        if working is not None:
+            need += working(kind, B, N, M, D, dtype, "store")
         if need <= _SMALL_TABLE:
             return "store"
         free = _free_bytes(device)

@@ -9,7 +9,10 @@ instantiation of the same templates; float32 runs its DP in float32).
 - Costs: "sqeuclidean" and "l1" with D <= :data:`FUSED_D_MAX` are computed in the kernels (no `(B, N, M)`
   tensor exists in the forward or the backward, dx and dy come out of the backward kernel). Larger D
   takes the cost from :mod:`softdtw.costs` (a GEMM for sqeuclidean), runs the precomputed-cost kernels
-  and turns E into dx, dy by GEMMs.
+  and turns E into dx, dy by GEMMs. With memory="checkpoint" (and value-only passes whose whole cost
+  would exceed four bands) that cost is never whole: it is built one band of column
+  chunks at a time, each band's kernels launched after the band on its left (forward) or right
+  (backward), E written over the band and turned into dx, dy by the band's GEMMs (``_forward_banded``).
 - memory="none": nothing saved, O(B·N) scratch at most. memory="store": the forward saves one 4-byte
   (float32) or 8-byte (float64) word per cell, step-major: ``saved[b, (c·N + t mod N)·CW + offset(L, k)]``
   for chunk c, step t, lane L and column k of the lane (``StepLayout`` in common.cuh), shape
@@ -45,14 +48,41 @@ MEMORY_MODES = ("none", "store", "checkpoint")
 
 #: Largest feature size whose cost is computed inside the kernels.
 FUSED_D_MAX = 16
+#: Large-D costs computed band by band (memory="checkpoint"): a band of columns takes 1/COST_BANDS of the
+#: whole (B, N, M) cost, at least COST_BAND_BYTES and at most COST_BAND_MAX bytes, and the checkpointed
+#: backward's tile buffers about half that. Bands run one after another, each a pass over all rows, so
+#: fewer, wider bands are faster; the sizes depend on the problem only (forward and backward agree).
+COST_BAND_BYTES = 64 << 20
+COST_BANDS = 8
+COST_BAND_MAX = 4 << 30
+
+
+def _band_bytes(B: int, N: int, M: int, dtype: torch.dtype) -> int:
+    return min(COST_BAND_MAX, max(COST_BAND_BYTES, -(-B * N * M * dtype.itemsize // COST_BANDS)))
 
 
 def _fused(kind: str, D: int) -> bool:
     return kind == "fused" and D <= FUSED_D_MAX
 
 
+def _banded(kind: str, D: int, memory: str, B: int, N: int, M: int, dtype: torch.dtype) -> bool:
+    """Whether a large-D cost is built band by band: always with memory="checkpoint" (bounded memory is
+    what it asks for), for value-only passes when the whole cost would exceed four minimal bands."""
+    if kind != "fused" or D <= FUSED_D_MAX:
+        return False
+    return memory == "checkpoint" or (memory == "none" and B * N * M * dtype.itemsize > 4 * _band_bytes(B, N, M, dtype))
+
+
 def _plan(kind: str, B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index: int, memory: str):
+    if _banded(kind, D, memory, B, N, M, dtype):
+        return _launch.band_plan(B, N, M, dtype, device_index, _band_bytes(B, N, M, dtype), COST_BANDS)[0]
     return _launch.plan_for(B, N, M, D if _fused(kind, D) else 0, dtype, device_index, memory == "checkpoint")
+
+
+def working_bytes(kind, B, N, M, D, dtype, memory) -> int:
+    """Device memory a call needs besides its saved buffer, for memory="auto": the whole (B, N, M) cost
+    of the GEMM path (large D) when it stores the table."""
+    return B * N * M * dtype.itemsize if memory == "store" and kind == "fused" and D > FUSED_D_MAX else 0
 
 
 def _saved_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -141,10 +171,18 @@ def _run_forward_chain(x, y, C, cost, D, gamma, x_lengths, y_lengths, window, st
     """forward_chain_kernel: B·nch blocks, one per (pair, chunk). Saves the link table (store), the
     checkpoints (plan.TH > 0: column checkpoints then row checkpoints, flat) or nothing."""
     data, B, N, M, dev = _sizes(x, y, C)
+    value, saved, bufs = _forward_chain_buffers(data, B, N, M, plan, store)
+    expr = _launch.expression("forward_chain_kernel", data.dtype, cost, D, plan, window is not None, store)
+    _launch_forward_chain(expr, dev, plan, x, y, C, gamma, x_lengths, y_lengths, window, value,
+                          saved if store else None, bufs, B, N, M, (0, plan.nch, 0, M, 0))
+    return value, saved
+
+
+def _forward_chain_buffers(data, B, N, M, plan, store):
+    """value `(B,)`, what the forward saves, and (bnd, sync, ckpt) of a chained forward."""
     value = torch.empty(B, dtype=data.dtype, device=data.device)
-    checkpoint = plan.TH > 0
     ckpt = None
-    if checkpoint:
+    if plan.TH > 0:
         saved = _alloc(data, B * plan.checkpoint_numel(N), data.dtype, "the checkpoints (memory='checkpoint')",
                        B, N, M)
         bnd, ckpt = saved[: B * plan.nch * N], saved[B * plan.nch * N:]
@@ -154,43 +192,62 @@ def _run_forward_chain(x, y, C, cost, D, gamma, x_lengths, y_lengths, window, st
                  else data.new_empty((0,)))
         bnd = data.new_empty((B * plan.nch * N,)) if plan.nch > 1 else None
     sync = torch.zeros(1 + B * plan.nch, dtype=torch.int32, device=data.device)  # ticket, flags
-    expr = _launch.expression("forward_chain_kernel", data.dtype, cost, D, plan, window is not None, store)
-    args = (_launch.ptr(x), _launch.ptr(y), _launch.ptr(C), gamma.data_ptr(), x_lengths.data_ptr(),
-            y_lengths.data_ptr(), _launch.ptr(window), value.data_ptr(), _launch.ptr(saved if store else None),
-            _launch.ptr(bnd), sync.data_ptr(), _launch.ptr(ckpt), _launch.i32(B), _launch.i32(N), _launch.i32(M),
-            _launch.i32(plan.nch), _launch.i32(max(plan.TH, 1)), _launch.i32(_launch.tile_stagger(plan.W)))
-    _launch.launch("forward", expr, dev, plan.grid(B), plan.block(), args)
-    return value, saved
+    return value, saved, (bnd, sync, ckpt)
 
+
+def _launch_forward_chain(expr, dev, plan, x, y, C, gamma, x_lengths, y_lengths, window, value, saved, bufs,
+                          B, N, M, band):
+    """One launch of forward_chain_kernel over the chunks [c_lo, c_lo + nband) of band = (c_lo, nband,
+    tbase, ldc, cbase) (see the kernel); (0, nch, 0, M, 0) is the whole table."""
+    bnd, sync, ckpt = bufs
+    args = (_launch.ptr(x), _launch.ptr(y), _launch.ptr(C), gamma.data_ptr(), x_lengths.data_ptr(),
+            y_lengths.data_ptr(), _launch.ptr(window), value.data_ptr(), _launch.ptr(saved), _launch.ptr(bnd),
+            sync.data_ptr(), _launch.ptr(ckpt), _launch.i32(B), _launch.i32(N), _launch.i32(M),
+            _launch.i32(plan.nch), _launch.i32(max(plan.TH, 1)), _launch.i32(_launch.tile_stagger(plan.W)),
+            *(_launch.i32(v) for v in band))
+    _launch.launch("forward", expr, dev, B * band[1], plan.block(), args)
 
 def _run_backward_chain(grad, x, y, C, dC, cost, D, gamma, x_lengths, y_lengths, window, value, saved, plan):
     """backward_chain_kernel: one block per (pair, chunk), chunks right to left; with plan.TH > 0 saved
     holds the checkpoints and each block recomputes its tiles into its own two tile buffers."""
     data, B, N, M, dev = _sizes(x, y, C)
-    fused = C is None
     dx, dy, dgamma = _backward_outputs(x, y, data, B)
-    carry = 2 + (D if fused else 0)
-    bnd = data.new_empty((B * plan.nch * N * carry,)) if plan.nch > 1 else None
-    # One zeroed buffer: <E, C> per pair (float64), then int32 ticket, flags (B, nch), done (B).
+    bufs = _backward_chain_buffers(data, B, N, M, D if C is None else 0, plan, saved, plan.nch)
+    expr = _launch.expression("backward_chain_kernel", data.dtype, cost, D, plan, window is not None, plan.TH > 0)
+    _launch_backward_chain(expr, dev, plan, _like(grad, data), x, y, C, dC, gamma, x_lengths, y_lengths, window,
+                           value, saved, dx, dy, dgamma, bufs, B, N, M, (0, plan.nch, 0, M, 0))
+    return dx, dy, dgamma
+
+
+def _backward_chain_buffers(data, B, N, M, DX, plan, saved, nband):
+    """(bnd, ws, fbnd, ckpt, tiles) of a chained backward: the hand-over column between chunks (E, link and
+    DX dx values per row), one zeroed buffer for <E, C> per pair (float64) and the int32 ticket, flags
+    (B, nch) and done (B), and with checkpoints their two halves and the tile buffers of B·nband blocks."""
+    bnd = data.new_empty((B * plan.nch * N * (2 + DX),)) if plan.nch > 1 else None
     ints = 1 + B * plan.nch + B
     ws = torch.zeros(B + (ints + 1) // 2, dtype=torch.int64, device=data.device)
-    checkpoint = plan.TH > 0
     fbnd = ckpt = tiles = None
-    if checkpoint:
+    if plan.TH > 0:
         fbnd, ckpt = saved[: B * plan.nch * N], saved[B * plan.nch * N:]
-        tiles = _alloc(data, B * plan.nch * plan.tile_numel(), _saved_dtype(data.dtype),
+        tiles = _alloc(data, B * nband * plan.tile_numel(), _saved_dtype(data.dtype),
                        "the checkpointed backward's tile buffers", B, N, M)
-    grad = _like(grad, data)
-    expr = _launch.expression("backward_chain_kernel", data.dtype, cost, D, plan, window is not None, checkpoint)
+    return bnd, ws, fbnd, ckpt, tiles
+
+
+def _launch_backward_chain(expr, dev, plan, grad, x, y, C, dC, gamma, x_lengths, y_lengths, window, value, saved,
+                           dx, dy, dgamma, bufs, B, N, M, band):
+    """One launch of backward_chain_kernel over band = (c_lo, nband, tbase, ldc, cbase) (see the kernel)."""
+    bnd, ws, fbnd, ckpt, tiles = bufs
+    checkpoint = plan.TH > 0
     args = (_launch.ptr(x), _launch.ptr(y), _launch.ptr(C), gamma.data_ptr(), x_lengths.data_ptr(),
             y_lengths.data_ptr(), _launch.ptr(window), grad.data_ptr(), 0 if checkpoint else saved.data_ptr(),
             _launch.ptr(dx), _launch.ptr(dy), _launch.ptr(dC), value.data_ptr(), dgamma.data_ptr(),
             _launch.ptr(bnd), ws.data_ptr() + 8 * B, ws.data_ptr(), _launch.ptr(fbnd), _launch.ptr(ckpt),
             _launch.ptr(tiles), _launch.i32(B), _launch.i32(N), _launch.i32(M), _launch.i32(plan.nch),
-            _launch.i32(max(plan.TH, 1)), _launch.i32(_launch.tile_stagger(plan.W)))
+            _launch.i32(max(plan.TH, 1)), _launch.i32(_launch.tile_stagger(plan.W)),
+            *(_launch.i32(v) for v in band))
     # memory="checkpoint": twice the warps, the second group recomputing tiles (kernels/backward.cu).
-    _launch.launch("backward", expr, dev, plan.grid(B), plan.block() * (2 if checkpoint else 1), args)
-    return dx, dy, dgamma
+    _launch.launch("backward", expr, dev, B * band[1], plan.block() * (2 if checkpoint else 1), args)
 
 
 def _run_backward(grad, x, y, C, dC, cost: str, D: int, gamma, x_lengths, y_lengths, window, value, saved,
@@ -249,10 +306,11 @@ def forward(x, y, gamma, cost, x_lengths, y_lengths, window, memory):
     store = memory == "store"  # save the whole table of links
     window = _window(window)
     D = x.shape[2]
+    if _banded("fused", D, memory, x.shape[0], x.shape[1], y.shape[1], x.dtype):
+        return _forward_banded(x, y, gamma, cost, x_lengths, y_lengths, window, memory)
     if D > FUSED_D_MAX:
         C = _gemm_cost(cost, x, y)
-        return _run_forward(None, None, C, "precomputed", 0, gamma, x_lengths, y_lengths, window, store,
-                            memory == "checkpoint")
+        return _run_forward(None, None, C, "precomputed", 0, gamma, x_lengths, y_lengths, window, store)
     return _run_forward(x.contiguous(), y.contiguous(), None, cost, D, gamma, x_lengths, y_lengths, window, store,
                         memory == "checkpoint")
 
@@ -262,15 +320,17 @@ def backward(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved
     window = _window(window)
     x, y = x.contiguous(), y.contiguous()
     D = x.shape[2]
+    if D > FUSED_D_MAX and memory == "checkpoint":
+        return _backward_banded(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved)
     if D > FUSED_D_MAX:
-        return _backward_gemm(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved, memory)
+        return _backward_gemm(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved)
     if saved.numel() == 0:
         _, saved = _run_forward(x, y, None, cost, D, gamma, x_lengths, y_lengths, window, True)
     return _run_backward(grad, x, y, None, None, cost, D, gamma, x_lengths, y_lengths, window, value, saved,
                          memory == "checkpoint")
 
 
-def _backward_gemm(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved, memory):
+def _backward_gemm(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved):
     """Large D: the cost again by GEMM, E written over it in place (grad_b · E_b), then dx, dy by GEMMs."""
     C = _gemm_cost(cost, x, y)
     if saved.numel() == 0:
@@ -278,8 +338,60 @@ def _backward_gemm(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value,
     # grad_b · E_b overwrites C in place (each cell is read, then written, by the same lane; the kernel
     # also zeroes the cells past the lengths), so the backward holds one (B, N, M) buffer besides S.
     _, _, dgamma = _run_backward(grad, None, None, C, C, "precomputed", 0, gamma, x_lengths, y_lengths, window,
-                                 value, saved, memory == "checkpoint")
+                                 value, saved)
     dx, dy = _cost_vjp(cost, x, y, C)
+    return dx, dy, dgamma
+
+
+def _bands(plan, nband, B, M, right_to_left=False):
+    """(c_lo, nb, tbase, ldc, cbase) of each band of at most nband chunks, in launch order: the band's
+    chunks [c_lo, c_lo + nb), columns [cbase, cbase + ldc), and the tickets of the earlier launches."""
+    starts = list(range(0, plan.nch, nband))
+    tbase = 0
+    for c_lo in reversed(starts) if right_to_left else starts:
+        nb = min(nband, plan.nch - c_lo)
+        j0, j1 = c_lo * plan.CW, min(M, (c_lo + nb) * plan.CW)
+        yield c_lo, nb, tbase, j1 - j0, j0
+        tbase += B * nb
+
+
+def _forward_banded(x, y, gamma, cost, x_lengths, y_lengths, window, memory):
+    """Large D with bounded memory (memory="checkpoint", or a value-only pass over a large table): the cost
+    of one band of column chunks at a time (``_gemm_cost`` of y's band), each band's forward_chain_kernel
+    after the band on its left, which published its last column (kernels/forward.cu)."""
+    B, N, M, dev = x.shape[0], x.shape[1], y.shape[1], x.device.index
+    plan, nband = _launch.band_plan(B, N, M, x.dtype, dev, _band_bytes(B, N, M, x.dtype), COST_BANDS)
+    if memory != "checkpoint":
+        plan = _launch.Plan(plan.K, plan.W, plan.nch, True, 0)  # no row checkpoints
+    value, saved, bufs = _forward_chain_buffers(x, B, N, M, plan, False)
+    expr = _launch.expression("forward_chain_kernel", x.dtype, "precomputed", 0, plan, window is not None, False)
+    for band in _bands(plan, nband, B, M):
+        C = _gemm_cost(cost, x, y[:, band[4]: band[4] + band[3]])
+        _launch_forward_chain(expr, dev, plan, None, None, C, gamma, x_lengths, y_lengths, window, value, None,
+                              bufs, B, N, M, band)
+        del C  # the caching allocator hands it to the next band's GEMM, after this launch on the same stream
+    return value, saved
+
+
+def _backward_banded(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved):
+    """memory="checkpoint" for large D: bands right to left, each its cost by GEMM, the checkpointed
+    backward_chain_kernel writing grad_b · E_b over it, then the band's share of dx and its dy by GEMMs."""
+    B, N, M, dev = x.shape[0], x.shape[1], y.shape[1], x.device.index
+    plan, nband = _launch.band_plan(B, N, M, x.dtype, dev, _band_bytes(B, N, M, x.dtype), COST_BANDS)
+    dgamma = torch.empty(B, dtype=x.dtype, device=x.device)
+    bufs = _backward_chain_buffers(x, B, N, M, 0, plan, saved, nband)
+    expr = _launch.expression("backward_chain_kernel", x.dtype, "precomputed", 0, plan, window is not None, True)
+    grad = _like(grad, x)
+    dx, dy = None, torch.empty_like(y)
+    for band in _bands(plan, nband, B, M, right_to_left=True):
+        yb = y[:, band[4]: band[4] + band[3]]
+        C = _gemm_cost(cost, x, yb)
+        _launch_backward_chain(expr, dev, plan, grad, None, None, C, C, gamma, x_lengths, y_lengths, window, value,
+                               saved, None, None, dgamma, bufs, B, N, M, band)
+        gx, gy = _cost_vjp(cost, x, yb, C)
+        dx = gx if dx is None else dx.add_(gx)
+        dy[:, band[4]: band[4] + band[3]] = gy
+        del C, gx, gy
     return dx, dy, dgamma
 
 

@@ -114,13 +114,14 @@ def tile_stagger(W: int) -> int:
     return STAGGER_PER_WARP * W + STAGGER_FIXED
 
 
-def tile_rows(B: int, N: int, K: int, W: int, nch: int, word_bytes: int, want: int | None = None) -> int:
+def tile_rows(B: int, N: int, K: int, W: int, nch: int, word_bytes: int, want: int | None = None,
+              budget: int = TILE_BYTES) -> int:
     """Rows per checkpoint tile: `want` (tests, benchmarks) or 1024, halved while the tile buffers of all
-    B·nch blocks exceed TILE_BYTES; never below 2·32W + 32 (the backward's double buffer needs
+    B·nch blocks exceed `budget` bytes; never below 2·32W + 32 (the backward's double buffer needs
     TH > 32W + ring depth). A pair that fits in one tile gets TH = N."""
     th_min = 64 * W + 32
     th = want if want is not None else min(1024, N)
-    while want is None and th // 2 >= th_min and B * nch * 2 * th * 32 * W * K * word_bytes > TILE_BYTES:
+    while want is None and th // 2 >= th_min and B * nch * 2 * th * 32 * W * K * word_bytes > budget:
         th //= 2
     return N if th >= N else max(th, th_min)
 
@@ -224,6 +225,54 @@ def plan_for(B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index: i
             return Plan(K, W, nch, True, tile_rows(B, N, K, W, nch, word, TH))
         return Plan(K, W, nch, chain)
     return _planned(B, N, M, D, dtype, device_index, checkpoint)
+
+
+def band_plan(B: int, N: int, M: int, dtype: torch.dtype, device_index: int, band_bytes: int,
+              max_bands: int = 8) -> tuple:
+    """(plan, chunks per band) for a large-D cost computed one band of column chunks at a time.
+
+    The cost of a band, B·N·(nband·CW) values, takes at most `band_bytes` (a single chunk may exceed it
+    when B·N·32 values do; a band takes one chunk more when that keeps the band count at max_bands), the
+    checkpointed backward's tile buffers of the band's blocks about half of
+    that (never less than two tiles of 64·W + 32 rows per block). Bands run
+    one after another, each a full pass over the rows (see _band_plan for the layout). Under
+    :func:`forced_plan` the forced K, W (and TH) are kept.
+    """
+    item = 4 if dtype == torch.float32 else 8
+    if _forced:
+        plan = plan_for(B, N, M, 0, dtype, device_index, checkpoint=True)
+        nband = _chunks_per_band(plan.nch, B * N * plan.CW * item, band_bytes, max_bands)
+        if _forced[-1][3] is None:
+            plan = Plan(plan.K, plan.W, plan.nch, True,
+                        tile_rows(B, N, plan.K, plan.W, nband, item, None, band_bytes // 2))
+        return plan, nband
+    return _band_plan(B, N, M, dtype, band_bytes, max_bands)
+
+
+def _chunks_per_band(nch: int, chunk_bytes: int, band_bytes: int, max_bands: int) -> int:
+    """As many chunks as fit in band_bytes, one more if that brings the bands down to max_bands (the
+    budget is a fraction of the table, and rounding down to whole chunks would add bands)."""
+    nband = max(1, band_bytes // chunk_bytes)
+    if -(-nch // nband) > max_bands and -(-nch // (nband + 1)) <= max_bands:
+        nband += 1
+    return min(nch, nband)
+
+
+@lru_cache(maxsize=4096)
+def _band_plan(B: int, N: int, M: int, dtype: torch.dtype, band_bytes: int, max_bands: int = 8) -> tuple:
+    # One warp per block and the widest K <= 4 whose chunk fits the band (and is less than twice as wide as y). A sweep of every layout on an H100
+    # (scripts/banded_probe.py --sweep, benchmarks/OPTIMIZATION_LOG.md) put K = 4, W = 1 first at B = 32,
+    # N = 2048 and B = 1, N = 16384 (D = 64), 11-12 % ahead of the chained model's pick (K = 1, W = 4):
+    # that model was fitted to fused-cost kernels, and the precomputed-cost ring changes the balance.
+    item = 4 if dtype == torch.float32 else 8
+    K = 1
+    for k in (4, 2):
+        if k <= _krings(dtype, 0)[0] and 32 * k < 2 * M and B * N * 32 * k * item <= band_bytes:
+            K = k
+            break
+    nch = -(-M // (32 * K))
+    nband = _chunks_per_band(nch, B * N * 32 * K * item, band_bytes, max_bands)
+    return Plan(K, 1, nch, True, tile_rows(B, N, K, 1, nband, item, None, band_bytes // 2)), nband
 
 
 @lru_cache(maxsize=4096)

@@ -25,7 +25,7 @@ template <typename T>
 struct BackwardArgs {
   const T* x;             // (B, N, DT), fused costs
   const T* y;             // (B, M, DT), fused costs
-  const T* C;             // (B, N, M), precomputed cost
+  const T* C;             // (B, N, ldc), precomputed cost of columns [cbase, cbase + ldc)
   const long long* xlen;  // (B,)
   const long long* ylen;  // (B,)
   const int* window;      // (B, N, 2) or unused
@@ -33,7 +33,7 @@ struct BackwardArgs {
   const typename Link<T>::Word* saved;  // (B, nch, N, CW) step-major links from the forward
   T* dx;                  // (B, N, DT)
   T* dy;                  // (B, M, DT)
-  T* dC;                  // (B, N, M) (may be C itself)
+  T* dC;                  // (B, N, ldc) like C (may be C itself)
   const T* value;         // (B,) forward values
   T* dgamma;              // (B,)
   T* bnd;                 // SEQ: (B, N, NB): (E, link, dx[DT]) of the first column of the chunk to the right;
@@ -46,6 +46,7 @@ struct BackwardArgs {
   int* done;              // CHAIN: (B,) chunks finished (zeroed by the caller)
   int N, M, nch, TH;
   int stagger;            // CKPT: tile stagger between chunks, as in the forward (tile_shift)
+  int ldc, cbase;         // C's and dC's row stride and first column: (M, 0) for the whole table
 };
 
 // SEQ: one group walks the chunks of a pair right to left, links from the stored table. CHAIN: one block
@@ -101,8 +102,9 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
   constexpr bool TRIM = MODE == BWD_SEQ && trims_pass<FUSED, K>();
   const T* xb = a.x + size_t(b) * N * DT;
   const T* yb = a.y + size_t(b) * M * DT;
-  const T* Cb = a.C + size_t(b) * N * M;
-  T* dCb = a.dC + size_t(b) * N * M;
+  // Column j of C and dC at [row * ldc + j - cbase]: a band of columns (large D) or the whole table.
+  const T* Cb = a.C + size_t(b) * N * a.ldc - a.cbase;
+  T* dCb = a.dC + size_t(b) * N * a.ldc - a.cbase;
   const int* wb = a.window + size_t(b) * N * 2;
   const T g = a.grad[b];
   // d cost / d x = slope_unit * cost_slope(x - y); the kernel sees pre-scaled x' = xs x, y' = xs y, so the
@@ -125,7 +127,7 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
           for (int d = 0; d < DT; ++d) a.dy[(size_t(b) * M + j) * DT + d] = T(0);
     } else {
       for (int i = (c0 >= nch_b ? 0 : n); i < N; ++i)
-        for (int j = cbeg + L; j < cend; j += NL) dCb[size_t(i) * M + j] = T(0);
+        for (int j = cbeg + L; j < cend; j += NL) dCb[size_t(i) * a.ldc + j] = T(0);
     }
     if (c0 >= nch_b) return;  // block-uniform: no chunk of this pair lies here
   } else if (FUSED) {  // rows past n_b and columns past the visited chunks get zero gradients
@@ -137,9 +139,9 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
       for (int d = 0; d < DT; ++d) a.dy[(size_t(b) * M + j) * DT + d] = T(0);
   } else {  // dC: rows past n_b, and columns right of the visited chunks (the main loop writes the rest)
     for (int i = n; i < N; ++i)
-      for (int j = L; j < M; j += NL) dCb[size_t(i) * M + j] = T(0);
+      for (int j = L; j < M; j += NL) dCb[size_t(i) * a.ldc + j] = T(0);
     for (int i = 0; i < n; ++i)
-      for (int j = nch_b * CW + L; j < M; j += NL) dCb[size_t(i) * M + j] = T(0);
+      for (int j = nch_b * CW + L; j < M; j += NL) dCb[size_t(i) * a.ldc + j] = T(0);
   }
 
   const int c_hi = MODE == BWD_SEQ ? nch_b - 1 : c0, c_lo = MODE == BWD_SEQ ? 0 : c0;
@@ -244,7 +246,7 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
 #pragma unroll
         for (int k = 0; k < K; ++k) {
           const bool in = ok && j0 + k < M;
-          cp_async<int(sizeof(T))>(my_cring + s * stage + k, in ? Cb + size_t(row) * M + j0 + k : Cb, in);
+          cp_async<int(sizeof(T))>(my_cring + s * stage + k, in ? Cb + size_t(row) * a.ldc + j0 + k : a.C, in);
         }
       }
       cp_async_commit();
@@ -384,7 +386,7 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
               dyacc[k][d] += gd;
             }
           } else if (j < M) {
-            dCb[size_t(i) * M + j] = g * e;
+            dCb[size_t(i) * a.ldc + j] = g * e;
           }
         }
         ec += double(ecrow);
@@ -468,7 +470,7 @@ backward_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* C, co
   const int b = (W == 1) ? int(blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) : int(blockIdx.x);
   if (b >= B) return;
   const BackwardArgs<T> a{x, y, C, xlen, ylen, window, grad, saved, dx, dy, dC, value, dgamma, bnd,
-                          nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, N, M, nch, N, 0};
+                          nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, N, M, nch, N, 0, M, 0};
   const T g = *gamma;  // scales as in the forward (inputs pre-scaled for fused costs)
   if (g == T(0)) {
     backward_pair<T, COST, DT, K, W, WINDOW, true, P>(a, b, T(1), g, T(1), hand, red, wring, cring);
@@ -503,7 +505,9 @@ __device__ __forceinline__ void recompute_tiles(const ForwardArgs<T>& fa, const 
 // order blocks start (see forward_chain_kernel): W warps, or with CKPT (memory="checkpoint": saved holds no
 // links; fbnd / ckpt are the forward's checkpoints, `tiles` has 2 TH CW links per block) 2 W warps, the
 // backward group (warps [0, W)) and the recompute group (warps [W, 2 W)).
-// sync: [ticket, flags (B, nch), done (B)], ecsum (B,), zeroed by the caller.
+// sync: [ticket, flags (B, nch), done (B)], ecsum (B,), zeroed by the caller. Banded cost (large D): one launch
+// per band of chunks [c_lo, c_lo + nband), right to left, as in forward_chain_kernel; ecsum, done and the
+// flags carry over from launch to launch, so the last chunk of a pair still adds up <E, C>.
 template <typename T, int COST, int DT, int K, int W, bool WINDOW, bool CKPT>
 __global__ void __launch_bounds__(CKPT ? 64 * W : 32 * W)
 backward_chain_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* C, const T* __restrict__ gamma,
@@ -512,7 +516,8 @@ backward_chain_kernel(const T* __restrict__ x, const T* __restrict__ y, const T*
                       const typename Link<T>::Word* __restrict__ saved,
                       T* __restrict__ dx, T* __restrict__ dy, T* dC, const T* __restrict__ value,
                       T* __restrict__ dgamma, T* bnd, int* sync, double* ecsum, T* fbnd, T* ckpt,
-                      typename Link<T>::Word* tiles, int B, int N, int M, int nch, int TH, int stagger) {
+                      typename Link<T>::Word* tiles, int B, int N, int M, int nch, int TH, int stagger, int c_lo,
+                      int nband, int tbase, int ldc, int cbase) {
   using Word = typename Link<T>::Word;
   constexpr int THREADS = 32 * W;  // one group
   constexpr int STAGE = THREADS * K * int(sizeof(Word) + (COST == COST_PRECOMPUTED ? sizeof(T) : 0));
@@ -526,11 +531,12 @@ backward_chain_kernel(const T* __restrict__ x, const T* __restrict__ y, const T*
   __shared__ int ticket;
   if (threadIdx.x == 0) ticket = atomicAdd(sync, 1);
   __syncthreads();
-  const int b = ticket / nch, c = nch - 1 - ticket % nch;
+  const int b = (ticket - tbase) / nband, c = c_lo + nband - 1 - (ticket - tbase) % nband;
   if (b >= B) return;
-  Word* tile = CKPT ? tiles + (size_t(b) * nch + c) * 2 * size_t(TH) * (THREADS * K) : nullptr;
+  // Tile buffers for the blocks of one launch: (B, nband) of them.
+  Word* tile = CKPT ? tiles + (size_t(b) * nband + (c - c_lo)) * 2 * size_t(TH) * (THREADS * K) : nullptr;
   const BackwardArgs<T> a{x, y, C, xlen, ylen, window, grad, saved, dx, dy, dC, value, dgamma, bnd,
-                          sync + 1, fbnd, ckpt, tile, ecsum, sync + 1 + B * nch, N, M, nch, TH, stagger};
+                          sync + 1, fbnd, ckpt, tile, ecsum, sync + 1 + B * nch, N, M, nch, TH, stagger, ldc, cbase};
   constexpr int MODE = CKPT ? BWD_CKPT : BWD_CHAIN;
   constexpr int BAR = CKPT ? BAR_BWD : 0;
   const T g = *gamma;
@@ -538,7 +544,8 @@ backward_chain_kernel(const T* __restrict__ x, const T* __restrict__ y, const T*
   const T xs = g == T(0) ? T(1) : (COST == COST_SQEUCLIDEAN ? sqrt(scale) : scale);
   if (CKPT && threadIdx.x >= THREADS) {  // the recompute group
     if (c * THREADS * K >= int(ylen[b])) return;  // no chunk of this pair here: the backward group only zeroes
-    const ForwardArgs<T> fa{x, y, C, xlen, ylen, window, nullptr, nullptr, fbnd, nullptr, ckpt, N, M, nch, TH, stagger};
+    const ForwardArgs<T> fa{x, y, C, xlen, ylen, window, nullptr, nullptr, fbnd, nullptr, ckpt, N, M, nch, TH, stagger,
+                            ldc, cbase};
     if (g == T(0)) {
       recompute_tiles<T, COST, DT, K, W, WINDOW, true>(fa, b, c, scale, xs, fhand, tile);
     } else {

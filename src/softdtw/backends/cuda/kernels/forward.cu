@@ -21,7 +21,7 @@ forward_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* __rest
   __shared__ __align__(16) T ring[STAGE > 0 ? P * THREADS * K : 1];
   const int b = (W == 1) ? int(blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) : int(blockIdx.x);
   if (b >= B) return;  // only the last block of a W == 1 grid; W > 1 grids have exactly B blocks
-  const ForwardArgs<T> a{x, y, C, xlen, ylen, window, value, saved, bnd, nullptr, nullptr, N, M, nch, N, 0};
+  const ForwardArgs<T> a{x, y, C, xlen, ylen, window, value, saved, bnd, nullptr, nullptr, N, M, nch, N, 0, M, 0};
   // gamma is read on the device: no host sync, and CUDA-graph replays see its current value.
   // Soft: values in log2 units, scale = 1 / (gamma ln 2). Fused costs scale their inputs instead of each
   // cell's cost (one multiply per loaded value, none per cell): by sqrt(scale) for the squared
@@ -41,13 +41,16 @@ forward_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* __rest
 // before it: the chain makes progress whatever the number of resident blocks. sync: [ticket, flags (B, nch)],
 // zeroed by the caller. ckpt (memory="checkpoint", else null): row checkpoints every TH rows; bnd keeps the
 // last column of every chunk for all rows (the column checkpoints).
+// Banded cost (large D): one launch per band of chunks [c_lo, c_lo + nband), C holding only the band's
+// columns [cbase, cbase + ldc); tickets count on from tbase (the blocks of the earlier bands), and the
+// band's first chunk finds its left neighbour's column already published by the previous launch.
 template <typename T, int COST, int DT, int K, int W, bool WINDOW, bool STORE>
 __global__ void __launch_bounds__(32 * W)
 forward_chain_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* __restrict__ C,
                      const T* __restrict__ gamma, const long long* __restrict__ xlen,
                      const long long* __restrict__ ylen, const int* __restrict__ window, T* __restrict__ value,
                      typename Link<T>::Word* __restrict__ saved, T* bnd, int* sync, T* ckpt, int B, int N,
-                     int M, int nch, int TH, int stagger) {
+                     int M, int nch, int TH, int stagger, int c_lo, int nband, int tbase, int ldc, int cbase) {
   constexpr int THREADS = 32 * W;
   constexpr int STAGE = COST == COST_PRECOMPUTED ? THREADS * K * int(sizeof(T)) : 0;
   constexpr int P = ring_depth(STAGE);
@@ -57,11 +60,12 @@ forward_chain_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* 
   __shared__ int ticket;
   if (threadIdx.x == 0) ticket = atomicAdd(sync, 1);
   __syncthreads();
-  const int b = ticket / nch, c = ticket % nch;
+  const int b = (ticket - tbase) / nband, c = c_lo + (ticket - tbase) % nband;
   if (b >= B) return;
   const int m = int(ylen[b]);
   if (c * THREADS * K >= m) return;  // past this pair's columns: nobody waits on this chunk
-  const ForwardArgs<T> a{x, y, C, xlen, ylen, window, value, saved, bnd, sync + 1, ckpt, N, M, nch, TH, stagger};
+  const ForwardArgs<T> a{x, y, C, xlen, ylen, window, value, saved, bnd, sync + 1, ckpt, N, M, nch, TH, stagger,
+                        ldc, cbase};
   const T g = *gamma;
   if (g == T(0)) {
     forward_pair<T, COST, DT, K, W, WINDOW, STORE, true, P, MODE_CHAIN>(a, b, T(1), T(1), T(1), hand, ring, c);

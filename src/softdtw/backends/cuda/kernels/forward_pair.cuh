@@ -23,7 +23,7 @@ template <typename T>
 struct ForwardArgs {
   const T* x;               // (B, N, DT), fused costs
   const T* y;               // (B, M, DT), fused costs
-  const T* C;               // (B, N, M), precomputed cost
+  const T* C;               // (B, N, ldc), precomputed cost of columns [cbase, cbase + ldc) (a band of the full C)
   const long long* xlen;    // (B,)
   const long long* ylen;    // (B,)
   const int* window;        // (B, N, 2) column ranges [lo, hi), or unused
@@ -35,6 +35,7 @@ struct ForwardArgs {
   T* ckpt;                  // CHAIN with checkpoint: (B, ckpt_rows(N, TH), nch * CW), row checkpoints (tile_shift)
   int N, M, nch, TH;
   int stagger;              // rows between the tile boundaries of neighbouring chunks (tile_shift)
+  int ldc, cbase;           // C's row stride and first column: (M, 0) for the whole table
 };
 
 // memory="checkpoint" cuts each chunk's rows into tiles of TH rows: tile r of chunk c is rows
@@ -112,7 +113,7 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
   const int smod = MODE == MODE_RECOMP ? a.TH : N;  // step rows in the link store (ring of slots)
   const T* xb = a.x + size_t(b) * N * DT;
   const T* yb = a.y + size_t(b) * M * DT;
-  const T* Cb = a.C + size_t(b) * N * M;
+  const T* Cb = a.C + size_t(b) * N * a.ldc - a.cbase;  // column j of a row at Cb[row * ldc + j]
   const int* wb = a.window + size_t(b) * N * 2;
   T* my_ring = ring + size_t(tid) * K;  // stage s at my_ring + s * nthreads * K
 
@@ -185,7 +186,7 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
         T* dst = my_ring + size_t(t % P) * nthreads * K;
 #pragma unroll
         for (int k = 0; k < K; ++k)
-          cp_async<int(sizeof(T))>(dst + k, ok && j0 + k < M ? Cb + size_t(row) * M + j0 + k : Cb, ok && j0 + k < M);
+          cp_async<int(sizeof(T))>(dst + k, ok && j0 + k < M ? Cb + size_t(row) * a.ldc + j0 + k : a.C, ok && j0 + k < M);
         cp_async_commit();
       }
     };
@@ -236,7 +237,7 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
         for (int k = 0; k < K; ++k) cr[k] = src_c[k];
       } else if constexpr (!FUSED) {  // RECOMP of a precomputed cost: plain loads (no ring in the backward)
 #pragma unroll
-        for (int k = 0; k < K; ++k) cr[k] = (live && j0 + k < M) ? Cb[size_t(i) * M + j0 + k] : T(0);
+        for (int k = 0; k < K; ++k) cr[k] = (live && j0 + k < M) ? Cb[size_t(i) * a.ldc + j0 + k] : T(0);
       }
       if (live) {
         T left = leftin;

@@ -1,0 +1,184 @@
+"""Large-D costs computed band by band (cuda backend, memory="checkpoint" and big value-only passes).
+
+With D > FUSED_D_MAX the cost comes from GEMMs. Under memory="checkpoint" the whole (B, N, M) cost never
+exists: each band of column chunks gets its cost by a GEMM, its chained kernels launched after the band
+on its left (forward) or right (backward), and its share of dx, dy by GEMMs (backends/cuda/__init__.py,
+_forward_banded). Shrinking COST_BAND_BYTES puts many bands into small problems. Tolerances as in
+test_cuda.py: float32 values 1e-5, gradients 1e-3; float64 1e-10.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests._helpers import rel_err
+
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def _launch():
+    from softdtw.backends.cuda import launch
+
+    return launch
+
+
+# --- the band planner (pure Python: runs everywhere) ------------------------------------------------
+
+@pytest.mark.parametrize("B,N,M", [(32, 2048, 2048), (1, 65536, 65536), (4, 3000, 70000), (3, 40, 5),
+                                   (1, 262144, 262144), (256, 512, 512)])
+def test_band_plan_keeps_bands_within_budget(B, N, M):
+    from softdtw.backends.cuda import _band_bytes
+
+    lm = _launch()
+    budget = _band_bytes(B, N, M, torch.float32)
+    plan, nband = lm._band_plan(B, N, M, torch.float32, budget, 8)
+    assert plan.chain and plan.TH >= 1 and 1 <= nband <= plan.nch and plan.nch * plan.CW >= M
+    band_cols = min(M, nband * plan.CW)
+    assert B * N * (band_cols - plan.CW) * 4 <= budget  # within the budget but for one chunk
+    bands = -(-plan.nch // nband)
+    assert bands <= max(8, 2 * -(-B * N * M * 4 // budget))  # COST_BANDS, unless capped by COST_BAND_MAX
+    assert plan.TH >= N or plan.TH >= 64 * plan.W + 32
+
+
+def test_band_bytes_scale_with_the_table():
+    from softdtw.backends.cuda import COST_BAND_BYTES, COST_BAND_MAX, _band_bytes
+
+    assert _band_bytes(16, 128, 128, torch.float32) == COST_BAND_BYTES
+    assert _band_bytes(1, 65536, 65536, torch.float32) == 65536 * 65536 * 4 // 8
+    assert _band_bytes(1, 1 << 18, 1 << 18, torch.float64) == COST_BAND_MAX
+
+
+# --- against the float64 reference (GPU) ------------------------------------------------------------
+
+@pytest.fixture
+def many_bands(monkeypatch):
+    """Bands of a few chunks: the smallest band is tiny and the table is cut into up to 1000 bands."""
+    import softdtw.backends.cuda as be
+
+    monkeypatch.setattr(be, "COST_BAND_BYTES", 1)
+    monkeypatch.setattr(be, "COST_BANDS", 1000)
+    return be
+
+
+CASES = [
+    # B, N, M, D, cost, gamma, lengths, band, K, W, TH
+    (3, 70, 300, 20, "sqeuclidean", 0.5, True, 40, 1, 1, 96),
+    (3, 70, 300, 20, "sqeuclidean", 0.0, True, None, 2, 1, 96),
+    (2, 333, 250, 17, "l1", 1.0, True, None, 1, 2, 160),
+    (2, 517, 1, 24, "sqeuclidean", 1.0, True, None, 1, 1, 96),
+    (2, 400, 700, 33, "sqeuclidean", 1.0, True, 100, 2, 4, 288),
+]
+# Not smaller gamma here: each cost is rounded (GEMM form, |x|² + |y|² - 2 x·y, on every large-D path,
+# banded or not, and in the reference at this size) and 1 / gamma amplifies that along every path. At
+# gamma = 0.1 (0.01), D = 33 the gradients miss the float64 tolerance by 1.35x (2.7x), and float32's at
+# gamma = 0.5 (0.1, 0.01) by 1.27x (1.2x, 16x), with or without bands (costs of ~66 per cell: |R| / gamma
+# is large for float32); test_banded_equals_unbanded covers small gamma against the unbanded path.
+
+
+@pytest.mark.cuda
+@needs_gpu
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("B,N,M,D,cost,gamma,lengths,band,K,W,TH", CASES)
+def test_banded_matches_reference(many_bands, dtype, B, N, M, D, cost, gamma, lengths, band, K, W, TH):
+    from tests.backends.test_cuda import _check, _gamma, _grad, _problem, cuda_fused, reference_fused, TOL
+
+    x, y, xl, yl, w = _problem(B, N, M, D, seed=N + M + D, lengths=lengths, band=band)
+    want = reference_fused(x, y, _gamma(gamma, torch.float64), cost, xl, yl, w, _grad(B, torch.float64))
+    xd, yd, g = x.to(dtype), y.to(dtype), _gamma(gamma, dtype)
+    with _launch().forced_plan(K, W, TH=TH):
+        plan, nband = _launch().band_plan(B, N, M, dtype, x.device.index, many_bands._band_bytes(B, N, M, dtype),
+                                          many_bands.COST_BANDS)
+        assert -(-plan.nch // nband) >= min(plan.nch, 3) or plan.nch == 1  # several bands where there are chunks
+        got = cuda_fused(xd, yd, g, cost, xl, yl, w, _grad(B, dtype), "checkpoint")
+        v_none, _ = many_bands.forward(xd, yd, g, cost, xl, yl, w, "none")
+    _check(got, want, dtype, gamma)
+    assert rel_err(v_none, want[0]) <= TOL[dtype][0]
+
+
+@pytest.mark.cuda
+@needs_gpu
+def test_banded_planner_layouts_match_reference(many_bands):
+    """Plans chosen by band_plan itself (no forced layout), float64, lengths and a band."""
+    from tests.backends.test_cuda import _check, _gamma, _grad, _problem, cuda_fused, reference_fused
+
+    many_bands.COST_BAND_BYTES = 1 << 18  # 256 KB bands: several per problem
+    x, y, xl, yl, w = _problem(2, 300, 450, 24, seed=11, lengths=True, band=120)
+    want = reference_fused(x, y, _gamma(0.5, torch.float64), "sqeuclidean", xl, yl, w, _grad(2, torch.float64))
+    got = cuda_fused(x, y, _gamma(0.5, torch.float64), "sqeuclidean", xl, yl, w, _grad(2, torch.float64),
+                     "checkpoint")
+    _check(got, want, torch.float64, 0.5)
+
+
+@pytest.mark.cuda
+@needs_gpu
+@pytest.mark.parametrize("dtype,gamma,tol", [(torch.float64, 0.01, 1e-10), (torch.float32, 0.3, 1e-4)])
+def test_banded_equals_unbanded(many_bands, dtype, gamma, tol):
+    """Planner layouts: banded checkpoint and the unbanded store path agree to rounding. Only to rounding:
+    each band's GEMM rounds its costs differently from the whole table's (cuBLAS picks kernels by shape),
+    and float32 at small gamma turns that into gradient differences of 1e-2 (gamma = 0.01, D = 24), as
+    any float32 evaluation of the cost would; float64 shows the bands change nothing else."""
+    from tests.backends.test_cuda import _dgamma_err, _gamma, _grad, _problem, cuda_fused
+
+    x, y, xl, yl, w = _problem(2, 600, 900, 24, seed=12, lengths=True, band=200)
+    x, y, g, grad = x.to(dtype), y.to(dtype), _gamma(gamma, dtype), _grad(2, dtype)
+    many_bands.COST_BAND_BYTES = 1 << 18
+    banded = cuda_fused(x, y, g, "sqeuclidean", xl, yl, w, grad, "checkpoint")
+    whole = cuda_fused(x, y, g, "sqeuclidean", xl, yl, w, grad, "store")
+    for p, q in zip(banded[:-1], whole[:-1]):
+        assert rel_err(p, q) <= tol
+    # dgamma = (value - <E, C>) / gamma: two terms of |value| / gamma nearly cancel (test_cuda._dgamma_err).
+    assert _dgamma_err(banded[-1], whole[-1], whole[0], gamma) <= tol
+
+
+@pytest.mark.cuda
+@needs_gpu
+def test_banded_checkpoint_agrees_with_store_and_bounds_memory(monkeypatch):
+    """B = 8, N = M = 1024, D = 64: gradients equal to the store path's to rounding, the saved buffer's
+    shape as saved_spec says, and the checkpointed forward + backward's peak far below one whole table."""
+    import softdtw.backends.cuda as be
+
+    monkeypatch.setattr(be, "COST_BAND_BYTES", 4 << 20)  # 1/8 of the 33.5 MB table
+    g0 = torch.Generator().manual_seed(3)
+    B, N, M, D = 8, 1024, 1024, 64
+    x = torch.randn(B, N, D, generator=g0).cuda()
+    y = torch.randn(B, M, D, generator=g0).cuda()
+    xl = torch.full((B,), N, dtype=torch.int64, device="cuda")
+    yl = torch.full((B,), M, dtype=torch.int64, device="cuda")
+    g = torch.tensor(1.0, device="cuda")
+    grad = torch.rand(B, generator=g0).cuda() + 0.5
+    vs, ss = be.forward(x, y, g, "sqeuclidean", xl, yl, None, "store")
+    a = be.backward(grad, x, y, g, "sqeuclidean", xl, yl, None, vs, ss, "store")
+    del ss
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    vc, sc = be.forward(x, y, g, "sqeuclidean", xl, yl, None, "checkpoint")
+    b = be.backward(grad, x, y, g, "sqeuclidean", xl, yl, None, vc, sc, "checkpoint")
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - base
+    table = B * N * M * 4
+    # Band 4.2 MB, tiles, checkpoints, dx, dy and the GEMMs' (B, N, D) temporaries; the unbanded path
+    # holds the whole table and the tile buffers.
+    assert peak < 0.75 * table, f"checkpointed large-D peak {peak / 1e6:.1f} MB, one table {table / 1e6:.1f} MB"
+    shape, sdtype = be.saved_spec("fused", B, N, M, D, torch.float32, "checkpoint")
+    assert tuple(sc.shape) == tuple(shape) and sc.dtype == sdtype
+    assert rel_err(vc, vs) <= 1e-6
+    for p, q in zip(a, b):
+        assert rel_err(q, p) <= 1e-4
+
+
+@pytest.mark.cuda
+@needs_gpu
+def test_auto_counts_the_large_d_cost(monkeypatch):
+    """memory="auto" adds the whole (B, N, M) cost of the large-D store path to what storing needs."""
+    from softdtw import _ops
+    import softdtw.backends.cuda as be
+
+    B, N, M = 4, 4096, 4096
+    table = B * N * M * 4
+    monkeypatch.setattr(_ops, "_free_bytes", lambda device: 3 * table)  # the links alone fit in half of it
+    pick = lambda D: _ops.resolve_memory("auto", True, "cuda", "fused", B, N, M, D, torch.float32,
+                                         torch.device("cuda"))
+    assert pick(1) == "store"
+    assert pick(64) == "checkpoint"
+    assert be.working_bytes("fused", B, N, M, 64, torch.float32, "store") == table
