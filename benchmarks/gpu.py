@@ -233,7 +233,7 @@ def grid(quick: bool):
                 fn()
                 ms = median_ms(fn, reps=3 if quick else 7)
                 rows.append(row("softdtw-backend", "forward_backward", B, N, N, D, "store", ms, peak_mb(fn)))
-                if N == 2048:  # issue 4's target at B = 32, N = 2048, D = 64 (a few ms each)
+                if N == 2048 or (D > 1 and N >= 512):  # issue 4's row; large D band by band (issue 3's bound)
                     rows += checkpoint_rows(x, y, B, N, D, reps=3 if quick else 7)
                 if pysdtw is not None:
                     fn = peer_step(pysdtw, x, y)
@@ -530,10 +530,11 @@ def targets(report) -> list[str]:
         if N > 1024:
             continue
         goal = peer / 10
-        be = _find(rows, "softdtw-backend", "forward_backward", B, N, D)
-        api = _find(rows, "softdtw", "forward_backward", B, N, D)
+        be = _find(rows, "softdtw-backend", "forward_backward", B, N, D, "store")
+        api = _find(rows, "softdtw", "forward_backward", B, N, D, "auto")
         if not be:
             continue
+        ckpt = [_find(rows, impl, "forward_backward", B, N, D, "checkpoint") for impl in ("softdtw-backend", "softdtw")]
         # 4 bytes per cell, plus input-sized buffers: x, y, their clones in the step and their gradients.
         mem_goal = 4 * B * N * N / 1e6 + 3 * 2 * B * N * D * 4 / 1e6
 
@@ -541,9 +542,15 @@ def targets(report) -> list[str]:
             fast, small = r["ms"] <= goal, r["peak_mb"] <= mem_goal
             return "yes" if fast and small else "no (" + ", ".join(
                 w for w, bad in (("time", not fast), ("memory", not small)) if bad) + ")"
+        measured = (f"backend {be['ms']:.4g} ms / {be['peak_mb']:.1f} MB; API {api['ms']:.4g} ms / "
+                    f"{api['peak_mb']:.1f} MB")
+        met = f"backend {verdict(be)}; API {verdict(api)}"
+        if all(ckpt):  # memory="checkpoint" (large D: the cost band by band)
+            measured += (f"; checkpoint: backend {ckpt[0]['ms']:.4g} ms / {ckpt[0]['peak_mb']:.1f} MB, "
+                         f"API {ckpt[1]['ms']:.4g} ms / {ckpt[1]['peak_mb']:.1f} MB")
+            met += f"; checkpoint: backend {verdict(ckpt[0])}, API {verdict(ckpt[1])}"
         out.append(f"| B={B} N={N} D={D} fwd+bwd <= {goal:.3g} ms (best peer {peer} ms), peak <= {mem_goal:.1f} MB "
-                   f"| backend {be['ms']:.4g} ms / {be['peak_mb']:.1f} MB; API {api['ms']:.4g} ms / "
-                   f"{api['peak_mb']:.1f} MB | backend {verdict(be)}; API {verdict(api)} |")
+                   f"| {measured} | {met} |")
     r = _find(rows, "softdtw-backend", "forward_backward", 1, 16)
     a = _find(rows, "softdtw", "forward_backward", 1, 16)
     if r and a:

@@ -84,11 +84,11 @@ def main():
         ok &= case(3, 250, 150, 1, dtype, 0.5, None, (2, 1), chain=True, TH=96)
         ok &= case(2, 200, 300, 1, dtype, 0.0, 30, (1, 2), chain=True, TH=160)
         ok &= case(2, 250, 100, 1, dtype, 0.3, None, (1, 1), "precomputed", chain=True, TH=96)
-    be.COST_BAND_BYTES, be.COST_BANDS = 1, 1000  # large D band by band: bands of one or two chunks
+    be.COST_BAND_BYTES, be.COST_BANDS, be.COST_WHOLE_MAX = 1, 1000, 1  # large D band by band, value-only too
     for dtype in (torch.float32, torch.float64):
         ok &= case(2, 150, 200, 20, dtype, 0.5, 40, (2, 1), TH=96)
         ok &= case(2, 130, 150, 17, dtype, 0.0, None, (1, 2), "l1", TH=160)
-    be.COST_BAND_BYTES, be.COST_BANDS = 64 << 20, 8
+    be.COST_BAND_BYTES, be.COST_BANDS, be.COST_WHOLE_MAX = 16 << 20, 8, 1 << 30
     ok &= api_checks()
     print("sanitize run:", "OK" if ok else "FAILED")
     sys.exit(0 if ok else 1)

@@ -10,7 +10,7 @@ instantiation of the same templates; float32 runs its DP in float32).
   tensor exists in the forward or the backward, dx and dy come out of the backward kernel). Larger D
   takes the cost from :mod:`softdtw.costs` (a GEMM for sqeuclidean), runs the precomputed-cost kernels
   and turns E into dx, dy by GEMMs. With memory="checkpoint" (and value-only passes whose whole cost
-  would exceed four bands) that cost is never whole: it is built one band of column
+  would exceed COST_WHOLE_MAX) that cost is never whole: it is built one band of column
   chunks at a time, each band's kernels launched after the band on its left (forward) or right
   (backward), E written over the band and turned into dx, dy by the band's GEMMs (``_forward_banded``).
 - memory="none": nothing saved, O(B·N) scratch at most. memory="store": the forward saves one 4-byte
@@ -52,9 +52,11 @@ FUSED_D_MAX = 16
 #: whole (B, N, M) cost, at least COST_BAND_BYTES and at most COST_BAND_MAX bytes, and the checkpointed
 #: backward's tile buffers about half that. Bands run one after another, each a pass over all rows, so
 #: fewer, wider bands are faster; the sizes depend on the problem only (forward and backward agree).
-COST_BAND_BYTES = 64 << 20
+COST_BAND_BYTES = 16 << 20
 COST_BANDS = 8
 COST_BAND_MAX = 4 << 30
+#: Value-only passes build the whole large-D cost up to this size and band it beyond (a band costs a pass).
+COST_WHOLE_MAX = 1 << 30
 
 
 def _band_bytes(B: int, N: int, M: int, dtype: torch.dtype) -> int:
@@ -67,10 +69,10 @@ def _fused(kind: str, D: int) -> bool:
 
 def _banded(kind: str, D: int, memory: str, B: int, N: int, M: int, dtype: torch.dtype) -> bool:
     """Whether a large-D cost is built band by band: always with memory="checkpoint" (bounded memory is
-    what it asks for), for value-only passes when the whole cost would exceed four minimal bands."""
+    what it asks for), for value-only passes when the whole cost would exceed COST_WHOLE_MAX."""
     if kind != "fused" or D <= FUSED_D_MAX:
         return False
-    return memory == "checkpoint" or (memory == "none" and B * N * M * dtype.itemsize > 4 * _band_bytes(B, N, M, dtype))
+    return memory == "checkpoint" or (memory == "none" and B * N * M * dtype.itemsize > COST_WHOLE_MAX)
 
 
 def _plan(kind: str, B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index: int, memory: str):
