@@ -209,6 +209,7 @@ def _launch_forward_chain(expr, dev, plan, x, y, C, gamma, x_lengths, y_lengths,
             *(_launch.i32(v) for v in band))
     _launch.launch("forward", expr, dev, B * band[1], plan.block(), args)
 
+
 def _run_backward_chain(grad, x, y, C, dC, cost, D, gamma, x_lengths, y_lengths, window, value, saved, plan):
     """backward_chain_kernel: one block per (pair, chunk), chunks right to left; with plan.TH > 0 saved
     holds the checkpoints and each block recomputes its tiles into its own two tile buffers."""
