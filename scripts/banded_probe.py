@@ -29,8 +29,7 @@ def probe(B, N, D, memories=("checkpoint", "store")):
             plan = be._plan("fused", B, N, N, D, torch.float32, 0, memory)
             bands = None
             if be._banded("fused", D, memory, B, N, N, torch.float32):
-                _, nband = be._launch.band_plan(B, N, N, torch.float32, 0, be._band_bytes(B, N, N, torch.float32),
-                                                be.COST_BANDS)
+                _, nband = be._band_plan(B, N, N, torch.float32, 0)
                 bands = -(-plan.nch // nband)
             print(json.dumps({"B": B, "N": N, "D": D, "memory": memory, "ms": round(ms, 3), "peak_mb": round(peak, 1),
                               "reps": reps, "table_mb": round(B * N * N * 4 / 1e6, 1), "plan": str(plan),

@@ -87,8 +87,7 @@ def test_banded_matches_reference(many_bands, dtype, B, N, M, D, cost, gamma, le
     want = reference_fused(x, y, _gamma(gamma, torch.float64), cost, xl, yl, w, _grad(B, torch.float64))
     xd, yd, g = x.to(dtype), y.to(dtype), _gamma(gamma, dtype)
     with _launch().forced_plan(K, W, TH=TH):
-        plan, nband = _launch().band_plan(B, N, M, dtype, x.device.index, many_bands._band_bytes(B, N, M, dtype),
-                                          many_bands.COST_BANDS)
+        plan, nband = many_bands._band_plan(B, N, M, dtype, x.device.index)
         assert -(-plan.nch // nband) >= min(plan.nch, 3) or plan.nch == 1  # several bands where there are chunks
         got = cuda_fused(xd, yd, g, cost, xl, yl, w, _grad(B, dtype), "checkpoint")
         v_none, _ = many_bands.forward(xd, yd, g, cost, xl, yl, w, "none")

@@ -37,6 +37,8 @@ Devices: CUDA. Dtypes: float32, float64.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from ... import costs
@@ -63,6 +65,11 @@ def _band_bytes(B: int, N: int, M: int, dtype: torch.dtype) -> int:
     return min(COST_BAND_MAX, max(COST_BAND_BYTES, -(-B * N * M * dtype.itemsize // COST_BANDS)))
 
 
+def _band_plan(B: int, N: int, M: int, dtype: torch.dtype, device_index: int):
+    """(plan, chunks per band) of a large-D cost built band by band; saved_spec, forward and backward agree."""
+    return _launch.band_plan(B, N, M, dtype, device_index, _band_bytes(B, N, M, dtype), COST_BANDS)
+
+
 def _fused(kind: str, D: int) -> bool:
     return kind == "fused" and D <= FUSED_D_MAX
 
@@ -77,7 +84,7 @@ def _banded(kind: str, D: int, memory: str, B: int, N: int, M: int, dtype: torch
 
 def _plan(kind: str, B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index: int, memory: str):
     if _banded(kind, D, memory, B, N, M, dtype):
-        return _launch.band_plan(B, N, M, dtype, device_index, _band_bytes(B, N, M, dtype), COST_BANDS)[0]
+        return _band_plan(B, N, M, dtype, device_index)[0]
     return _launch.plan_for(B, N, M, D if _fused(kind, D) else 0, dtype, device_index, memory == "checkpoint")
 
 
@@ -149,6 +156,21 @@ def _like(grad, data):
     return grad
 
 
+class Band(NamedTuple):
+    """One launch of a chained kernel, in the order of its last five arguments: chunks [c_lo, c_lo + nb),
+    tickets counted on from tbase, C's columns [cbase, cbase + ldc)."""
+    c_lo: int
+    nb: int
+    tbase: int
+    ldc: int
+    cbase: int
+
+    @property
+    def cols(self) -> slice:
+        return slice(self.cbase, self.cbase + self.ldc)
+
+
+
 def _run_forward(x, y, C, cost: str, D: int, gamma, x_lengths, y_lengths, window, store: bool,
                  checkpoint: bool = False):
     """Launch forward_kernel; x, y for fused costs (C None) or C for a precomputed one (x, y None)."""
@@ -176,7 +198,7 @@ def _run_forward_chain(x, y, C, cost, D, gamma, x_lengths, y_lengths, window, st
     value, saved, bufs = _forward_chain_buffers(data, B, N, M, plan, store)
     expr = _launch.expression("forward_chain_kernel", data.dtype, cost, D, plan, window is not None, store)
     _launch_forward_chain(expr, dev, plan, x, y, C, gamma, x_lengths, y_lengths, window, value,
-                          saved if store else None, bufs, B, N, M, (0, plan.nch, 0, M, 0))
+                          saved if store else None, bufs, B, N, M, Band(0, plan.nch, 0, M, 0))
     return value, saved
 
 
@@ -199,15 +221,14 @@ def _forward_chain_buffers(data, B, N, M, plan, store):
 
 def _launch_forward_chain(expr, dev, plan, x, y, C, gamma, x_lengths, y_lengths, window, value, saved, bufs,
                           B, N, M, band):
-    """One launch of forward_chain_kernel over the chunks [c_lo, c_lo + nband) of band = (c_lo, nband,
-    tbase, ldc, cbase) (see the kernel); (0, nch, 0, M, 0) is the whole table."""
+    """One launch of forward_chain_kernel over one :class:`Band` (Band(0, nch, 0, M, 0): the whole table)."""
     bnd, sync, ckpt = bufs
     args = (_launch.ptr(x), _launch.ptr(y), _launch.ptr(C), gamma.data_ptr(), x_lengths.data_ptr(),
             y_lengths.data_ptr(), _launch.ptr(window), value.data_ptr(), _launch.ptr(saved), _launch.ptr(bnd),
             sync.data_ptr(), _launch.ptr(ckpt), _launch.i32(B), _launch.i32(N), _launch.i32(M),
             _launch.i32(plan.nch), _launch.i32(max(plan.TH, 1)), _launch.i32(_launch.tile_stagger(plan.W)),
             *(_launch.i32(v) for v in band))
-    _launch.launch("forward", expr, dev, B * band[1], plan.block(), args)
+    _launch.launch("forward", expr, dev, B * band.nb, plan.block(), args)
 
 
 def _run_backward_chain(grad, x, y, C, dC, cost, D, gamma, x_lengths, y_lengths, window, value, saved, plan):
@@ -218,7 +239,7 @@ def _run_backward_chain(grad, x, y, C, dC, cost, D, gamma, x_lengths, y_lengths,
     bufs = _backward_chain_buffers(data, B, N, M, D if C is None else 0, plan, saved, plan.nch)
     expr = _launch.expression("backward_chain_kernel", data.dtype, cost, D, plan, window is not None, plan.TH > 0)
     _launch_backward_chain(expr, dev, plan, _like(grad, data), x, y, C, dC, gamma, x_lengths, y_lengths, window,
-                           value, saved, dx, dy, dgamma, bufs, B, N, M, (0, plan.nch, 0, M, 0))
+                           value, saved, dx, dy, dgamma, bufs, B, N, M, Band(0, plan.nch, 0, M, 0))
     return dx, dy, dgamma
 
 
@@ -239,7 +260,7 @@ def _backward_chain_buffers(data, B, N, M, DX, plan, saved, nband):
 
 def _launch_backward_chain(expr, dev, plan, grad, x, y, C, dC, gamma, x_lengths, y_lengths, window, value, saved,
                            dx, dy, dgamma, bufs, B, N, M, band):
-    """One launch of backward_chain_kernel over band = (c_lo, nband, tbase, ldc, cbase) (see the kernel)."""
+    """One launch of backward_chain_kernel over one :class:`Band` (see the kernel)."""
     bnd, ws, fbnd, ckpt, tiles = bufs
     checkpoint = plan.TH > 0
     args = (_launch.ptr(x), _launch.ptr(y), _launch.ptr(C), gamma.data_ptr(), x_lengths.data_ptr(),
@@ -250,7 +271,7 @@ def _launch_backward_chain(expr, dev, plan, grad, x, y, C, dC, gamma, x_lengths,
             _launch.i32(max(plan.TH, 1)), _launch.i32(_launch.tile_stagger(plan.W)),
             *(_launch.i32(v) for v in band))
     # memory="checkpoint": twice the warps, the second group recomputing tiles (kernels/backward.cu).
-    _launch.launch("backward", expr, dev, B * band[1], plan.block() * (2 if checkpoint else 1), args)
+    _launch.launch("backward", expr, dev, B * band.nb, plan.block() * (2 if checkpoint else 1), args)
 
 
 def _run_backward(grad, x, y, C, dC, cost: str, D: int, gamma, x_lengths, y_lengths, window, value, saved,
@@ -347,14 +368,13 @@ def _backward_gemm(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value,
 
 
 def _bands(plan, nband, B, M, right_to_left=False):
-    """(c_lo, nb, tbase, ldc, cbase) of each band of at most nband chunks, in launch order: the band's
-    chunks [c_lo, c_lo + nb), columns [cbase, cbase + ldc), and the tickets of the earlier launches."""
+    """The bands of at most nband chunks in launch order; tbase counts the blocks of the earlier launches."""
     starts = list(range(0, plan.nch, nband))
     tbase = 0
     for c_lo in reversed(starts) if right_to_left else starts:
         nb = min(nband, plan.nch - c_lo)
         j0, j1 = c_lo * plan.CW, min(M, (c_lo + nb) * plan.CW)
-        yield c_lo, nb, tbase, j1 - j0, j0
+        yield Band(c_lo, nb, tbase, j1 - j0, j0)
         tbase += B * nb
 
 
@@ -363,13 +383,14 @@ def _forward_banded(x, y, gamma, cost, x_lengths, y_lengths, window, memory):
     of one band of column chunks at a time (``_gemm_cost`` of y's band), each band's forward_chain_kernel
     after the band on its left, which published its last column (kernels/forward.cu)."""
     B, N, M, dev = x.shape[0], x.shape[1], y.shape[1], x.device.index
-    plan, nband = _launch.band_plan(B, N, M, x.dtype, dev, _band_bytes(B, N, M, x.dtype), COST_BANDS)
+    plan, nband = _band_plan(B, N, M, x.dtype, dev)
     if memory != "checkpoint":
         plan = _launch.Plan(plan.K, plan.W, plan.nch, True, 0)  # no row checkpoints
     value, saved, bufs = _forward_chain_buffers(x, B, N, M, plan, False)
     expr = _launch.expression("forward_chain_kernel", x.dtype, "precomputed", 0, plan, window is not None, False)
+    xx = _row_norms(cost, x)
     for band in _bands(plan, nband, B, M):
-        C = _gemm_cost(cost, x, y[:, band[4]: band[4] + band[3]])
+        C = _gemm_cost(cost, x, y[:, band.cols], xx)
         _launch_forward_chain(expr, dev, plan, None, None, C, gamma, x_lengths, y_lengths, window, value, None,
                               bufs, B, N, M, band)
         del C  # the caching allocator hands it to the next band's GEMM, after this launch on the same stream
@@ -380,30 +401,38 @@ def _backward_banded(grad, x, y, gamma, cost, x_lengths, y_lengths, window, valu
     """memory="checkpoint" for large D: bands right to left, each its cost by GEMM, the checkpointed
     backward_chain_kernel writing grad_b · E_b over it, then the band's share of dx and its dy by GEMMs."""
     B, N, M, dev = x.shape[0], x.shape[1], y.shape[1], x.device.index
-    plan, nband = _launch.band_plan(B, N, M, x.dtype, dev, _band_bytes(B, N, M, x.dtype), COST_BANDS)
+    plan, nband = _band_plan(B, N, M, x.dtype, dev)
     dgamma = torch.empty(B, dtype=x.dtype, device=x.device)
     bufs = _backward_chain_buffers(x, B, N, M, 0, plan, saved, nband)
     expr = _launch.expression("backward_chain_kernel", x.dtype, "precomputed", 0, plan, window is not None, True)
     grad = _like(grad, x)
     dx, dy = None, torch.empty_like(y)
+    xx = _row_norms(cost, x)
     for band in _bands(plan, nband, B, M, right_to_left=True):
-        yb = y[:, band[4]: band[4] + band[3]]
-        C = _gemm_cost(cost, x, yb)
+        yb = y[:, band.cols]
+        C = _gemm_cost(cost, x, yb, xx)
         _launch_backward_chain(expr, dev, plan, grad, None, None, C, C, gamma, x_lengths, y_lengths, window, value,
                                saved, None, None, dgamma, bufs, B, N, M, band)
         gx, gy = _cost_vjp(cost, x, yb, C)
         dx = gx if dx is None else dx.add_(gx)
-        dy[:, band[4]: band[4] + band[3]] = gy
+        dy[:, band.cols] = gy
         del C, gx, gy
     return dx, dy, dgamma
 
 
-def _gemm_cost(cost, x, y):
+def _row_norms(cost, x):
+    """|x_i|² `(B, N, 1)` for the squared Euclidean GEMM form (None for other costs): computed once for all
+    bands of a banded pass."""
+    return x.square().sum(-1, keepdim=True) if cost == "sqeuclidean" else None
+
+
+def _gemm_cost(cost, x, y, xx=None):
     """`(B, N, M)` cost for large D without a (B, N, M, D) temporary: |x|² + |y|² - 2 x·yᵀ (one batched
-    GEMM, the rest in place, clamped at 0) for sqeuclidean, torch.cdist for l1."""
+    GEMM, the rest in place, clamped at 0) for sqeuclidean, torch.cdist for l1. xx: |x|² if known."""
     if cost == "sqeuclidean":
         C = torch.bmm(x, y.transpose(1, 2)).mul_(-2.0)
-        return C.add_(x.square().sum(-1, keepdim=True)).add_(y.square().sum(-1).unsqueeze(1)).clamp_min_(0.0)
+        xx = _row_norms(cost, x) if xx is None else xx
+        return C.add_(xx).add_(y.square().sum(-1).unsqueeze(1)).clamp_min_(0.0)
     return torch.cdist(x, y, p=1.0).contiguous()
 
 

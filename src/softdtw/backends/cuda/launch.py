@@ -233,12 +233,11 @@ def band_plan(B: int, N: int, M: int, dtype: torch.dtype, device_index: int, ban
 
     The cost of a band, B·N·(nband·CW) values, takes at most `band_bytes` (a single chunk may exceed it
     when B·N·32 values do; a band takes one chunk more when that keeps the band count at max_bands), the
-    checkpointed backward's tile buffers of the band's blocks about half of
-    that (never less than two tiles of 64·W + 32 rows per block). Bands run
-    one after another, each a full pass over the rows (see _band_plan for the layout). Under
-    :func:`forced_plan` the forced K, W (and TH) are kept.
+    checkpointed backward's tile buffers of the band's blocks about half of that (never less than two
+    tiles of 64·W + 32 rows per block). Bands run one after another, each a full pass over the rows (see
+    _band_plan for the layout). Under :func:`forced_plan` the forced K, W (and TH) are kept.
     """
-    item = 4 if dtype == torch.float32 else 8
+    item = dtype.itemsize  # a C value and a link word alike: 4 bytes for float32, 8 for float64
     if _forced:
         plan = plan_for(B, N, M, 0, dtype, device_index, checkpoint=True)
         nband = _chunks_per_band(plan.nch, B * N * plan.CW * item, band_bytes, max_bands)
@@ -260,11 +259,12 @@ def _chunks_per_band(nch: int, chunk_bytes: int, band_bytes: int, max_bands: int
 
 @lru_cache(maxsize=4096)
 def _band_plan(B: int, N: int, M: int, dtype: torch.dtype, band_bytes: int, max_bands: int = 8) -> tuple:
-    # One warp per block and the widest K <= 4 whose chunk fits the band (and is less than twice as wide as y). A sweep of every layout on an H100
-    # (scripts/banded_probe.py --sweep, benchmarks/OPTIMIZATION_LOG.md) put K = 4, W = 1 first at B = 32,
-    # N = 2048 and B = 1, N = 16384 (D = 64), 11-12 % ahead of the chained model's pick (K = 1, W = 4):
-    # that model was fitted to fused-cost kernels, and the precomputed-cost ring changes the balance.
-    item = 4 if dtype == torch.float32 else 8
+    # One warp per block and the widest K <= 4 whose chunk fits the band (and is less than twice as wide
+    # as y). A sweep of every layout on an H100 (scripts/banded_probe.py --sweep,
+    # benchmarks/OPTIMIZATION_LOG.md) put K = 4, W = 1 first at B = 32, N = 2048 and B = 1, N = 16384
+    # (D = 64), 11-12 % ahead of the chained model's pick (K = 1, W = 4): that model was fitted to
+    # fused-cost kernels, and the precomputed-cost ring changes the balance.
+    item = dtype.itemsize
     K = 1
     for k in (4, 2):
         if k <= _krings(dtype, 0)[0] and 32 * k < 2 * M and B * N * 32 * k * item <= band_bytes:
@@ -287,7 +287,6 @@ def _planned(B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index: i
                        4 if dtype == torch.float32 else 8, D > 0)
 
 
-@lru_cache(maxsize=4096)
 @lru_cache(maxsize=4096)  # a string built per launch otherwise
 def expression(kernel: str, dtype: torch.dtype, cost: str, D: int, plan: Plan, window: bool,
                store: bool | None = None) -> str:
