@@ -137,6 +137,25 @@ def test_gamma_range(dtype, gamma):
     _check(got, want, dtype, gamma)
 
 
+# float32 gradients where |R| / gamma is large (D = 33, 64 and small gamma; DESIGN.md's edge shapes). The
+# forward keeps R in log2 units, rounded to ulp(|R| / (gamma ln 2)) (1e5 to 1e7 here), and each cell's
+# soft-min weights inherit that error, so how close a row comes to the tolerance depends on how many cells
+# are near ties. Measured on the H100: dy 4.1e-4 (33, 0.5), 5.1e-4 (64, 0.1), 1e-7 (64, 0.01: nearly hard)
+# and 4.05e-3 at (33, 0.1), the known gap of issue 3. scripts/f32_precision_model.py models the kernel's
+# float32 arithmetic and the fix (each lane's R relative to a frame re-anchored every 32 rows; not built
+# yet). Strict: once the kernels keep local frames the marked row passes, and the marker must go.
+_KNOWN_F32_GAP = pytest.mark.xfail(strict=True, reason="float32 R in absolute log2 units: weight error ulp(|R| / gamma)")
+
+
+@pytest.mark.parametrize("D,gamma", [(33, 0.5), pytest.param(33, 0.1, marks=_KNOWN_F32_GAP), (64, 0.1), (64, 0.01)])
+def test_float32_gradients_at_large_costs(D, gamma):
+    x, y, xl, yl, w = _problem(2, 400, 700, D, seed=D)
+    want = reference_fused(x, y, _gamma(gamma, torch.float64), "sqeuclidean", xl, yl, w, _grad(2, torch.float64))
+    got = cuda_fused(x.float(), y.float(), _gamma(gamma, torch.float32), "sqeuclidean", xl, yl, w,
+                     _grad(2, torch.float32))
+    _check(got, want, torch.float32, gamma)
+
+
 # --- every layout: warps per pair, columns per lane, column chunks ---------------------------------------
 
 LAYOUTS = [(1, 1), (2, 1), (4, 1), (16, 1), (1, 2), (2, 4), (4, 2), (8, 1), (1, 16), (4, 16)]

@@ -69,11 +69,15 @@ CASES = [
     (2, 517, 1, 24, "sqeuclidean", 1.0, True, None, 1, 1, 96),
     (2, 400, 700, 33, "sqeuclidean", 1.0, True, 100, 2, 4, 288),
 ]
-# Not smaller gamma here: each cost is rounded (GEMM form, |x|² + |y|² - 2 x·y, on every large-D path,
-# banded or not, and in the reference at this size) and 1 / gamma amplifies that along every path. At
-# gamma = 0.1 (0.01), D = 33 the gradients miss the float64 tolerance by 1.35x (2.7x), and float32's at
-# gamma = 0.5 (0.1, 0.01) by 1.27x (1.2x, 16x), with or without bands (costs of ~66 per cell: |R| / gamma
-# is large for float32); test_banded_equals_unbanded covers small gamma against the unbanded path.
+# Not smaller gamma here, for two reasons that banding does not change (measured at 2, 400, 700, 33):
+# - float64: the GEMM form of the cost, |x|² + |y|² - 2 x·y, rounds each cost, and 1 / gamma amplifies it.
+#   The CPU backend fed the GEMM-form cost differs from the directly computed one by 3.9e-11 at gamma = 0.1
+#   and 4.9e-10 at 0.01 (the cuda path: 1.35e-10 at 0.1, against 1e-10).
+# - float32: the forward's R in log2 units reaches ~1e5 here at gamma = 0.5, so every R carries an error of
+#   ulp(|R| / (gamma ln 2)) into its cell's weights (1.27e-3 at 0.5 against 1e-3). The GEMM's rounding adds
+#   ~1.5e-5; scripts/f32_precision_model.py reproduces both. Tracked by test_cuda.py's
+#   test_float32_gradients_at_large_costs; test_banded_equals_unbanded covers small gamma against the
+#   unbanded path.
 
 
 @pytest.mark.cuda
@@ -182,3 +186,27 @@ def test_auto_counts_the_large_d_cost(monkeypatch):
     assert pick(1) == "store"
     assert pick(64) == "checkpoint"
     assert be.working_bytes("fused", B, N, M, 64, torch.float32, "store") == table
+
+
+@pytest.mark.cuda
+@needs_gpu
+def test_band_cost_out_of_memory_names_the_sizes(monkeypatch):
+    """Running out of memory in a band's own GEMM is a MemoryError naming the sizes (like the saved
+    buffers'), not torch's OutOfMemoryError. The GEMM is made to fail: a real out-of-memory at exactly that
+    allocation depends on the caching allocator's state."""
+    import softdtw.backends.cuda as be
+
+    def no_room(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory (test)")
+
+    B, N, M, D = 2, 1024, 1536, 32
+    x = torch.randn(B, N, D, device="cuda")
+    y = torch.randn(B, M, D, device="cuda")
+    xl = torch.full((B,), N, dtype=torch.int64, device="cuda")
+    yl = torch.full((B,), M, dtype=torch.int64, device="cuda")
+    g = torch.tensor(1.0, device="cuda")
+    monkeypatch.setattr(be, "_gemm_cost", no_room)
+    with pytest.raises(MemoryError, match=r"B=2 pairs of lengths N=1024, M=1536 needs .* one band of the cost"):
+        be.forward(x, y, g, "sqeuclidean", xl, yl, None, "checkpoint")
+    with pytest.raises(MemoryError, match=r"needs .* the whole cost \(D=32 features\).*memory='checkpoint'"):
+        be.forward(x, y, g, "sqeuclidean", xl, yl, None, "store")

@@ -119,20 +119,42 @@ def saved_spec(kind, B, N, M, D, dtype, memory):
 
 # --- launches ---------------------------------------------------------------------------------------
 
+_WAYS_AROUND = ("Pass fewer pairs per call (the memory grows with the batch), use memory='checkpoint' (it keeps R "
+                "only on tile boundaries and builds a large-D cost a band of columns at a time), shorten the series, "
+                "or compute values only (torch.no_grad()).")
+
+
+def _memory_error(device, nbytes: int, what: str, B: int, N: int, M: int, ways: str = _WAYS_AROUND):
+    """The MemoryError that replaces torch's OutOfMemoryError: the sizes, what needed the memory, the fix."""
+    free, _ = torch.cuda.mem_get_info(device)
+    return MemoryError(
+        f"soft-DTW on B={B} pairs of lengths N={N}, M={M} needs {nbytes / 2**30:.2f} GiB for {what} "
+        f"and only {free / 2**30:.2f} GiB of GPU memory are free. {ways}"
+    )
+
+
 def _alloc(like: torch.Tensor, numel: int, dtype: torch.dtype, what: str, B: int, N: int, M: int) -> torch.Tensor:
     """A flat buffer for the saved table, the checkpoints or the tile buffers; running out of memory
     becomes a MemoryError that names the sizes and the ways around it."""
     try:
         return like.new_empty((numel,), dtype=dtype)
     except torch.OutOfMemoryError as err:
-        free, _ = torch.cuda.mem_get_info(like.device)
-        nbytes = numel * dtype.itemsize
-        raise MemoryError(
-            f"soft-DTW on B={B} pairs of lengths N={N}, M={M} needs {nbytes / 2**30:.2f} GiB for {what} "
-            f"and only {free / 2**30:.2f} GiB of GPU memory are free. Pass fewer pairs per call (the "
-            f"memory grows with the batch), use memory='checkpoint' (it keeps R only on tile boundaries), "
-            f"shorten the series, or compute values only (torch.no_grad())."
-        ) from err
+        raise _memory_error(like.device, numel * dtype.itemsize, what, B, N, M) from err
+
+
+def _cost_checked(cost, x, y, xx=None, M: int | None = None, banded: bool = False):
+    """_gemm_cost with running out of memory turned into the MemoryError of :func:`_memory_error`. M: all of
+    y's columns (y may be one band of them)."""
+    try:
+        return _gemm_cost(cost, x, y, xx)
+    except torch.OutOfMemoryError as err:
+        B, N, Mb = x.shape[0], x.shape[1], y.shape[1]
+        what = (f"one band of the cost ({Mb} of the M columns, D={x.shape[2]}; memory='checkpoint' builds the "
+                f"cost band by band)" if banded else f"the whole cost (D={x.shape[2]} features)")
+        ways = ("Pass fewer pairs per call (the memory grows with the batch), shorten the series, or free GPU "
+                "memory held elsewhere." if banded else _WAYS_AROUND)
+        raise _memory_error(x.device, B * N * Mb * x.dtype.itemsize, what, B, N,
+                            Mb if M is None else M, ways) from err
 
 
 def _sizes(x, y, C):
@@ -333,7 +355,7 @@ def forward(x, y, gamma, cost, x_lengths, y_lengths, window, memory):
     if _banded("fused", D, memory, x.shape[0], x.shape[1], y.shape[1], x.dtype):
         return _forward_banded(x, y, gamma, cost, x_lengths, y_lengths, window, memory)
     if D > FUSED_D_MAX:
-        C = _gemm_cost(cost, x, y)
+        C = _cost_checked(cost, x, y)
         return _run_forward(None, None, C, "precomputed", 0, gamma, x_lengths, y_lengths, window, store)
     return _run_forward(x.contiguous(), y.contiguous(), None, cost, D, gamma, x_lengths, y_lengths, window, store,
                         memory == "checkpoint")
@@ -356,7 +378,7 @@ def backward(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved
 
 def _backward_gemm(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved):
     """Large D: the cost again by GEMM, E written over it in place (grad_b · E_b), then dx, dy by GEMMs."""
-    C = _gemm_cost(cost, x, y)
+    C = _cost_checked(cost, x, y)
     if saved.numel() == 0:
         _, saved = _run_forward(None, None, C, "precomputed", 0, gamma, x_lengths, y_lengths, window, True)
     # grad_b · E_b overwrites C in place (each cell is read, then written, by the same lane; the kernel
@@ -390,7 +412,7 @@ def _forward_banded(x, y, gamma, cost, x_lengths, y_lengths, window, memory):
     expr = _launch.expression("forward_chain_kernel", x.dtype, "precomputed", 0, plan, window is not None, False)
     xx = _row_norms(cost, x)
     for band in _bands(plan, nband, B, M):
-        C = _gemm_cost(cost, x, y[:, band.cols], xx)
+        C = _cost_checked(cost, x, y[:, band.cols], xx, M, banded=True)
         _launch_forward_chain(expr, dev, plan, None, None, C, gamma, x_lengths, y_lengths, window, value, None,
                               bufs, B, N, M, band)
         del C  # the caching allocator hands it to the next band's GEMM, after this launch on the same stream
@@ -410,7 +432,7 @@ def _backward_banded(grad, x, y, gamma, cost, x_lengths, y_lengths, window, valu
     xx = _row_norms(cost, x)
     for band in _bands(plan, nband, B, M, right_to_left=True):
         yb = y[:, band.cols]
-        C = _gemm_cost(cost, x, yb, xx)
+        C = _cost_checked(cost, x, yb, xx, M, banded=True)
         _launch_backward_chain(expr, dev, plan, grad, None, None, C, C, gamma, x_lengths, y_lengths, window, value,
                                saved, None, None, dgamma, bufs, B, N, M, band)
         gx, gy = _cost_vjp(cost, x, yb, C)

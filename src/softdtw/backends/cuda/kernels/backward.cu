@@ -102,9 +102,11 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
   constexpr bool TRIM = MODE == BWD_SEQ && trims_pass<FUSED, K>();
   const T* xb = a.x + size_t(b) * N * DT;
   const T* yb = a.y + size_t(b) * M * DT;
-  // Column j of C and dC at [row * ldc + j - cbase]: a band of columns (large D) or the whole table.
-  const T* Cb = a.C + size_t(b) * N * a.ldc - a.cbase;
-  T* dCb = a.dC + size_t(b) * N * a.ldc - a.cbase;
+  // Column j of C and dC at [row * ldc + j - cbase]: a band of columns (large D) or the whole table. The
+  // pointers stay at the band's start; only cells of the band (j >= cbase) are ever formed.
+  const T* Cb = a.C + size_t(b) * N * a.ldc;
+  T* dCb = a.dC + size_t(b) * N * a.ldc;
+  const int cb = a.cbase;
   const int* wb = a.window + size_t(b) * N * 2;
   const T g = a.grad[b];
   // d cost / d x = slope_unit * cost_slope(x - y); the kernel sees pre-scaled x' = xs x, y' = xs y, so the
@@ -127,7 +129,7 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
           for (int d = 0; d < DT; ++d) a.dy[(size_t(b) * M + j) * DT + d] = T(0);
     } else {
       for (int i = (c0 >= nch_b ? 0 : n); i < N; ++i)
-        for (int j = cbeg + L; j < cend; j += NL) dCb[size_t(i) * a.ldc + j] = T(0);
+        for (int j = cbeg + L; j < cend; j += NL) dCb[size_t(i) * a.ldc + (j - cb)] = T(0);
     }
     if (c0 >= nch_b) return;  // block-uniform: no chunk of this pair lies here
   } else if (FUSED) {  // rows past n_b and columns past the visited chunks get zero gradients
@@ -139,9 +141,9 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
       for (int d = 0; d < DT; ++d) a.dy[(size_t(b) * M + j) * DT + d] = T(0);
   } else {  // dC: rows past n_b, and columns right of the visited chunks (the main loop writes the rest)
     for (int i = n; i < N; ++i)
-      for (int j = L; j < M; j += NL) dCb[size_t(i) * a.ldc + j] = T(0);
+      for (int j = L; j < M; j += NL) dCb[size_t(i) * a.ldc + (j - cb)] = T(0);
     for (int i = 0; i < n; ++i)
-      for (int j = nch_b * CW + L; j < M; j += NL) dCb[size_t(i) * a.ldc + j] = T(0);
+      for (int j = nch_b * CW + L; j < M; j += NL) dCb[size_t(i) * a.ldc + (j - cb)] = T(0);
   }
 
   const int c_hi = MODE == BWD_SEQ ? nch_b - 1 : c0, c_lo = MODE == BWD_SEQ ? 0 : c0;
@@ -246,7 +248,7 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
 #pragma unroll
         for (int k = 0; k < K; ++k) {
           const bool in = ok && j0 + k < M;
-          cp_async<int(sizeof(T))>(my_cring + s * stage + k, in ? Cb + size_t(row) * a.ldc + j0 + k : a.C, in);
+          cp_async<int(sizeof(T))>(my_cring + s * stage + k, in ? Cb + size_t(row) * a.ldc + (j0 + k - cb) : a.C, in);
         }
       }
       cp_async_commit();
@@ -386,7 +388,7 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
               dyacc[k][d] += gd;
             }
           } else if (j < M) {
-            dCb[size_t(i) * a.ldc + j] = g * e;
+            dCb[size_t(i) * a.ldc + (j - cb)] = g * e;
           }
         }
         ec += double(ecrow);

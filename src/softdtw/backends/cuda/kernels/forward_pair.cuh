@@ -113,7 +113,8 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
   const int smod = MODE == MODE_RECOMP ? a.TH : N;  // step rows in the link store (ring of slots)
   const T* xb = a.x + size_t(b) * N * DT;
   const T* yb = a.y + size_t(b) * M * DT;
-  const T* Cb = a.C + size_t(b) * N * a.ldc - a.cbase;  // column j of a row at Cb[row * ldc + j]
+  const T* Cb = a.C + size_t(b) * N * a.ldc;  // column j of a row at Cb[row * ldc + j - cbase] (j >= cbase)
+  const int cb = a.cbase;
   const int* wb = a.window + size_t(b) * N * 2;
   T* my_ring = ring + size_t(tid) * K;  // stage s at my_ring + s * nthreads * K
 
@@ -186,7 +187,7 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
         T* dst = my_ring + size_t(t % P) * nthreads * K;
 #pragma unroll
         for (int k = 0; k < K; ++k)
-          cp_async<int(sizeof(T))>(dst + k, ok && j0 + k < M ? Cb + size_t(row) * a.ldc + j0 + k : a.C, ok && j0 + k < M);
+          cp_async<int(sizeof(T))>(dst + k, ok && j0 + k < M ? Cb + size_t(row) * a.ldc + (j0 + k - cb) : a.C, ok && j0 + k < M);
         cp_async_commit();
       }
     };
@@ -237,7 +238,7 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
         for (int k = 0; k < K; ++k) cr[k] = src_c[k];
       } else if constexpr (!FUSED) {  // RECOMP of a precomputed cost: plain loads (no ring in the backward)
 #pragma unroll
-        for (int k = 0; k < K; ++k) cr[k] = (live && j0 + k < M) ? Cb[size_t(i) * a.ldc + j0 + k] : T(0);
+        for (int k = 0; k < K; ++k) cr[k] = (live && j0 + k < M) ? Cb[size_t(i) * a.ldc + (j0 + k - cb)] : T(0);
       }
       if (live) {
         T left = leftin;
