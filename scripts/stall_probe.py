@@ -1,0 +1,27 @@
+"""One value-only forward with a forced layout, for Nsight Compute's per-instruction stall sampling.
+
+    ncu --section SourceCounters --section WarpStateStats --kernel-name regex:forward_kernel \
+        --launch-count 1 -o rep python3 scripts/stall_probe.py B N K W
+    ncu -i rep.ncu-rep --page source --csv --print-source sass > source.csv
+
+Question it answers (benchmarks/OPTIMIZATION_LOG.md, "Skewed lanes"): where the ~0.2 µs fixed cost of a
+latency-bound step goes, instruction by instruction, in a W = 1 SEQ pass (no barrier, no flags).
+"""
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+from softdtw.backends import cuda as be  # noqa: E402
+from softdtw.backends.cuda import launch  # noqa: E402
+
+B, N, K, W = (int(v) for v in sys.argv[1:5])
+x = torch.randn(B, N, 1, device="cuda")
+y = torch.randn(B, N, 1, device="cuda")
+g = torch.tensor(1.0, device="cuda")
+lengths = torch.full((B,), N, device="cuda")
+with launch.forced_plan(K, W):
+    be.forward(x, y, g, "sqeuclidean", lengths, lengths, None, "none")
+torch.cuda.synchronize()
+print(f"profiled forward B={B} N={N} K={K} W={W}")
