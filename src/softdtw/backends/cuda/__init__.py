@@ -142,19 +142,21 @@ def _alloc(like: torch.Tensor, numel: int, dtype: torch.dtype, what: str, B: int
         raise _memory_error(like.device, numel * dtype.itemsize, what, B, N, M) from err
 
 
-def _cost_checked(cost, x, y, xx=None, M: int | None = None, banded: bool = False):
+def _cost_checked(cost, x, y, xx=None, M: int | None = None):
     """_gemm_cost with running out of memory turned into the MemoryError of :func:`_memory_error`. M: all of
-    y's columns (y may be one band of them)."""
+    y's columns when y is one band of them (a banded pass), else None."""
     try:
         return _gemm_cost(cost, x, y, xx)
     except torch.OutOfMemoryError as err:
         B, N, Mb = x.shape[0], x.shape[1], y.shape[1]
-        what = (f"one band of the cost ({Mb} of the M columns, D={x.shape[2]}; memory='checkpoint' builds the "
-                f"cost band by band)" if banded else f"the whole cost (D={x.shape[2]} features)")
-        ways = ("Pass fewer pairs per call (the memory grows with the batch), shorten the series, or free GPU "
-                "memory held elsewhere." if banded else _WAYS_AROUND)
-        raise _memory_error(x.device, B * N * Mb * x.dtype.itemsize, what, B, N,
-                            Mb if M is None else M, ways) from err
+        if M is None:
+            what, ways, M = f"the whole cost (D={x.shape[2]} features)", _WAYS_AROUND, Mb
+        else:
+            what = (f"one band of the cost ({Mb} of the M columns, D={x.shape[2]}; memory='checkpoint' builds "
+                    f"the cost band by band)")
+            ways = ("Pass fewer pairs per call (the memory grows with the batch), shorten the series, or free "
+                    "GPU memory held elsewhere.")
+        raise _memory_error(x.device, B * N * Mb * x.dtype.itemsize, what, B, N, M, ways) from err
 
 
 def _sizes(x, y, C):
@@ -190,7 +192,6 @@ class Band(NamedTuple):
     @property
     def cols(self) -> slice:
         return slice(self.cbase, self.cbase + self.ldc)
-
 
 
 def _run_forward(x, y, C, cost: str, D: int, gamma, x_lengths, y_lengths, window, store: bool,
@@ -412,7 +413,7 @@ def _forward_banded(x, y, gamma, cost, x_lengths, y_lengths, window, memory):
     expr = _launch.expression("forward_chain_kernel", x.dtype, "precomputed", 0, plan, window is not None, False)
     xx = _row_norms(cost, x)
     for band in _bands(plan, nband, B, M):
-        C = _cost_checked(cost, x, y[:, band.cols], xx, M, banded=True)
+        C = _cost_checked(cost, x, y[:, band.cols], xx, M)
         _launch_forward_chain(expr, dev, plan, None, None, C, gamma, x_lengths, y_lengths, window, value, None,
                               bufs, B, N, M, band)
         del C  # the caching allocator hands it to the next band's GEMM, after this launch on the same stream
@@ -432,7 +433,7 @@ def _backward_banded(grad, x, y, gamma, cost, x_lengths, y_lengths, window, valu
     xx = _row_norms(cost, x)
     for band in _bands(plan, nband, B, M, right_to_left=True):
         yb = y[:, band.cols]
-        C = _cost_checked(cost, x, yb, xx, M, banded=True)
+        C = _cost_checked(cost, x, yb, xx, M)
         _launch_backward_chain(expr, dev, plan, grad, None, None, C, C, gamma, x_lengths, y_lengths, window, value,
                                saved, None, None, dgamma, bufs, B, N, M, band)
         gx, gy = _cost_vjp(cost, x, yb, C)
