@@ -26,7 +26,8 @@ instantiation of the same templates; float32 runs its DP in float32).
 - memory="checkpoint" (long pairs, bounded memory): a chained plan (one block per pair and column chunk,
   the chunks of a pair running at once and handing their boundary column over through L2 flags). The
   forward saves R of every chunk's last column and of the row above every tile of TH rows, flat in the
-  data dtype: ``B · (nch·N + (ceil(N/TH) + 1)·nch·CW)`` values. In the backward each block has a second
+  data dtype: ``B · (nch·N + (ceil(N/TH) + 1)·nch·CW)`` values; float32 keeps each value's frame beside
+  it (kernels/forward_pair.cuh, "Frames"): ``B · (2·nch·N + (ceil(N/TH) + 1)·nch·(CW + 32·W))``. In the backward each block has a second
   group of warps that recomputes the chunk's tiles bottom up (their links) into two per-block tile
   buffers while the first group sweeps the previous tile: 2·TH·CW words per block, at most
   ``launch.TILE_BYTES`` in all.
@@ -113,7 +114,7 @@ def saved_spec(kind, B, N, M, D, dtype, memory):
         return None, saved_dtype
     plan = _plan(kind, B, N, M, D, dtype, torch.cuda.current_device(), memory)
     if memory == "checkpoint":
-        return (B * plan.checkpoint_numel(N),), saved_dtype
+        return (B * plan.checkpoint_numel(N, _launch.has_frames(dtype, True)),), saved_dtype
     return (B * plan.saved_numel(N),), saved_dtype
 
 
@@ -205,7 +206,8 @@ def _run_forward(x, y, C, cost: str, D: int, gamma, x_lengths, y_lengths, window
     saved = (_alloc(data, B * plan.saved_numel(N), _saved_dtype(data.dtype),
                     "the stored backward table (memory='store')", B, N, M) if store
              else data.new_empty((0,)))
-    bnd = data.new_empty((B, N)) if plan.nch > 1 else None
+    # One column (with frames: value, frame per row), reused chunk after chunk.
+    bnd = data.new_empty((B, N * (2 if _launch.has_frames(data.dtype, store) else 1))) if plan.nch > 1 else None
     expr = _launch.expression("forward_kernel", data.dtype, cost, D, plan, window is not None, store)
     args = (_launch.ptr(x), _launch.ptr(y), _launch.ptr(C), gamma.data_ptr(), x_lengths.data_ptr(),
             y_lengths.data_ptr(), _launch.ptr(window), value.data_ptr(), _launch.ptr(saved if store else None),
@@ -219,7 +221,8 @@ def _run_forward_chain(x, y, C, cost, D, gamma, x_lengths, y_lengths, window, st
     checkpoints (plan.TH > 0: column checkpoints then row checkpoints, flat) or nothing."""
     data, B, N, M, dev = _sizes(x, y, C)
     value, saved, bufs = _forward_chain_buffers(data, B, N, M, plan, store)
-    expr = _launch.expression("forward_chain_kernel", data.dtype, cost, D, plan, window is not None, store)
+    expr = _launch.expression("forward_chain_kernel", data.dtype, cost, D, plan, window is not None, store,
+                              plan.TH > 0)
     _launch_forward_chain(expr, dev, plan, x, y, C, gamma, x_lengths, y_lengths, window, value,
                           saved if store else None, bufs, B, N, M, Band(0, plan.nch, 0, M, 0))
     return value, saved
@@ -229,17 +232,24 @@ def _forward_chain_buffers(data, B, N, M, plan, store):
     """value `(B,)`, what the forward saves, and (bnd, sync, ckpt) of a chained forward."""
     value = torch.empty(B, dtype=data.dtype, device=data.device)
     ckpt = None
+    frames = _launch.has_frames(data.dtype, store or plan.TH > 0)
     if plan.TH > 0:
-        saved = _alloc(data, B * plan.checkpoint_numel(N), data.dtype, "the checkpoints (memory='checkpoint')",
-                       B, N, M)
-        bnd, ckpt = saved[: B * plan.nch * N], saved[B * plan.nch * N:]
+        saved = _alloc(data, B * plan.checkpoint_numel(N, frames), data.dtype,
+                       "the checkpoints (memory='checkpoint')", B, N, M)
+        bnd, ckpt = _split_checkpoints(saved, plan, B, N)
     else:
         saved = (_alloc(data, B * plan.saved_numel(N), _saved_dtype(data.dtype),
                         "the stored backward table (memory='store')", B, N, M) if store
                  else data.new_empty((0,)))
-        bnd = data.new_empty((B * plan.nch * N,)) if plan.nch > 1 else None
+        bnd = data.new_empty((B * plan.column_numel(N, frames),)) if plan.nch > 1 else None
     sync = torch.zeros(1 + B * plan.nch, dtype=torch.int32, device=data.device)  # ticket, flags
     return value, saved, (bnd, sync, ckpt)
+
+
+def _split_checkpoints(saved, plan, B, N):
+    """(column checkpoints, row checkpoints): the two parts of memory="checkpoint"'s saved buffer."""
+    ncol = B * plan.column_numel(N, _launch.has_frames(saved.dtype, True))
+    return saved[:ncol], saved[ncol:]
 
 
 def _launch_forward_chain(expr, dev, plan, x, y, C, gamma, x_lengths, y_lengths, window, value, saved, bufs,
@@ -275,7 +285,7 @@ def _backward_chain_buffers(data, B, N, M, DX, plan, saved, nband):
     ws = torch.zeros(B + (ints + 1) // 2, dtype=torch.int64, device=data.device)
     fbnd = ckpt = tiles = None
     if plan.TH > 0:
-        fbnd, ckpt = saved[: B * plan.nch * N], saved[B * plan.nch * N:]
+        fbnd, ckpt = _split_checkpoints(saved, plan, B, N)
         tiles = _alloc(data, B * nband * plan.tile_numel(), _saved_dtype(data.dtype),
                        "the checkpointed backward's tile buffers", B, N, M)
     return bnd, ws, fbnd, ckpt, tiles
@@ -410,7 +420,8 @@ def _forward_banded(x, y, gamma, cost, x_lengths, y_lengths, window, memory):
     if memory != "checkpoint":
         plan = _launch.Plan(plan.K, plan.W, plan.nch, True, 0)  # no row checkpoints
     value, saved, bufs = _forward_chain_buffers(x, B, N, M, plan, False)
-    expr = _launch.expression("forward_chain_kernel", x.dtype, "precomputed", 0, plan, window is not None, False)
+    expr = _launch.expression("forward_chain_kernel", x.dtype, "precomputed", 0, plan, window is not None, False,
+                              plan.TH > 0)
     xx = _row_norms(cost, x)
     for band in _bands(plan, nband, B, M):
         C = _cost_checked(cost, x, y[:, band.cols], xx, M)

@@ -50,11 +50,18 @@ class Plan:
         """Elements per pair of the step-major table S: nch chunks of N step rows of CW values."""
         return self.nch * N * self.CW
 
-    def checkpoint_numel(self, N: int) -> int:
-        """Elements per pair that memory="checkpoint" saves: R of every chunk's last column (nch·N) and R
-        of the row above every tile (ceil(N / TH) + 1 rows of nch·CW: tiles are staggered per chunk,
-        kernels/forward_pair.cuh, tile_shift)."""
-        return self.nch * N + (-(-N // self.TH) + 1) * self.nch * self.CW
+    def column_numel(self, N: int, frames: bool) -> int:
+        """Elements per pair of the chunks' last columns (the hand-over between chunks): nch·N values,
+        each with its frame when the pass keeps frames (:func:`has_frames`)."""
+        return self.nch * N * (2 if frames else 1)
+
+    def checkpoint_numel(self, N: int, frames: bool) -> int:
+        """Elements per pair that memory="checkpoint" saves: R of every chunk's last column
+        (:meth:`column_numel`) and R of the row above every tile (ceil(N / TH) + 1 rows of nch·CW, and
+        with frames each lane's frame, nch·32·W: tiles are staggered per chunk, kernels/forward_pair.cuh,
+        tile_shift)."""
+        row = self.CW + (32 * self.W if frames else 0)
+        return self.column_numel(N, frames) + (-(-N // self.TH) + 1) * self.nch * row
 
     def tile_numel(self) -> int:
         """Links per block in the checkpointed backward: two tiles of TH step rows of CW columns."""
@@ -289,13 +296,19 @@ def _planned(B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index: i
 
 @lru_cache(maxsize=4096)  # a string built per launch otherwise
 def expression(kernel: str, dtype: torch.dtype, cost: str, D: int, plan: Plan, window: bool,
-               store: bool | None = None) -> str:
-    """The C++ name expression of one instantiation, e.g. ``sdtw::forward_kernel<float, 0, 1, 16, 1, false, true>``."""
+               *flags: bool) -> str:
+    """The C++ name expression of one instantiation, e.g. ``sdtw::forward_kernel<float, 0, 1, 16, 1, false, true>``;
+    flags: the kernel's trailing bool parameters (STORE, CKPT)."""
     args = [_CTYPE[dtype], str(COST_IDS[cost]), str(max(D, 1)), str(plan.K), str(plan.W),
             "true" if window else "false"]
-    if store is not None:
-        args.append("true" if store else "false")
+    args += ["true" if f else "false" for f in flags]
     return f"sdtw::{kernel}<{', '.join(args)}>"
+
+
+def has_frames(dtype: torch.dtype, saves: bool) -> bool:
+    """Whether a pass keeps float32 R relative to per-lane frames and hands values over with their frame
+    (kernels/forward_pair.cuh, has_frames): float32 passes that store links or keep checkpoints."""
+    return dtype == torch.float32 and saves
 
 
 # --- streams and contexts ---------------------------------------------------------------------------

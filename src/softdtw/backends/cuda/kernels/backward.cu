@@ -526,7 +526,7 @@ backward_chain_kernel(const T* __restrict__ x, const T* __restrict__ y, const T*
   constexpr int P = ring_depth(STAGE);
   static_assert(P * STAGE <= 40960, "ring too large: the planner limits K for this W (launch.k_max)");
   __shared__ T hand[2][W][Carry<COST, DT>::NB];
-  __shared__ T fhand[2][W];
+  __shared__ T fhand[3][W];  // the recompute group's warp hand-over (forward_pair)
   __shared__ double red[W];
   __shared__ __align__(16) Word wring[P * THREADS * K];
   __shared__ __align__(16) T cring[COST == COST_PRECOMPUTED ? P * THREADS * K : 1];

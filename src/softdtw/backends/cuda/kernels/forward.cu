@@ -17,7 +17,7 @@ forward_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* __rest
   constexpr int STAGE = COST == COST_PRECOMPUTED ? THREADS * K * int(sizeof(T)) : 0;
   constexpr int P = ring_depth(STAGE);
   static_assert(P * STAGE <= 40960, "ring too large: the planner limits K for this W (launch.k_max)");
-  __shared__ T hand[2][W];
+  __shared__ T hand[3][W];  // last lane's R, double-buffered, and its frame
   __shared__ __align__(16) T ring[STAGE > 0 ? P * THREADS * K : 1];
   const int b = (W == 1) ? int(blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) : int(blockIdx.x);
   if (b >= B) return;  // only the last block of a W == 1 grid; W > 1 grids have exactly B blocks
@@ -39,12 +39,12 @@ forward_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* __rest
 // Chained layout (MODE_CHAIN): B * nch blocks of W warps, one per (pair, chunk). Blocks take their (pair,
 // chunk) from a ticket in the order they start, so a block only ever waits on a block that started
 // before it: the chain makes progress whatever the number of resident blocks. sync: [ticket, flags (B, nch)],
-// zeroed by the caller. ckpt (memory="checkpoint", else null): row checkpoints every TH rows; bnd keeps the
+// zeroed by the caller. CKPT: ckpt (memory="checkpoint", else null): row checkpoints every TH rows; bnd keeps the
 // last column of every chunk for all rows (the column checkpoints).
 // Banded cost (large D): one launch per band of chunks [c_lo, c_lo + nband), C holding only the band's
 // columns [cbase, cbase + ldc); tickets count on from tbase (the blocks of the earlier bands), and the
 // band's first chunk finds its left neighbour's column already published by the previous launch.
-template <typename T, int COST, int DT, int K, int W, bool WINDOW, bool STORE>
+template <typename T, int COST, int DT, int K, int W, bool WINDOW, bool STORE, bool CKPT>
 __global__ void __launch_bounds__(32 * W)
 forward_chain_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* __restrict__ C,
                      const T* __restrict__ gamma, const long long* __restrict__ xlen,
@@ -55,7 +55,7 @@ forward_chain_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* 
   constexpr int STAGE = COST == COST_PRECOMPUTED ? THREADS * K * int(sizeof(T)) : 0;
   constexpr int P = ring_depth(STAGE);
   static_assert(P * STAGE <= 40960, "ring too large: the planner limits K for this W (launch.k_max)");
-  __shared__ T hand[2][W];
+  __shared__ T hand[3][W];  // last lane's R, double-buffered, and its frame
   __shared__ __align__(16) T ring[STAGE > 0 ? P * THREADS * K : 1];
   __shared__ int ticket;
   if (threadIdx.x == 0) ticket = atomicAdd(sync, 1);
@@ -68,11 +68,11 @@ forward_chain_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* 
                         ldc, cbase};
   const T g = *gamma;
   if (g == T(0)) {
-    forward_pair<T, COST, DT, K, W, WINDOW, STORE, true, P, MODE_CHAIN>(a, b, T(1), T(1), T(1), hand, ring, c);
+    forward_pair<T, COST, DT, K, W, WINDOW, STORE, true, P, MODE_CHAIN, 0, CKPT>(a, b, T(1), T(1), T(1), hand, ring, c);
   } else {
     const T scale = T(1) / (g * T(LN2));
     const T xs = COST == COST_SQEUCLIDEAN ? sqrt(scale) : scale;
-    forward_pair<T, COST, DT, K, W, WINDOW, STORE, false, P, MODE_CHAIN>(a, b, scale, g * T(LN2), xs, hand, ring, c);
+    forward_pair<T, COST, DT, K, W, WINDOW, STORE, false, P, MODE_CHAIN, 0, CKPT>(a, b, scale, g * T(LN2), xs, hand, ring, c);
   }
 }
 

@@ -30,9 +30,11 @@ struct ForwardArgs {
   T* value;                 // (B,)
   typename Link<T>::Word* saved;  // (B, nch, N, CW) step-major links, or unused
   T* bnd;                   // SEQ: (B, N), R of the previous chunk's last column; CHAIN / RECOMP: (B, nch, N),
-                            // R of every chunk's last column (also the column checkpoint of memory="checkpoint")
+                            // R of every chunk's last column (also the column checkpoint of memory="checkpoint");
+                            // with frames (value, frame) pairs: (B, N, 2) / (B, nch, N, 2)
   int* flags;               // CHAIN: (B, nch) rows of bnd published by each chunk (release / acquire)
-  T* ckpt;                  // CHAIN with checkpoint: (B, ckpt_rows(N, TH), nch * CW), row checkpoints (tile_shift)
+  T* ckpt;                  // CHAIN with checkpoint: (B, ckpt_rows(N, TH), nch, CW (+ NL frames)), row checkpoints
+                            // (tile_shift)
   int N, M, nch, TH;
   int stagger;              // rows between the tile boundaries of neighbouring chunks (tile_shift)
   int ldc, cbase;           // C's row stride and first column: (M, 0) for the whole table
@@ -81,18 +83,37 @@ __device__ __forceinline__ int pass_lanes(int m, int c, int NL) {
 }
 
 
+// Frames (float32 passes whose links matter: storing, checkpointing, recomputing). R grows with the
+// path, to 1e5..1e7 in log2 units for large costs at small gamma, and a float32 R is rounded to ulp(|R|):
+// every weight of every cell would inherit that error (4e-3 in dy at D = 33, gamma = 0.1). So each lane
+// keeps its K values relative to a frame F of its own (R = F + r), and a value handed to another lane is
+// moved into the receiver's frame by adding the difference of the two frames, a small number. Every lane
+// moves its frame to its last value at the same steps, the start of every 32nd (with the row refill, no
+// branch of its own), so between two moves the difference to the right neighbour's frame is a constant
+// `dr`: the sender adds it to the value it shuffles (one add per step), renewed by one shuffle per 32
+// steps (lane 0 of a later warp adds `dl`, from the frame the last lane of the warp on its left left in
+// shared memory; lane 0 of a later chunk takes the frames stored beside the chunk column bnd, converted a
+// block of 32 rows at a time). Written so that no lane predicate is held through the step: ptxas then
+// runs out of predicates in the soft-min and serialises its two ex2 (measured: +26% per step). The row checkpoints keep each lane's frame too. scripts/f32_precision_model.py
+// models it: dy 4e-3 -> 3e-5 (measured 1e-5). Hard DTW keeps F = 0 (same layout, exact ties as before);
+// double needs no frames.
+template <typename T>
+__host__ __device__ constexpr bool has_frames(bool saves) { return sizeof(T) == 4 && saves; }
+
 // The per-row inputs that travel along the lanes with the wavefront.
 template <typename T, int DT>
 struct FwdRow {
   T x[DT];
   int lo, hi;  // window columns [lo, hi)
   T left;      // R[i, c * CW - 1] from the previous chunk (read by lane 0 of warp 0 only)
+  T leftF;     // its frame (frames only; else 0)
 };
 
 // SEQ: chunks [0, nch_b), rows [0, n). CHAIN: chunk c0, rows [0, n). RECOMP: chunk c0, rows [r0, r1), links
-// to `tile` (TH step rows, slot = local step mod TH).
+// to `tile` (TH step rows, slot = local step mod TH). CKPT: a CHAIN pass keeping checkpoints (a.ckpt).
+// hand: [3][W], R of each warp's last lane one step ago (double-buffered) and, with frames, its frame.
 template <typename T, int COST, int DT, int K, int W, bool WINDOW, bool STORE, bool HARD, int P, int MODE = MODE_SEQ,
-          int BAR = 0>
+          int BAR = 0, bool CKPT = false>
 __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int b, const T scale,
                                              const T unit, const T xs, T (*hand)[W], T* ring, const int c0 = 0,
                                              const int r0 = 0, int r1 = 0,
@@ -101,6 +122,9 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
   constexpr int CW = NL * K;
   constexpr bool FUSED = COST != COST_PRECOMPUTED;
   using Word = typename Link<T>::Word;
+  constexpr bool FR = has_frames<T>(STORE || CKPT || MODE == MODE_RECOMP);  // the layout of bnd and ckpt
+  constexpr bool REBASE = FR && !HARD;                                     // frames that move
+  constexpr int BS = FR ? 2 : 1;                                           // bnd values per row
   const int lane = threadIdx.x & 31;
   const unsigned tid = group_tid<W, BAR>(), nthreads = group_threads<W, BAR>();
   const int wg = (W == 1) ? 0 : int(tid >> 5);
@@ -121,8 +145,8 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
   const int c_lo = MODE == MODE_SEQ ? 0 : c0, c_hi = MODE == MODE_SEQ ? nch_b : c0 + 1;
   for (int c = c_lo; c < c_hi; ++c) {
     // The previous chunk's last column (read) and this chunk's (written).
-    const T* bnd_in = MODE == MODE_SEQ ? a.bnd + size_t(b) * N : a.bnd + (size_t(b) * a.nch + c - 1) * N;
-    T* bnd_out = MODE == MODE_SEQ ? a.bnd + size_t(b) * N : a.bnd + (size_t(b) * a.nch + c) * N;
+    const T* bnd_in = MODE == MODE_SEQ ? a.bnd + size_t(b) * N * BS : a.bnd + (size_t(b) * a.nch + c - 1) * N * BS;
+    T* bnd_out = MODE == MODE_SEQ ? a.bnd + size_t(b) * N * BS : a.bnd + (size_t(b) * a.nch + c) * N * BS;
     const int* flag_in = a.flags + size_t(b) * a.nch + c - 1;  // CHAIN, c > 0
     int* flag_out = a.flags + size_t(b) * a.nch + c;
     const bool waits = MODE == MODE_CHAIN && c > 0 && wg == 0;  // warp 0 reads the previous chunk
@@ -139,27 +163,40 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
 #pragma unroll
         for (int d = 0; d < DT; ++d) yv[k][d] = (j0 + k < M) ? yb[size_t(j0 + k) * DT + d] * xs : T(0);
     }
-    T r[K];  // R of this lane's columns on the row it processed last (RECOMP: the checkpointed row r0 - 1)
-    const T* top = (MODE == MODE_RECOMP && r0 > 0)
-                       ? a.ckpt + (size_t(b) * ckpt_rows(N, a.TH) + tile_index) * (size_t(a.nch) * CW) + j0
-                       : nullptr;
+    T r[K];  // R - F of this lane's columns on the row it processed last (RECOMP: the checkpointed row r0 - 1)
+    T F = T(0);  // the lane's frame
+    // Row checkpoint `row` of this chunk: CW values, then (frames) NL frames.
+    constexpr int CKS = FR ? CW + NL : CW;
+    auto ckpt_row = [&](const int row) { return a.ckpt + ((size_t(b) * ckpt_rows(N, a.TH) + row) * a.nch + c) * CKS; };
+    const T* top = (MODE == MODE_RECOMP && r0 > 0) ? ckpt_row(tile_index) : nullptr;
     // CHAIN with checkpoints: rows until this lane's next checkpointed row (the row above a tile), counted
     // down per row instead of a modulo per row.
-    const bool keeps_ckpt = MODE == MODE_CHAIN && a.ckpt != nullptr;
+    constexpr bool keeps_ckpt = MODE == MODE_CHAIN && CKPT;
     const Tiles tiles(c, nch_b, a.stagger, a.TH);
     int to_ckpt = keeps_ckpt ? (2 * a.TH - 1 - tiles.shift) % a.TH : -1;
 #pragma unroll
-    for (int k = 0; k < K; ++k) r[k] = top ? top[k] : BIG;
+    for (int k = 0; k < K; ++k) r[k] = top ? top[L * K + k] : BIG;
+    if (FR && top) F = top[CW + L];
     T last = r[K - 1];  // what lane L + 1 reads as its left neighbour
     // Left neighbour received one step ago = diagonal neighbour now; lane 0 of a later chunk starting
     // below row 0 begins with R[r0 - 1, c CW - 1] from the saved column.
-    T prevleft = (MODE == MODE_RECOMP && r0 > 0 && c > 0 && L == 0) ? bnd_in[r0 - 1] : BIG;
+    T prevleft = (L == 0 && c == 0 && r0 == 0) ? T(0) : BIG;
+    if (MODE == MODE_RECOMP && r0 > 0 && c > 0 && L == 0)
+      prevleft = bnd_in[size_t(r0 - 1) * BS] + (FR ? bnd_in[size_t(r0 - 1) * BS + 1] - F : T(0));
     if (W > 1) {
-      if (lane == 31) { hand[0][wg] = BIG; hand[1][wg] = BIG; }
+      if (lane == 31) {
+        hand[0][wg] = BIG; hand[1][wg] = BIG;
+        if (REBASE) hand[2][wg] = F;
+      }
       group_sync<W, BAR>();
     }
     Word* sbase = MODE == MODE_RECOMP ? tile : (STORE ? a.saved + (size_t(b) * a.nch + c) * size_t(N) * CW : nullptr);
-    const bool owns_end = (c == nch_b - 1) && (j0 <= m - 1) && (m - 1 < j0 + K);  // holds R[n-1, m-1]
+    // Rows compared per step rather than lane predicates held through the loop (the soft-min needs them):
+    // the row whose value this lane writes (R[n-1, m-1], else -1), and the rows below which it hands its
+    // last column to the next chunk (all, else none).
+    const bool owns_end = (c == nch_b - 1) && (j0 <= m - 1) && (m - 1 < j0 + K);
+    const int end_row = (MODE != MODE_RECOMP && owns_end) ? n - 1 : -1;
+    const int bnd_rows = (MODE != MODE_RECOMP && L == NL - 1 && c + 1 < nch_b) ? n : 0;
 
     // Row stream: lane l of warp wg holds row (32 * floor(t / 32) - 32 * wg + l) in `cur`, the next
     // block in `nxt`; lane 0 of the warp needs row t - 32 * wg at step t.
@@ -169,12 +206,25 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
       for (int d = 0; d < DT; ++d) q.x[d] = (FUSED && ok) ? xb[size_t(row) * DT + d] * xs : T(0);
       q.lo = (WINDOW && ok) ? wb[2 * row] : 0;
       q.hi = (WINDOW && ok) ? wb[2 * row + 1] : 0;
-      q.left = (c > 0 && wg == 0 && ok) ? __ldcg(bnd_in + row) : BIG;
+      q.left = (c > 0 && wg == 0 && ok) ? __ldcg(bnd_in + size_t(row) * BS) : BIG;
+      q.leftF = (REBASE && c > 0 && wg == 0 && ok) ? __ldcg(bnd_in + size_t(row) * BS + 1) : T(0);
     };
     FwdRow<T, DT> cur, nxt, mine;  // mine: the row this lane works on now
     if (waits) wait_rows(flag_in, min(n, 64));
     load_row(r0 - 32 * wg + lane, cur);
     load_row(r0 + 32 - 32 * wg + lane, nxt);
+    // Frames, constant until they move again: dr, this lane's frame minus the right neighbour's (its last
+    // value travels in the neighbour's frame), and for lane 0 of a later warp dl, the frame the warp on
+    // its left left in hand[2] minus its own; the chunk column's rows of the next 32 steps (lane 0 of
+    // warp 0) go into lane 0's frame now.
+    T dr = T(0), dl = T(0);
+    auto renew_frames = [&]() {
+      dr = F - __shfl_down_sync(FULL_MASK, F, 1);
+      dl = (W > 1 && wg > 0) ? hand[2][wg - 1] - F : T(0);
+      const T f0 = __shfl_sync(FULL_MASK, F, 0);
+      if (c > 0 && wg == 0) cur.left += cur.leftF - f0;
+    };
+    if (REBASE) renew_frames();
 #pragma unroll
     for (int d = 0; d < DT; ++d) mine.x[d] = T(0);
     mine.lo = mine.hi = 0;
@@ -202,6 +252,19 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
         cur = nxt;
         if (waits) wait_rows(flag_in, min(n, t + 64));
         load_row(r0 + t + 32 - 32 * wg + lane, nxt);
+        if (REBASE) {
+          // Every lane moves its frame to its last value (the row above), once that is reachable. Lane 31
+          // of a warp did the same sum for the warp on its right one step ago (below).
+          if (last < T(1e29)) {
+            const T Fn = F + last, dd = Fn - F;
+            F = Fn;
+#pragma unroll
+            for (int k = 0; k < K; ++k) r[k] -= dd;
+            prevleft -= dd;
+            last = r[K - 1];
+          }
+          renew_frames();
+        }
       }
       // Move the row inputs one lane along; lane 0 takes the next row from the warp's block.
       const int src = t & 31;
@@ -217,17 +280,18 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
         mine.lo = (lane == 0) ? lin : lup;
         mine.hi = (lane == 0) ? hin : hup;
       }
-      T chunk_left = BIG;
-      if (c > 0 && wg == 0) chunk_left = __shfl_sync(FULL_MASK, cur.left, src);  // warp-uniform
-      T leftin = __shfl_up_sync(FULL_MASK, last, 1);
+      // BIG except in lane 0 of warp 0 of a later chunk (load_row): a shuffle for every warp costs less
+      // than a branch, and keeps a predicate free for the soft-min (SASS: its two ex2 back to back).
+      const T chunk_left = __shfl_sync(FULL_MASK, cur.left, src);
+      // With frames the sender adds dr, off the receiver's path (an unreachable BIG stays unreachable).
+      T leftin = __shfl_up_sync(FULL_MASK, REBASE ? last + dr : last, 1);
       // Lane 0 takes its left neighbour from lane 31 of the warp on the left (one step ago, through shared
       // memory; every lane reads the broadcast and selects, no divergent branch), from the previous
-      // chunk's last column, or the border.
+      // chunk's last column (already in lane 0's frame), or the border.
       T in0 = chunk_left;
-      if (W > 1 && wg > 0) in0 = hand[(t + 1) & 1][wg - 1];  // warp-uniform
+      if (W > 1 && wg > 0) in0 = hand[(t + 1) & 1][wg - 1] + (REBASE ? dl : T(0));  // warp-uniform
       if (lane == 0) leftin = in0;
-      T diag = prevleft;
-      if (L == 0 && c == 0) diag = (i == 0) ? T(0) : BIG;  // R[-1, -1] = 0
+      T diag = prevleft;  // lane 0 of chunk 0: 0 (R[-1, -1]) before row 0, then the border's BIG
       prevleft = leftin;
       T cr[K];
       if constexpr (!FUSED && P > 0) {
@@ -276,28 +340,40 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
         }
         last = r[K - 1];
         if (STORE) store_step<Word, K>(sbase + size_t(slot) * CW, L, NL, sv);
-        if (MODE != MODE_RECOMP && L == NL - 1 && c + 1 < nch_b) {
-          bnd_out[i] = last;
+        if (i < bnd_rows) {
+          bnd_out[size_t(i) * BS] = last;
+          if (FR) bnd_out[size_t(i) * BS + 1] = F;
           // Publish 32 rows at a time; the release orders this lane's bnd stores before the count.
           if (MODE == MODE_CHAIN && (((i + 1) & 31) == 0 || i == n - 1)) st_release(flag_out, i + 1);
         }
         if (MODE == MODE_CHAIN && to_ckpt-- == 0) {  // row i + 1 starts tile tiles.of(i + 1)
           to_ckpt = a.TH - 1;
           if (i + 1 < n) {
-            T* q = a.ckpt + (size_t(b) * ckpt_rows(N, a.TH) + tiles.of(i + 1)) * (size_t(a.nch) * CW) + j0;
+            T* q = ckpt_row(tiles.of(i + 1));
 #pragma unroll
-            for (int k = 0; k < K; ++k) q[k] = r[k];
+            for (int k = 0; k < K; ++k) q[L * K + k] = r[k];
+            if (FR) q[CW + L] = F;
           }
         }
-        if (MODE != MODE_RECOMP && i == n - 1 && owns_end) {
+        if (i == end_row) {
 #pragma unroll
           for (int k = 0; k < K; ++k)
-            if (j0 + k == m - 1) a.value[b] = r[k] * unit;
+            if (j0 + k == m - 1) a.value[b] = (F + r[k]) * unit;
         }
       }
       if (++slot == smod) slot = 0;
       if (W > 1) {
-        if (lane == 31) hand[t & 1][wg] = last;
+        if (lane == 31) {
+          T h = last;
+          if (REBASE && (t & 31) == 31) {
+            // The frames move at the start of the next step, when the warp on the right reads h: hand it
+            // over in the frame this lane is about to take (the same sum as the move), and that frame.
+            const T Fn = last < T(1e29) ? F + last : F;
+            h = last - (Fn - F);
+            hand[2][wg] = Fn;  // read after the barrier below, next written 32 steps later
+          }
+          hand[t & 1][wg] = h;
+        }
         group_sync<W, BAR>();
       }
     }
