@@ -93,10 +93,11 @@ __device__ __forceinline__ int pass_lanes(int m, int c, int NL) {
 // `dr`: the sender adds it to the value it shuffles (one add per step), renewed by one shuffle per 32
 // steps (lane 0 of a later warp adds `dl`, from the frame the last lane of the warp on its left left in
 // shared memory; lane 0 of a later chunk takes the frames stored beside the chunk column bnd, converted a
-// block of 32 rows at a time). Written so that no lane predicate is held through the step: ptxas then
-// runs out of predicates in the soft-min and serialises its two ex2 (measured: +26% per step). The row checkpoints keep each lane's frame too. scripts/f32_precision_model.py
-// models it: dy 4e-3 -> 3e-5 (measured 1e-5). Hard DTW keeps F = 0 (same layout, exact ties as before);
-// double needs no frames.
+// block of 32 rows at a time). The row checkpoints keep each lane's frame too. The step holds no lane
+// predicate through the cells (row tests instead, below): with one more, ptxas ran out of predicates in
+// the soft-min and serialised its two ex2 (+26% per chained step, benchmarks/OPTIMIZATION_LOG.md).
+// scripts/f32_precision_model.py models the precision: dy 4e-3 -> 3e-5 (measured 1e-5). Hard DTW keeps
+// F = 0 (same layout, exact ties as before); double needs no frames.
 template <typename T>
 __host__ __device__ constexpr bool has_frames(bool saves) { return sizeof(T) == 4 && saves; }
 

@@ -1,0 +1,60 @@
+"""Static SASS check of kernel instantiations, without a GPU: registers, instruction count, and whether the
+soft-min's ex2 results are consumed by the very next instruction (the sign of a serialised soft-min).
+
+The storing soft-min issues its two ex2 back to back; when ptxas runs short of predicate registers it
+schedules a select on the first result in between (benchmarks/OPTIMIZATION_LOG.md, "Per-lane frames for
+float32": +26 % per chained step). Needs NVRTC and cuobjdump here:
+
+    pip install nvidia-cuda-nvrtc nvidia-cuda-cuobjdump      # cuobjdump lands in site-packages/nvidia/cu13/bin
+    export PATH=$PATH:$(python -c "import nvidia; print(list(nvidia.__path__)[0])")/cu13/bin
+    PYTHONPATH=src python scripts/sass_check.py                          # the default set below
+    PYTHONPATH=src python scripts/sass_check.py forward "sdtw::forward_kernel<float, 0, 1, 4, 1, false, true>"
+
+Prints one line per instantiation; "ex2 serialised" should be 0.
+"""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+os.environ.setdefault("SOFTDTW_CACHE_DIR", tempfile.mkdtemp())
+from softdtw.backends.cuda import compile as _compile  # noqa: E402
+
+DEFAULT = [
+    ("forward", "sdtw::forward_chain_kernel<float, 0, 1, 4, 4, false, true, false>"),
+    ("forward", "sdtw::forward_chain_kernel<float, 0, 1, 4, 4, false, false, true>"),
+    ("forward", "sdtw::forward_kernel<float, 0, 1, 4, 1, false, true>"),
+    ("forward", "sdtw::forward_kernel<float, 0, 1, 16, 1, false, true>"),
+    ("forward", "sdtw::forward_kernel<float, 0, 1, 8, 8, false, true>"),
+    ("forward", "sdtw::forward_kernel<float, 0, 1, 4, 4, false, true>"),
+    ("backward", "sdtw::backward_chain_kernel<float, 0, 1, 4, 4, false, true>"),
+]
+
+
+def check(source: str, expr: str) -> str:
+    cubin = _compile.compile_cubin(source, expr, "sm_90")
+    data = cubin[0] if isinstance(cubin, tuple) else cubin
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(data)
+        f.flush()
+        sass = subprocess.run(["cuobjdump", "-sass", f.name], capture_output=True, text=True, check=True).stdout
+        res = subprocess.run(["cuobjdump", "-res-usage", f.name], capture_output=True, text=True, check=True).stdout
+    ins = [re.sub(r"\s+", " ", m.group(1)) for m in re.finditer(r"/\*[0-9a-f]{4}\*/\s+([^;]*;)", sass)]
+    ex2 = serial = 0
+    for i, s in enumerate(ins[:-1]):
+        m = re.match(r"(@!?P\d )?MUFU\.EX2 (R\d+),", s)
+        if m:
+            ex2 += 1
+            operands = ins[i + 1].split(",", 1)[1] if "," in ins[i + 1] else ""
+            serial += bool(re.search(rf"\b{m.group(2)}\b", operands))
+    regs = ",".join(re.findall(r"REG:(\d+)", res))
+    return f"registers {regs:>4}  instructions {len(ins):5d}  ex2 {ex2:3d}  ex2 serialised {serial:3d}  {expr}"
+
+
+if __name__ == "__main__":
+    todo = [(sys.argv[1], sys.argv[2])] if len(sys.argv) > 2 else DEFAULT
+    for source, expr in todo:
+        print(check(source, expr), flush=True)
