@@ -8,8 +8,9 @@ backward's E recursion in float64 over the stored weights, and compares dx, dy w
 - "absolute": R as the kernels kept it before frames (and still do in value-only passes), one float32 per cell;
 - "frames":   the fix the kernels now use (kernels/forward_pair.cuh, "Frames"; measured on the H100: dy 8.6e-6
               at D = 33, gamma = 0.1, where absolute R gave 4.05e-3): each lane of K columns keeps its R
-              relative to a frame of its own, re-anchored every 32 rows at its last column, neighbours' values converted by the exact
-              difference of two frames (the chunk hand-over carrying the frame too);
+              relative to a frame of its own, re-anchored every 32 rows at its last column, neighbours'
+              values converted by the exact difference of two frames (the chunk hand-over carrying the
+              frame too);
 - "quantised only": float64 R, only the weights rounded to 16 bits.
 
     PYTHONPATH=src python scripts/f32_precision_model.py      # ~1 min; prints a markdown table

@@ -27,10 +27,10 @@ instantiation of the same templates; float32 runs its DP in float32).
   the chunks of a pair running at once and handing their boundary column over through L2 flags). The
   forward saves R of every chunk's last column and of the row above every tile of TH rows, flat in the
   data dtype: ``B · (nch·N + (ceil(N/TH) + 1)·nch·CW)`` values; float32 keeps each value's frame beside
-  it (kernels/forward_pair.cuh, "Frames"): ``B · (2·nch·N + (ceil(N/TH) + 1)·nch·(CW + 32·W))``. In the backward each block has a second
-  group of warps that recomputes the chunk's tiles bottom up (their links) into two per-block tile
-  buffers while the first group sweeps the previous tile: 2·TH·CW words per block, at most
-  ``launch.TILE_BYTES`` in all.
+  it (kernels/forward_pair.cuh, "Frames"): ``B · (2·nch·N + (ceil(N/TH) + 1)·nch·(CW + 32·W))``. In the
+  backward each block has a second group of warps that recomputes the chunk's tiles bottom up (their
+  links) into two per-block tile buffers while the first group sweeps the previous tile: 2·TH·CW words
+  per block, at most ``launch.TILE_BYTES`` in all.
 - gamma == 0 is hard DTW; its backward follows the argmin path (ties: diagonal, up, left). gamma is read
   on the device, so nothing here synchronises with the host (CUDA graphs capture every call).
 
