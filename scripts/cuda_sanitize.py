@@ -3,10 +3,10 @@
     compute-sanitizer --tool memcheck python3 scripts/cuda_sanitize.py
     compute-sanitizer --tool racecheck python3 scripts/cuda_sanitize.py
 
-Covers: fused sqeuclidean / l1 and the precomputed cost, float32 / float64, soft and hard, per-pair
-lengths, a band, one warp and several warps per pair, several column chunks, value-only and store;
-chained plans (store, checkpoint with several tiles); a large-D cost band by band (checkpoint and value-only,
-several bands); the public API's deferred value check (kernels/check.cu).
+Covers: fused sqeuclidean / l1, the precomputed cost and the large-D "gram" cost, float32 / float64, soft
+and hard, per-pair lengths, a band, one warp and several warps per pair, several column chunks, value-only
+and store; chained plans (store, checkpoint with several tiles); a large-D cost band by band (checkpoint
+and value-only, several bands); the public API's deferred value check (kernels/check.cu).
 Prints one line per case and "sanitize run: OK" at the end.
 """
 import sys
@@ -78,12 +78,14 @@ def main():
         ok &= case(5, 33, 40, 1, dtype, 0.0, 4, (2, 1))          # hard, band, 1 warp, chunks
         ok &= case(2, 17, 50, 3, dtype, 1.0, None, (4, 1), "l1")
         ok &= case(3, 25, 30, 1, dtype, 0.3, 6, (1, 4), "precomputed")
+        ok &= case(3, 30, 75, 20, dtype, 0.5, 8, (1, 2))          # large D, store: the "gram" cost, 2 chunks
     ok &= case(2, 40, 70, 1, torch.float32, 0.1, None, (16, 1))
     for dtype in (torch.float32, torch.float64):  # chained plans; checkpoint with 3 tiles and a partial one
         ok &= case(3, 50, 150, 2, dtype, 0.5, 10, (1, 1), chain=True)
         ok &= case(3, 250, 150, 1, dtype, 0.5, None, (2, 1), chain=True, TH=96)
         ok &= case(2, 200, 300, 1, dtype, 0.0, 30, (1, 2), chain=True, TH=160)
         ok &= case(2, 250, 100, 1, dtype, 0.3, None, (1, 1), "precomputed", chain=True, TH=96)
+        ok &= case(3, 40, 150, 20, dtype, 0.0, None, (1, 1), chain=True)  # "gram", chained, hard
     be.COST_BAND_BYTES, be.COST_BANDS, be.COST_WHOLE_MAX = 1, 1000, 1  # large D band by band, value-only too
     for dtype in (torch.float32, torch.float64):
         ok &= case(2, 150, 200, 20, dtype, 0.5, 40, (2, 1), TH=96)

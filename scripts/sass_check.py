@@ -8,7 +8,7 @@ float32": +26 % per chained step). Needs NVRTC and cuobjdump here:
     pip install nvidia-cuda-nvrtc nvidia-cuda-cuobjdump      # cuobjdump lands in site-packages/nvidia/cu13/bin
     export PATH=$PATH:$(python -c "import nvidia; print(list(nvidia.__path__)[0])")/cu13/bin
     PYTHONPATH=src python scripts/sass_check.py                          # the default set below
-    PYTHONPATH=src python scripts/sass_check.py forward "sdtw::forward_kernel<float, 0, 1, 4, 1, false, true>"
+    PYTHONPATH=src python scripts/sass_check.py forward "sdtw::forward_kernel<float, 0, 1, 4, 1, false, true>" [...]
 
 Prints one line per instantiation; "ex2 serialised" should be 0.
 """
@@ -52,6 +52,7 @@ def check(source: str, expr: str) -> str:
 
 
 if __name__ == "__main__":
-    todo = [(sys.argv[1], sys.argv[2])] if len(sys.argv) > 2 else DEFAULT
+    args = sys.argv[1:]
+    todo = list(zip(args[::2], args[1::2])) if args else DEFAULT  # (source, expression) pairs
     for source, expr in todo:
         print(check(source, expr), flush=True)

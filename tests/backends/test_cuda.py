@@ -186,6 +186,34 @@ def test_forced_layouts(K, W, gamma):
     _check(gc, wc, torch.float64, gamma)
 
 
+@pytest.mark.parametrize("K,W,chain", [(1, 1, False), (4, 1, False), (2, 4, False), (1, 2, True), (4, 2, True)])
+@pytest.mark.parametrize("gamma", [0.0, 0.5])
+def test_gram_cost_across_layouts(K, W, chain, gamma):
+    """Squared Euclidean of large D (the "gram" cost: an x·yᵀ table, the norms and clamp in the cells, E's
+    row and column sums carried like a fused dx and dy) under forced layouts: the row sums cross lanes,
+    warps and chunks (sequential and chained), with lengths and a band; hard DTW at gamma = 0."""
+    D = 24
+    x, y, xl, yl, w = _problem(3, 70, 300, D, seed=K + 10 * W, lengths=True, band=40)
+    want = reference_fused(x, y, _gamma(gamma, torch.float64), "sqeuclidean", xl, yl, w, _grad(3, torch.float64))
+    with launch_module().forced_plan(K, W, chain=chain):
+        got = cuda_fused(x, y, _gamma(gamma, torch.float64), "sqeuclidean", xl, yl, w, _grad(3, torch.float64))
+        f32 = cuda_fused(x.float(), y.float(), _gamma(gamma, torch.float32), "sqeuclidean", xl, yl, w,
+                         _grad(3, torch.float32))
+    _check(got, want, torch.float64, gamma)
+    if gamma > 0:  # (a float32 Gram cost may break a near-tie of hard DTW's argmin differently)
+        _check(f32, want, torch.float32, gamma)
+
+
+def test_gram_backward_without_saved_recomputes():
+    be = cuda_backend()
+    x, y, xl, yl, w = _problem(2, 40, 50, 40, lengths=True)
+    g, grad = _gamma(1.0, torch.float64), _grad(2, torch.float64)
+    v, saved = be.forward(x, y, g, "sqeuclidean", xl, yl, w, "store")
+    a = be.backward(grad, x, y, g, "sqeuclidean", xl, yl, w, v, saved, "store")
+    b = be.backward(grad, x, y, g, "sqeuclidean", xl, yl, w, v, saved.new_empty((0,)), "store")
+    assert all(torch.equal(p, q) for p, q in zip(a, b))
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
 @pytest.mark.parametrize("K,W", [(1, 1), (4, 1), (1, 4), (2, 2)])
 def test_narrow_pairs_end_the_pass_early_over_junk_memory(dtype, K, W):

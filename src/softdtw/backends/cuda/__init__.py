@@ -8,8 +8,10 @@ instantiation of the same templates; float32 runs its DP in float32).
   per pair (a block), long y is processed in column chunks. The plan is chosen in ``launch.py``.
 - Costs: "sqeuclidean" and "l1" with D <= :data:`FUSED_D_MAX` are computed in the kernels (no `(B, N, M)`
   tensor exists in the forward or the backward, dx and dy come out of the backward kernel). Larger D
-  takes the cost from :mod:`softdtw.costs` (a GEMM for sqeuclidean), runs the precomputed-cost kernels
-  and turns E into dx, dy by GEMMs. With memory="checkpoint" (and value-only passes whose whole cost
+  takes a table from a GEMM: for sqeuclidean the Gram matrix x·yᵀ with the norms of x and y beside it
+  (cost "gram": the kernels form the cost in each cell, and the backward returns E's row and column sums),
+  for l1 the cost itself (torch.cdist, the precomputed-cost kernels); E, written over the table, turns into
+  dx, dy by GEMMs. With memory="checkpoint" (and value-only passes whose whole cost
   would exceed COST_WHOLE_MAX) that cost is never whole: it is built one band of column
   chunks at a time, each band's kernels launched after the band on its left (forward) or right
   (backward), E written over the band and turned into dx, dy by the band's GEMMs (``_forward_banded``).
@@ -149,26 +151,40 @@ def _cost_checked(cost, x, y, xx=None, M: int | None = None):
     try:
         return _gemm_cost(cost, x, y, xx)
     except torch.OutOfMemoryError as err:
-        B, N, Mb = x.shape[0], x.shape[1], y.shape[1]
-        if M is None:
-            what, ways, M = f"the whole cost (D={x.shape[2]} features)", _WAYS_AROUND, Mb
-        else:
-            what = (f"one band of the cost ({Mb} of the M columns, D={x.shape[2]}; memory='checkpoint' builds "
-                    f"the cost band by band)")
-            ways = ("Pass fewer pairs per call (the memory grows with the batch), shorten the series, or free "
-                    "GPU memory held elsewhere.")
-        raise _memory_error(x.device, B * N * Mb * x.dtype.itemsize, what, B, N, M, ways) from err
+        raise _cost_memory_error(x, y, M) from err
+
+
+def _gram_checked(x, y):
+    """_gram with running out of memory turned into the MemoryError of :func:`_memory_error`."""
+    try:
+        return _gram(x, y)
+    except torch.OutOfMemoryError as err:
+        raise _cost_memory_error(x, y, None) from err
+
+
+def _cost_memory_error(x, y, M):
+    B, N, Mb = x.shape[0], x.shape[1], y.shape[1]
+    if M is None:
+        what, ways, M = f"the whole cost (D={x.shape[2]} features)", _WAYS_AROUND, Mb
+    else:
+        what = (f"one band of the cost ({Mb} of the M columns, D={x.shape[2]}; memory='checkpoint' builds "
+                f"the cost band by band)")
+        ways = ("Pass fewer pairs per call (the memory grows with the batch), shorten the series, or free "
+                "GPU memory held elsewhere.")
+    return _memory_error(x.device, B * N * Mb * x.dtype.itemsize, what, B, N, M, ways)
 
 
 def _sizes(x, y, C):
-    """(data, B, N, M, device index) of a launch: x, y for fused costs, C for a precomputed one."""
+    """(data, B, N, M, device index) of a launch: x, y for fused costs, C for a precomputed one (and with it the
+    norms of x and y for the "gram" cost)."""
     data = C if C is not None else x
     M = C.shape[2] if C is not None else y.shape[1]
     return data, data.shape[0], data.shape[1], M, data.device.index
 
 
 def _backward_outputs(x, y, data, B):
-    """dx, dy (fused costs, else None) and dgamma; the kernels write every element."""
+    """dx, dy (fused costs; "gram": E's row and column sums, shaped like the norms; else None) and dgamma; the
+    kernels write every element."""
     fused = x is not None
     return (torch.empty_like(x) if fused else None, torch.empty_like(y) if fused else None,
             torch.empty(B, dtype=data.dtype, device=data.device))
@@ -269,7 +285,7 @@ def _run_backward_chain(grad, x, y, C, dC, cost, D, gamma, x_lengths, y_lengths,
     holds the checkpoints and each block recomputes its tiles into its own two tile buffers."""
     data, B, N, M, dev = _sizes(x, y, C)
     dx, dy, dgamma = _backward_outputs(x, y, data, B)
-    bufs = _backward_chain_buffers(data, B, N, M, D if C is None else 0, plan, saved, plan.nch)
+    bufs = _backward_chain_buffers(data, B, N, M, _carried(cost, D), plan, saved, plan.nch)
     expr = _launch.expression("backward_chain_kernel", data.dtype, cost, D, plan, window is not None, plan.TH > 0)
     _launch_backward_chain(expr, dev, plan, _like(grad, data), x, y, C, dC, gamma, x_lengths, y_lengths, window,
                            value, saved, dx, dy, dgamma, bufs, B, N, M, Band(0, plan.nch, 0, M, 0))
@@ -307,9 +323,15 @@ def _launch_backward_chain(expr, dev, plan, grad, x, y, C, dC, gamma, x_lengths,
     _launch.launch("backward", expr, dev, B * band.nb, plan.block() * (2 if checkpoint else 1), args)
 
 
+def _carried(cost: str, D: int) -> int:
+    """Values the backward carries along a row besides (E, link): dx (fused), E's row sum ("gram"), none."""
+    return {"precomputed": 0, "gram": 1}.get(cost, D)
+
+
 def _run_backward(grad, x, y, C, dC, cost: str, D: int, gamma, x_lengths, y_lengths, window, value, saved,
                   checkpoint: bool = False):
     """Launch backward_kernel. Fused: returns (dx, dy, dgamma). Precomputed: fills dC, returns (None, None, dgamma).
+    "gram" (x, y: the norms, C: x·yᵀ): fills dC and returns (E's row sums, column sums, dgamma), times grad.
 
     The kernel writes every element of dx, dy, dC and dgamma (zeros past the lengths and outside the
     window, dgamma = 0 at gamma = 0); dC may be C itself (overwritten in place).
@@ -319,10 +341,8 @@ def _run_backward(grad, x, y, C, dC, cost: str, D: int, gamma, x_lengths, y_leng
     if plan.chain:
         return _run_backward_chain(grad, x, y, C, dC, cost, D, gamma, x_lengths, y_lengths, window, value, saved,
                                    plan)
-    fused = C is None
     dx, dy, dgamma = _backward_outputs(x, y, data, B)
-    carry = 2 + (D if fused else 0)
-    bnd = data.new_empty((B, N, carry)) if plan.nch > 1 else None
+    bnd = data.new_empty((B, N, 2 + _carried(cost, D))) if plan.nch > 1 else None
     grad = _like(grad, data)
     expr = _launch.expression("backward_kernel", data.dtype, cost, D, plan, window is not None)
     args = (_launch.ptr(x), _launch.ptr(y), _launch.ptr(C), gamma.data_ptr(), x_lengths.data_ptr(),
@@ -365,6 +385,9 @@ def forward(x, y, gamma, cost, x_lengths, y_lengths, window, memory):
     D = x.shape[2]
     if _banded("fused", D, memory, x.shape[0], x.shape[1], y.shape[1], x.dtype):
         return _forward_banded(x, y, gamma, cost, x_lengths, y_lengths, window, memory)
+    if D > FUSED_D_MAX and cost == "sqeuclidean":
+        xn, yn, G = _gram_checked(x, y)
+        return _run_forward(xn, yn, G, "gram", 0, gamma, x_lengths, y_lengths, window, store)
     if D > FUSED_D_MAX:
         C = _cost_checked(cost, x, y)
         return _run_forward(None, None, C, "precomputed", 0, gamma, x_lengths, y_lengths, window, store)
@@ -389,6 +412,8 @@ def backward(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved
 
 def _backward_gemm(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved):
     """Large D: the cost again by GEMM, E written over it in place (grad_b · E_b), then dx, dy by GEMMs."""
+    if cost == "sqeuclidean":
+        return _backward_gram(grad, x, y, gamma, x_lengths, y_lengths, window, value, saved)
     C = _cost_checked(cost, x, y)
     if saved.numel() == 0:
         _, saved = _run_forward(None, None, C, "precomputed", 0, gamma, x_lengths, y_lengths, window, True)
@@ -397,6 +422,21 @@ def _backward_gemm(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value,
     _, _, dgamma = _run_backward(grad, None, None, C, C, "precomputed", 0, gamma, x_lengths, y_lengths, window,
                                  value, saved)
     dx, dy = _cost_vjp(cost, x, y, C)
+    return dx, dy, dgamma
+
+
+def _backward_gram(grad, x, y, gamma, x_lengths, y_lengths, window, value, saved):
+    """Squared Euclidean, large D: G = x·yᵀ by one GEMM, the kernel (cost "gram") writing grad_b · E_b over G
+    and returning its row sums rs and column sums cs; then dx = 2 (rs x - E y), dy = 2 (cs y - Eᵀ x), each one
+    GEMM with the scaled input as its addend. Twelve launches in all where the elementwise form took 31
+    (benchmarks/OPTIMIZATION_LOG.md)."""
+    xn, yn, G = _gram_checked(x, y)
+    if saved.numel() == 0:
+        _, saved = _run_forward(xn, yn, G, "gram", 0, gamma, x_lengths, y_lengths, window, True)
+    rs, cs, dgamma = _run_backward(grad, xn, yn, G, G, "gram", 0, gamma, x_lengths, y_lengths, window, value,
+                                   saved)
+    dx = torch.baddbmm(x * rs.unsqueeze(-1), G, y, beta=2.0, alpha=-2.0)
+    dy = torch.baddbmm(y * cs.unsqueeze(-1), G.transpose(1, 2), x, beta=2.0, alpha=-2.0)
     return dx, dy, dgamma
 
 
@@ -458,6 +498,12 @@ def _row_norms(cost, x):
     """|x_i|² `(B, N, 1)` for the squared Euclidean GEMM form (None for other costs): computed once for all
     bands of a banded pass."""
     return x.square().sum(-1, keepdim=True) if cost == "sqeuclidean" else None
+
+
+def _gram(x, y):
+    """(|x_i| `(B, N)`, |y_j| `(B, M)`, x·yᵀ `(B, N, M)`): the squared Euclidean cost of large D as the kernels
+    take it (cost "gram", kernels/common.cuh): one GEMM and two norms, no elementwise pass over (B, N, M)."""
+    return torch.linalg.vector_norm(x, dim=-1), torch.linalg.vector_norm(y, dim=-1), torch.bmm(x, y.transpose(1, 2))
 
 
 def _gemm_cost(cost, x, y, xx=None):

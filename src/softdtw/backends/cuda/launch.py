@@ -29,7 +29,7 @@ PAIRS_PER_BLOCK = 4
 #: Warps per SM that keep the MUFU pipe busy (research/gpu-kernels.md: >= 16 needed).
 _RESIDENT_WARPS_PER_SM = 16
 
-COST_IDS = {"sqeuclidean": 0, "l1": 1, "precomputed": 2}
+COST_IDS = {"sqeuclidean": 0, "l1": 1, "precomputed": 2, "gram": 3}  # kernels/common.cuh, Cost
 _CTYPE = {torch.float32: "float", torch.float64: "double"}
 
 

@@ -64,8 +64,8 @@ enum BwdMode { BWD_SEQ = 0, BWD_CHAIN = 1, BWD_CKPT = 2 };
 enum Bar { BAR_BWD = 1, BAR_RECOMP = 2, BAR_READY = 3, BAR_FREE = 5 };
 
 template <int COST, int DT>
-struct Carry {  // values handed from lane to lane along a row: E, link, and for fused costs dx[DT]
-  static constexpr int DX = (COST == COST_PRECOMPUTED) ? 0 : DT;
+struct Carry {  // values handed from lane to lane along a row: E, link, and dx[DT] (fused) or E's row sum (COST_GRAM)
+  static constexpr int DX = fused_cost<COST>() ? DT : (COST == COST_GRAM ? 1 : 0);
   static constexpr int NB = 2 + DX;
 };
 
@@ -86,7 +86,9 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
   constexpr int CW = NL * K;
   constexpr int DX = Carry<COST, DT>::DX;
   constexpr int NB = Carry<COST, DT>::NB;
-  constexpr bool FUSED = COST != COST_PRECOMPUTED;
+  constexpr bool FUSED = fused_cost<COST>();
+  constexpr bool GRAM = COST == COST_GRAM;     // also sums E's rows (dx) and columns (dy)
+  constexpr bool XY = FUSED || GRAM;             // reads x and y (features, or COST_GRAM's norms)
   using Word = typename Link<T>::Word;
   const Word BORDER = Link<T>::border();
   const int lane = threadIdx.x & 31;
@@ -118,7 +120,7 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
   double ec = 0.0;
   if (MODE != BWD_SEQ) {  // this block zeroes what lies outside the pair in its own columns (and dx: chunk 0)
     const int cbeg = c0 * CW, cend = min(M, cbeg + CW);
-    if (FUSED) {
+    if (XY) {
       if (c0 == 0)
         for (int i = n + L; i < N; i += NL)
 #pragma unroll
@@ -127,23 +129,27 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
         for (int j = cbeg + L; j < cend; j += NL)
 #pragma unroll
           for (int d = 0; d < DT; ++d) a.dy[(size_t(b) * M + j) * DT + d] = T(0);
-    } else {
+    }
+    if (!FUSED) {
       for (int i = (c0 >= nch_b ? 0 : n); i < N; ++i)
         for (int j = cbeg + L; j < cend; j += NL) dCb[size_t(i) * a.ldc + (j - cb)] = T(0);
     }
     if (c0 >= nch_b) return;  // block-uniform: no chunk of this pair lies here
-  } else if (FUSED) {  // rows past n_b and columns past the visited chunks get zero gradients
-    for (int i = n + L; i < N; i += NL)
+  } else {
+    if (XY) {  // rows past n_b and columns past the visited chunks get zero gradients
+      for (int i = n + L; i < N; i += NL)
 #pragma unroll
-      for (int d = 0; d < DT; ++d) a.dx[(size_t(b) * N + i) * DT + d] = T(0);
-    for (int j = nch_b * CW + L; j < M; j += NL)
+        for (int d = 0; d < DT; ++d) a.dx[(size_t(b) * N + i) * DT + d] = T(0);
+      for (int j = nch_b * CW + L; j < M; j += NL)
 #pragma unroll
-      for (int d = 0; d < DT; ++d) a.dy[(size_t(b) * M + j) * DT + d] = T(0);
-  } else {  // dC: rows past n_b, and columns right of the visited chunks (the main loop writes the rest)
-    for (int i = n; i < N; ++i)
-      for (int j = L; j < M; j += NL) dCb[size_t(i) * a.ldc + (j - cb)] = T(0);
-    for (int i = 0; i < n; ++i)
-      for (int j = nch_b * CW + L; j < M; j += NL) dCb[size_t(i) * a.ldc + (j - cb)] = T(0);
+        for (int d = 0; d < DT; ++d) a.dy[(size_t(b) * M + j) * DT + d] = T(0);
+    }
+    if (!FUSED) {  // dC: rows past n_b, and columns right of the visited chunks (the main loop writes the rest)
+      for (int i = n; i < N; ++i)
+        for (int j = L; j < M; j += NL) dCb[size_t(i) * a.ldc + (j - cb)] = T(0);
+      for (int i = 0; i < n; ++i)
+        for (int j = nch_b * CW + L; j < M; j += NL) dCb[size_t(i) * a.ldc + (j - cb)] = T(0);
+    }
   }
 
   const int c_hi = MODE == BWD_SEQ ? nch_b - 1 : c0, c_lo = MODE == BWD_SEQ ? 0 : c0;
@@ -156,12 +162,12 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
     const int j0 = c * CW + L * K;
     T yv[K][DT];
     T dyacc[K][DT];
-    if (FUSED) {
+    if (XY) {
 #pragma unroll
       for (int k = 0; k < K; ++k)
 #pragma unroll
         for (int d = 0; d < DT; ++d) {
-          yv[k][d] = (j0 + k < M) ? yb[size_t(j0 + k) * DT + d] * xs : T(0);
+          yv[k][d] = (j0 + k < M) ? scaled_input<T, COST>(yb[size_t(j0 + k) * DT + d], xs) : T(0);
           dyacc[k][d] = T(0);
         }
     }
@@ -203,7 +209,7 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
     auto load_row = [&](const int row, BwdRow<T, DT, NB>& q) {
       const bool ok = row >= 0 && row < n;
 #pragma unroll
-      for (int d = 0; d < DT; ++d) q.x[d] = (FUSED && ok) ? xb[size_t(row) * DT + d] * xs : T(0);
+      for (int d = 0; d < DT; ++d) q.x[d] = (XY && ok) ? scaled_input<T, COST>(xb[size_t(row) * DT + d], xs) : T(0);
       q.lo = (WINDOW && ok) ? wb[2 * row] : 0;
       q.hi = (WINDOW && ok) ? wb[2 * row + 1] : 0;
       q.right[0] = (edge && ok) ? __ldcg(bnd_in + size_t(row) * NB) : T(0);
@@ -357,16 +363,18 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
 #pragma unroll
         for (int k = K - 1; k >= 0; --k) {
           const int j = j0 + k;
-          T cst;  // fused: in log2 units (pre-scaled inputs); precomputed: natural units
+          T cst;  // fused, COST_GRAM: in log2 units (pre-scaled inputs); precomputed: natural units
           if (FUSED) {
             cst = T(0);
 #pragma unroll
             for (int d = 0; d < DT; ++d) cst += cost_term<T, COST>(mine.x[d] - yv[k][d]);
+          } else if (GRAM) {
+            cst = gram_cost(cr[k], mine.x[0], yv[k][0], scale);
           } else {
             cst = cr[k];
           }
           T Rp = T(0);
-          if constexpr (Link<T>::NEEDS_R) Rp = s[k] + (FUSED ? cst : cst * scale);
+          if constexpr (Link<T>::NEEDS_R) Rp = s[k] + (XY ? cst : cst * scale);
           T e = (Eb[k] * Link<T>::w_up(Sb[k], Rp, HARD) + Er * Link<T>::w_left(Sr, Rp, HARD) +
                  Ed * Link<T>::w_diag(Sd, Rp, HARD)) * T(Link<T>::UNIT);
           if (endrow && ((colend >> k) & 1u)) e = T(1);
@@ -389,6 +397,10 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
             }
           } else if (j < M) {
             dCb[size_t(i) * a.ldc + (j - cb)] = g * e;
+            if (GRAM) {
+              dxin[0] += e;
+              dyacc[k][0] += e;
+            }
           }
         }
         ec += double(ecrow);
@@ -404,9 +416,9 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
 #pragma unroll
             for (int d = 0; d < DX; ++d) q[2 + d] = dxout[d];
             if (MODE != BWD_SEQ && (((n - i) & 31) == 0 || i == 0)) st_release(flag_out, n - i);
-          } else if (FUSED) {
+          } else if (XY) {
 #pragma unroll
-            for (int d = 0; d < DX; ++d) a.dx[(size_t(b) * N + i) * DT + d] = slope_unit * g * dxout[d];
+            for (int d = 0; d < DX; ++d) a.dx[(size_t(b) * N + i) * DT + d] = (GRAM ? g : slope_unit * g) * dxout[d];
           }
         }
       }
@@ -423,13 +435,14 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
       release(tau);
     }
     cp_async_wait<0>();
-    if (FUSED) {
+    if (XY) {  // fused: dy; COST_GRAM: E's column sums
+      const T dyunit = GRAM ? g : -slope_unit * g;
 #pragma unroll
       for (int k = 0; k < K; ++k)
         if (j0 + k < M) {
 #pragma unroll
           for (int d = 0; d < DT; ++d)
-            a.dy[(size_t(b) * M + j0 + k) * DT + d] = (j0 + k < m) ? -slope_unit * g * dyacc[k][d] : T(0);
+            a.dy[(size_t(b) * M + j0 + k) * DT + d] = (j0 + k < m) ? dyunit * dyacc[k][d] : T(0);
         }
     }
     group_sync<W, BAR>();  // bnd written by this chunk is read by the next
@@ -443,7 +456,7 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
     __threadfence();
     ec = atomicAdd(a.ecsum + b, 0.0);  // read through L2
   }
-  if (FUSED) ec /= double(scale);  // back to natural units
+  if (XY) ec /= double(scale);  // back to natural units
   if (L == 0) {
     const double dg = HARD ? 0.0 : double(g) * (double(a.value[b]) - ec) / double(gamma);
     a.dgamma[b] = T(dg);
@@ -462,13 +475,13 @@ backward_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* C, co
                 T* __restrict__ dgamma, T* __restrict__ bnd, int B, int N, int M, int nch) {
   using Word = typename Link<T>::Word;
   constexpr int THREADS = W == 1 ? 128 : 32 * W;
-  constexpr int STAGE = THREADS * K * int(sizeof(Word) + (COST == COST_PRECOMPUTED ? sizeof(T) : 0));
+  constexpr int STAGE = THREADS * K * int(sizeof(Word) + (fused_cost<COST>() ? 0 : sizeof(T)));
   constexpr int P = ring_depth(STAGE);
   static_assert(P * STAGE <= 40960, "ring too large: the planner limits K for this W (launch.k_max)");
   __shared__ T hand[2][W][Carry<COST, DT>::NB];
   __shared__ double red[W];
   __shared__ __align__(16) Word wring[P * THREADS * K];
-  __shared__ __align__(16) T cring[COST == COST_PRECOMPUTED ? P * THREADS * K : 1];
+  __shared__ __align__(16) T cring[fused_cost<COST>() ? 1 : P * THREADS * K];
   const int b = (W == 1) ? int(blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) : int(blockIdx.x);
   if (b >= B) return;
   const BackwardArgs<T> a{x, y, C, xlen, ylen, window, grad, saved, dx, dy, dC, value, dgamma, bnd,
@@ -522,14 +535,14 @@ backward_chain_kernel(const T* __restrict__ x, const T* __restrict__ y, const T*
                       int nband, int tbase, int ldc, int cbase) {
   using Word = typename Link<T>::Word;
   constexpr int THREADS = 32 * W;  // one group
-  constexpr int STAGE = THREADS * K * int(sizeof(Word) + (COST == COST_PRECOMPUTED ? sizeof(T) : 0));
+  constexpr int STAGE = THREADS * K * int(sizeof(Word) + (fused_cost<COST>() ? 0 : sizeof(T)));
   constexpr int P = ring_depth(STAGE);
   static_assert(P * STAGE <= 40960, "ring too large: the planner limits K for this W (launch.k_max)");
   __shared__ T hand[2][W][Carry<COST, DT>::NB];
   __shared__ T fhand[3][W];  // the recompute group's warp hand-over (forward_pair)
   __shared__ double red[W];
   __shared__ __align__(16) Word wring[P * THREADS * K];
-  __shared__ __align__(16) T cring[COST == COST_PRECOMPUTED ? P * THREADS * K : 1];
+  __shared__ __align__(16) T cring[fused_cost<COST>() ? 1 : P * THREADS * K];
   __shared__ int ticket;
   if (threadIdx.x == 0) ticket = atomicAdd(sync, 1);
   __syncthreads();

@@ -15,7 +15,18 @@ namespace sdtw {
 constexpr unsigned FULL_MASK = 0xffffffffu;
 constexpr double LN2 = 0.6931471805599453094;
 
-enum Cost { COST_SQEUCLIDEAN = 0, COST_L1 = 1, COST_PRECOMPUTED = 2 };
+enum Cost { COST_SQEUCLIDEAN = 0, COST_L1 = 1, COST_PRECOMPUTED = 2, COST_GRAM = 3 };
+// COST_GRAM: the squared Euclidean cost of large D, from one GEMM. C holds the Gram matrix x·yᵀ and the x, y
+// arguments hold the norms |x_i| `(B, N)` and |y_j| `(B, M)`: cost = max(|x_i|² + |y_j|² - 2 C_ij, 0). The
+// norms travel like a fused cost's one feature (row stream, column registers), so the scaling and clamp
+// that took seven elementwise passes over (B, N, M) per cost happen in the cells, and the backward sums
+// E's rows and columns on the way (for dx, dy by GEMMs): benchmarks/OPTIMIZATION_LOG.md, "Large D: ...".
+// Costs computed in the kernel from x and y (features); the others read a table C.
+template <int COST>
+__host__ __device__ constexpr bool fused_cost() { return COST == COST_SQEUCLIDEAN || COST == COST_L1; }
+// What the kernel keeps of x[i] or y[j] (pre-scaled by xs): a feature, or a squared norm (COST_GRAM).
+template <typename T, int COST>
+__device__ __forceinline__ T scaled_input(T v, T xs) { return COST == COST_GRAM ? v * v * xs : v * xs; }
 
 template <typename T> struct Num;
 
@@ -45,6 +56,12 @@ template <> struct Num<double> {
   static __device__ __forceinline__ double mx(double a, double b) { return fmax(a, b); }
   static __device__ __forceinline__ double abs(double a) { return fabs(a); }
 };
+
+// COST_GRAM's cell cost in log2 units from the table value g = x_i·y_j and the scaled squared norms.
+template <typename T>
+__device__ __forceinline__ T gram_cost(T g, T xx, T yy, T scale) {
+  return Num<T>::mx(fma(T(-2) * scale, g, xx + yy), T(0));
+}
 
 // Soft-min of three values in log2 units with the median trick: with m <= med <= M,
 // smin = m - log2(1 + 2^(m - med) + 2^(m - M)); no exponent is ever positive, 2 ex2 + 1 lg2.
@@ -122,8 +139,12 @@ template <> struct Link<float> {
     return soft_min3(diag, up, left);
   }
   // 2^23 + a and 2^23 + c as floats: one byte permute each, no conversion instruction.
-  static __device__ __forceinline__ float fa(unsigned s) { return __uint_as_float(__byte_perm(s, 0x4B000000u, 0x7610)); }
-  static __device__ __forceinline__ float fc(unsigned s) { return __uint_as_float(__byte_perm(s, 0x4B000000u, 0x7632)); }
+  static __device__ __forceinline__ float fa(unsigned s) {
+    return __uint_as_float(__byte_perm(s, 0x4B000000u, 0x7610));
+  }
+  static __device__ __forceinline__ float fc(unsigned s) {
+    return __uint_as_float(__byte_perm(s, 0x4B000000u, 0x7632));
+  }
   // Weights (in units of 1/Q) of the predecessor p in its successors: p is "up" of the cell below, "left"
   // of the cell to the right, "diag" of the cell down-right. R (of p) is not needed.
   static __device__ __forceinline__ float w_up(unsigned s, float, bool) { return fa(s) - MAGIC; }
@@ -293,7 +314,8 @@ __device__ __forceinline__ void cp_async_step(E* dst, const E* row, int L, int N
 
 // Ring depth: as deep as fits a 40 KB budget per block, between 2 and 8 stages.
 __host__ __device__ constexpr int ring_depth(int bytes_per_stage) {
-  return bytes_per_stage <= 0 ? 2 : (40960 / bytes_per_stage > 8 ? 8 : (40960 / bytes_per_stage < 2 ? 2 : 40960 / bytes_per_stage));
+  return bytes_per_stage <= 0 ? 2 : (40960 / bytes_per_stage > 8 ? 8
+                                     : (40960 / bytes_per_stage < 2 ? 2 : 40960 / bytes_per_stage));
 }
 
 // The group of lanes that works on one pair: one warp (W == 1) or one whole block (W > 1).

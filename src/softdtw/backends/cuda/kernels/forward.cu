@@ -8,13 +8,14 @@ namespace sdtw {
 // Register cap: one-warp pairs keep >= 20 (float, D <= 4) / 16 warps per SM, which the MUFU pipe needs
 // (research/gpu-kernels.md: occupancy scan); without it ptxas picked 96 registers and double spilled.
 template <typename T, int COST, int DT, int K, int W, bool WINDOW, bool STORE>
-__global__ void __launch_bounds__(W == 1 ? 128 : 32 * W, W == 1 ? (sizeof(T) == 4 && DT <= 4 ? 5 : 4) : (W < 16 ? 16 / W : 1))
+__global__ void __launch_bounds__(W == 1 ? 128 : 32 * W,
+                                  W == 1 ? (sizeof(T) == 4 && DT <= 4 ? 5 : 4) : (W < 16 ? 16 / W : 1))
 forward_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* __restrict__ C,
                const T* __restrict__ gamma, const long long* __restrict__ xlen,
                const long long* __restrict__ ylen, const int* __restrict__ window, T* __restrict__ value,
                typename Link<T>::Word* __restrict__ saved, T* __restrict__ bnd, int B, int N, int M, int nch) {
   constexpr int THREADS = W == 1 ? 128 : 32 * W;
-  constexpr int STAGE = COST == COST_PRECOMPUTED ? THREADS * K * int(sizeof(T)) : 0;
+  constexpr int STAGE = fused_cost<COST>() ? 0 : THREADS * K * int(sizeof(T));
   constexpr int P = ring_depth(STAGE);
   static_assert(P * STAGE <= 40960, "ring too large: the planner limits K for this W (launch.k_max)");
   __shared__ T hand[3][W];  // last lane's R, double-buffered, and its frame
@@ -52,7 +53,7 @@ forward_chain_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* 
                      typename Link<T>::Word* __restrict__ saved, T* bnd, int* sync, T* ckpt, int B, int N,
                      int M, int nch, int TH, int stagger, int c_lo, int nband, int tbase, int ldc, int cbase) {
   constexpr int THREADS = 32 * W;
-  constexpr int STAGE = COST == COST_PRECOMPUTED ? THREADS * K * int(sizeof(T)) : 0;
+  constexpr int STAGE = fused_cost<COST>() ? 0 : THREADS * K * int(sizeof(T));
   constexpr int P = ring_depth(STAGE);
   static_assert(P * STAGE <= 40960, "ring too large: the planner limits K for this W (launch.k_max)");
   __shared__ T hand[3][W];  // last lane's R, double-buffered, and its frame
@@ -72,7 +73,8 @@ forward_chain_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* 
   } else {
     const T scale = T(1) / (g * T(LN2));
     const T xs = COST == COST_SQEUCLIDEAN ? sqrt(scale) : scale;
-    forward_pair<T, COST, DT, K, W, WINDOW, STORE, false, P, MODE_CHAIN, 0, CKPT>(a, b, scale, g * T(LN2), xs, hand, ring, c);
+    forward_pair<T, COST, DT, K, W, WINDOW, STORE, false, P, MODE_CHAIN, 0, CKPT>(a, b, scale, g * T(LN2), xs, hand,
+                                                                                 ring, c);
   }
 }
 

@@ -54,7 +54,8 @@ __device__ __forceinline__ int tile_shift(int c, int nch_b, int stagger, int TH)
 // all take the geometry from here.
 struct Tiles {
   int TH, shift;
-  __device__ __forceinline__ Tiles(int c, int nch_b, int stagger, int TH_) : TH(TH_), shift(tile_shift(c, nch_b, stagger, TH_)) {}
+  __device__ __forceinline__ Tiles(int c, int nch_b, int stagger, int TH_)
+      : TH(TH_), shift(tile_shift(c, nch_b, stagger, TH_)) {}
   __device__ __forceinline__ int of(int row) const { return (row + shift) / TH; }  // the tile holding row
   __device__ __forceinline__ int first(int r) const { return max(0, r * TH - shift); }  // its first row
 };
@@ -97,7 +98,9 @@ __device__ __forceinline__ int pass_lanes(int m, int c, int NL) {
 // predicate through the cells (row tests instead, below): with one more, ptxas ran out of predicates in
 // the soft-min and serialised its two ex2 (+26% per chained step, benchmarks/OPTIMIZATION_LOG.md).
 // scripts/f32_precision_model.py models the precision: dy 4e-3 -> 3e-5 (measured 1e-5). Hard DTW keeps
-// F = 0 (same layout, exact ties as before); double needs no frames.
+// F = 0 (same layout, exact ties as before; it still writes and reads its zero frames: gating those on
+// REBASE changed ptxas' schedule of the soft checkpointing forward, one serialised ex2, scripts/sass_check.py);
+// double needs no frames.
 template <typename T>
 __host__ __device__ constexpr bool has_frames(bool saves) { return sizeof(T) == 4 && saves; }
 
@@ -121,7 +124,8 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
                                              typename Link<T>::Word* tile = nullptr, const int tile_index = 0) {
   constexpr int NL = 32 * W;
   constexpr int CW = NL * K;
-  constexpr bool FUSED = COST != COST_PRECOMPUTED;
+  constexpr bool FUSED = fused_cost<COST>();
+  constexpr bool XY = COST != COST_PRECOMPUTED;  // reads x and y (features, or COST_GRAM's norms)
   using Word = typename Link<T>::Word;
   constexpr bool FR = has_frames<T>(STORE || CKPT || MODE == MODE_RECOMP);  // the layout of bnd and ckpt
   constexpr bool REBASE = FR && !HARD;                                     // frames that move
@@ -158,11 +162,12 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
     // never reads what those lanes did not store (trims_pass).
     const int steps = (r1 - r0) + pass_lanes<MODE == MODE_SEQ && trims_pass<FUSED, K>(), K>(m, c, NL) - 1;
     T yv[K][DT];
-    if (FUSED) {
+    if (XY) {
 #pragma unroll
       for (int k = 0; k < K; ++k)
 #pragma unroll
-        for (int d = 0; d < DT; ++d) yv[k][d] = (j0 + k < M) ? yb[size_t(j0 + k) * DT + d] * xs : T(0);
+        for (int d = 0; d < DT; ++d)
+          yv[k][d] = (j0 + k < M) ? scaled_input<T, COST>(yb[size_t(j0 + k) * DT + d], xs) : T(0);
     }
     T r[K];  // R - F of this lane's columns on the row it processed last (RECOMP: the checkpointed row r0 - 1)
     T F = T(0);  // the lane's frame
@@ -204,7 +209,7 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
     auto load_row = [&](const int row, FwdRow<T, DT>& q) {
       const bool ok = row >= 0 && row < n;
 #pragma unroll
-      for (int d = 0; d < DT; ++d) q.x[d] = (FUSED && ok) ? xb[size_t(row) * DT + d] * xs : T(0);
+      for (int d = 0; d < DT; ++d) q.x[d] = (XY && ok) ? scaled_input<T, COST>(xb[size_t(row) * DT + d], xs) : T(0);
       q.lo = (WINDOW && ok) ? wb[2 * row] : 0;
       q.hi = (WINDOW && ok) ? wb[2 * row + 1] : 0;
       q.left = (c > 0 && wg == 0 && ok) ? __ldcg(bnd_in + size_t(row) * BS) : BIG;
@@ -238,7 +243,8 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
         T* dst = my_ring + size_t(t % P) * nthreads * K;
 #pragma unroll
         for (int k = 0; k < K; ++k)
-          cp_async<int(sizeof(T))>(dst + k, ok && j0 + k < M ? Cb + size_t(row) * a.ldc + (j0 + k - cb) : a.C, ok && j0 + k < M);
+          cp_async<int(sizeof(T))>(dst + k, (ok && j0 + k < M) ? Cb + size_t(row) * a.ldc + (j0 + k - cb) : a.C,
+                                   ok && j0 + k < M);
         cp_async_commit();
       }
     };
@@ -311,7 +317,9 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
 #pragma unroll
         for (int k = 0; k < K; ++k) {
           T cst;  // in log2 units: x and y came pre-scaled, C is scaled here
-          if (!FUSED) {
+          if (COST == COST_GRAM) {
+            cst = gram_cost(cr[k], mine.x[0], yv[k][0], scale);
+          } else if (!FUSED) {
             cst = cr[k] * scale;
           } else {
             cst = T(0);
