@@ -163,6 +163,7 @@ def _gram_checked(x, y):
 
 
 def _cost_memory_error(x, y, M):
+    """The MemoryError for a large-D cost that did not fit: the whole table (M None) or one band of it."""
     B, N, Mb = x.shape[0], x.shape[1], y.shape[1]
     if M is None:
         what, ways, M = f"the whole cost (D={x.shape[2]} features)", _WAYS_AROUND, Mb
@@ -428,8 +429,8 @@ def _backward_gemm(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value,
 def _backward_gram(grad, x, y, gamma, x_lengths, y_lengths, window, value, saved):
     """Squared Euclidean, large D: G = x·yᵀ by one GEMM, the kernel (cost "gram") writing grad_b · E_b over G
     and returning its row sums rs and column sums cs; then dx = 2 (rs x - E y), dy = 2 (cs y - Eᵀ x), each one
-    GEMM with the scaled input as its addend. Twelve launches in all where the elementwise form took 31
-    (benchmarks/OPTIMIZATION_LOG.md)."""
+    GEMM with the scaled input as its addend. A forward + backward launches 14 kernels; the elementwise form of
+    the cost took 31 (benchmarks/OPTIMIZATION_LOG.md, "Large D: the Gram cost in the cells")."""
     xn, yn, G = _gram_checked(x, y)
     if saved.numel() == 0:
         _, saved = _run_forward(xn, yn, G, "gram", 0, gamma, x_lengths, y_lengths, window, True)

@@ -20,7 +20,8 @@ enum Cost { COST_SQEUCLIDEAN = 0, COST_L1 = 1, COST_PRECOMPUTED = 2, COST_GRAM =
 // arguments hold the norms |x_i| `(B, N)` and |y_j| `(B, M)`: cost = max(|x_i|² + |y_j|² - 2 C_ij, 0). The
 // norms travel like a fused cost's one feature (row stream, column registers), so the scaling and clamp
 // that took seven elementwise passes over (B, N, M) per cost happen in the cells, and the backward sums
-// E's rows and columns on the way (for dx, dy by GEMMs): benchmarks/OPTIMIZATION_LOG.md, "Large D: ...".
+// E's rows and columns on the way (for dx, dy by GEMMs): benchmarks/OPTIMIZATION_LOG.md, "Large D: the Gram
+// cost in the cells".
 // Costs computed in the kernel from x and y (features); the others read a table C.
 template <int COST>
 __host__ __device__ constexpr bool fused_cost() { return COST == COST_SQEUCLIDEAN || COST == COST_L1; }
