@@ -290,6 +290,17 @@ def wall_ms(fn, calls: int) -> float:
     return (time.perf_counter() - start) / calls * 1e3
 
 
+def cuda_kernels(prof) -> dict:
+    """{kernel name (first 90 characters): [launches, total device µs]} of a torch.profiler run's CUDA events."""
+    kernels = {}
+    for ev in prof.events():
+        if ev.device_type == torch.autograd.DeviceType.CUDA:
+            k = kernels.setdefault(ev.name[:90], [0, 0.0])
+            k[0] += 1
+            k[1] += ev.device_time_total
+    return kernels
+
+
 def graphed(fn):
     """fn captured once in a CUDA graph (after a warm-up on a side stream); returns its replay."""
     side = torch.cuda.Stream()

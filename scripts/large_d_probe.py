@@ -12,11 +12,13 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from gpu import cuda_kernels, median_ms  # noqa: E402
 from softdtw.backends import cuda as be  # noqa: E402
 
 SIZES = ["16,128,64", "32,128,64", "16,512,64", "16,128,1", "16,512,1", "16,1024,64"]
@@ -34,17 +36,7 @@ def probe(B: int, N: int, D: int) -> dict:
     g = torch.tensor(1.0, device="cuda")
     lengths = torch.full((B,), N, device="cuda")
     grad = torch.ones(B, device="cuda")
-    for _ in range(3):
-        call(x, y, g, lengths, grad)
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(30):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        call(x, y, g, lengths, grad)
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e))
+    event_ms = median_ms(lambda: call(x, y, g, lengths, grad), 30, warmup=3)
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
     call(x, y, g, lengths, grad)
@@ -55,14 +47,8 @@ def probe(B: int, N: int, D: int) -> dict:
         for _ in range(reps):
             call(x, y, g, lengths, grad)
         torch.cuda.synchronize()
-    kernels = {}
-    for ev in prof.events():
-        if ev.device_type == torch.autograd.DeviceType.CUDA:
-            k = kernels.setdefault(ev.name[:90], [0, 0.0])
-            k[0] += 1
-            k[1] += ev.device_time_total / 1e3  # ms
-    rows = sorted(((n, c / reps, t / reps) for n, (c, t) in kernels.items()), key=lambda r: -r[2])
-    out = {"B": B, "N": N, "D": D, "event_ms": float(np.median(times)), "peak_mb": peak,
+    rows = sorted(((n, c / reps, t / 1e3 / reps) for n, (c, t) in cuda_kernels(prof).items()), key=lambda r: -r[2])
+    out = {"B": B, "N": N, "D": D, "event_ms": event_ms, "peak_mb": peak,
            "kernels_per_call": sum(r[1] for r in rows), "gpu_ms": sum(r[2] for r in rows),
            "kernels": [{"name": n, "count": c, "ms": t} for n, c, t in rows]}
     print(f"B={B} N={N} D={D}: {out['event_ms']:.4f} ms per call (events), {out['kernels_per_call']:.0f} kernels, "

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import softdtw  # noqa: E402
-from gpu import data, graphed, wall_ms  # noqa: E402
+from gpu import cuda_kernels, data, graphed, wall_ms  # noqa: E402
 from softdtw.backends import cuda as be  # noqa: E402
 
 
@@ -76,12 +76,7 @@ def main(calls=2000):
         for _ in range(10):
             api()
         torch.cuda.synchronize()
-    kernels = {}
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            k = kernels.setdefault(e.name[:90], [0, 0.0])
-            k[0] += 1
-            k[1] += e.device_time
+    kernels = cuda_kernels(prof)
     out["eager_kernels_per_step"] = {k: {"count": c / 10, "us_each": round(t / max(c, 1), 2)}
                                      for k, (c, t) in kernels.items()}
     print(json.dumps(out, indent=1))

@@ -87,8 +87,8 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
   constexpr int DX = Carry<COST, DT>::DX;
   constexpr int NB = Carry<COST, DT>::NB;
   constexpr bool FUSED = fused_cost<COST>();
-  constexpr bool GRAM = COST == COST_GRAM;     // also sums E's rows (dx) and columns (dy)
-  constexpr bool XY = FUSED || GRAM;             // reads x and y (features, or COST_GRAM's norms)
+  constexpr bool GRAM = COST == COST_GRAM;  // also sums E's rows (dx) and columns (dy)
+  constexpr bool XY = reads_xy<COST>();
   using Word = typename Link<T>::Word;
   const Word BORDER = Link<T>::border();
   const int lane = threadIdx.x & 31;

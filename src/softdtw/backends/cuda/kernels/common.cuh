@@ -25,6 +25,9 @@ enum Cost { COST_SQEUCLIDEAN = 0, COST_L1 = 1, COST_PRECOMPUTED = 2, COST_GRAM =
 // Costs computed in the kernel from x and y (features); the others read a table C.
 template <int COST>
 __host__ __device__ constexpr bool fused_cost() { return COST == COST_SQEUCLIDEAN || COST == COST_L1; }
+// Costs whose kernels read x and y: the features (fused), or COST_GRAM's norms.
+template <int COST>
+__host__ __device__ constexpr bool reads_xy() { return COST != COST_PRECOMPUTED; }
 // What the kernel keeps of x[i] or y[j] (pre-scaled by xs): a feature, or a squared norm (COST_GRAM).
 template <typename T, int COST>
 __device__ __forceinline__ T scaled_input(T v, T xs) { return COST == COST_GRAM ? v * v * xs : v * xs; }

@@ -125,7 +125,7 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
   constexpr int NL = 32 * W;
   constexpr int CW = NL * K;
   constexpr bool FUSED = fused_cost<COST>();
-  constexpr bool XY = COST != COST_PRECOMPUTED;  // reads x and y (features, or COST_GRAM's norms)
+  constexpr bool XY = reads_xy<COST>();
   using Word = typename Link<T>::Word;
   constexpr bool FR = has_frames<T>(STORE || CKPT || MODE == MODE_RECOMP);  // the layout of bnd and ckpt
   constexpr bool REBASE = FR && !HARD;                                     // frames that move
