@@ -275,6 +275,14 @@ __device__ __forceinline__ void store_step(T* row, int L, int NL, const T* v) {
 #pragma unroll
   for (int k = 0; k < K; k += VEC) Vec<T, VEC>::store(row + StepLayout<K>::offset(L, k, NL), v + k);
 }
+// The same, with the lane's first position in the row (row + StepLayout<K>::offset(L, 0, NL)) computed once
+// per pass: the rest of the offsets are constants, so a step's store is one address (base + slot CW) away.
+template <typename T, int K, int NL>
+__device__ __forceinline__ void store_lane_step(T* lane_row, const T* v) {
+  constexpr int VEC = StepLayout<K>::VEC;
+#pragma unroll
+  for (int k = 0; k < K; k += VEC) Vec<T, VEC>::store(lane_row + (k / VEC) * NL * VEC, v + k);
+}
 template <typename T, int K>
 __device__ __forceinline__ void load_step(const T* row, int L, int NL, T* v) {
   constexpr int VEC = StepLayout<K>::VEC;

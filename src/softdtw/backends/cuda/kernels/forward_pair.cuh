@@ -235,30 +235,38 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
     for (int d = 0; d < DT; ++d) mine.x[d] = T(0);
     mine.lo = mine.hi = 0;
 
-    // C ring (precomputed cost): step t's K values of row t - L, issued P - 1 steps ahead.
+    // C ring (precomputed cost): step t's K values of row t - L, issued P - 1 steps ahead into stage
+    // `ci` (= t mod P, counted rather than divided: P need not be a power of two).
+    int ci = 0, cr_stage = 0;
     auto issue_c = [&](const int t) {
       if constexpr (!FUSED && P > 0) {
         const int row = r0 + t - L;
         const bool ok = row >= 0 && row < n;
-        T* dst = my_ring + size_t(t % P) * nthreads * K;
+        T* dst = my_ring + size_t(ci) * nthreads * K;
 #pragma unroll
         for (int k = 0; k < K; ++k)
           cp_async<int(sizeof(T))>(dst + k, (ok && j0 + k < M) ? Cb + size_t(row) * a.ldc + (j0 + k - cb) : a.C,
                                    ok && j0 + k < M);
         cp_async_commit();
+        if (++ci == P) ci = 0;
       }
     };
     if (!FUSED && P > 0)
       for (int t = 0; t < P - 1; ++t) issue_c(t);
 
-    int slot = 0;  // t mod N
-    for (int t = 0; t < steps; ++t) {
-      const int i = r0 + t - L;
-      const bool live = (i >= r0) && (i < r1);
-      if ((t & 31) == 0 && t > 0) {
+    // Step bookkeeping kept to a few instructions (a latency-bound step pays ~4 cycles for each,
+    // benchmarks/OPTIMIZATION_LOG.md "Leaner steps"): the steps run in blocks of 32 (the row refill once
+    // per block, the row stream's source lane the block's step index), the link store goes to the lane's
+    // own base plus slot * CW (slot = t mod smod), and the hand-over slots of W > 1 alternate by an offset.
+    Word* const slane = (STORE || MODE == MODE_RECOMP) ? sbase + StepLayout<K>::offset(L, 0, NL) : nullptr;
+    int slot = 0;
+    T* const hflat = &hand[0][0];  // hand[h][w] = hflat[h * W + w]
+    int hrd = W, hwr = 0;          // offsets of the slots read ((t + 1) & 1) and written (t & 1)
+    for (int tb = 0; tb < steps; tb += 32) {
+      if (tb > 0) {
         cur = nxt;
-        if (waits) wait_rows(flag_in, min(n, t + 64));
-        load_row(r0 + t + 32 - 32 * wg + lane, nxt);
+        if (waits) wait_rows(flag_in, min(n, tb + 64));
+        load_row(r0 + tb + 32 - 32 * wg + lane, nxt);
         if (REBASE) {
           // Every lane moves its frame to its last value (the row above), once that is reachable. Lane 31
           // of a warp did the same sum for the warp on its right one step ago (below).
@@ -273,117 +281,125 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
           renew_frames();
         }
       }
-      // Move the row inputs one lane along; lane 0 takes the next row from the warp's block.
-      const int src = t & 31;
+      const int sn = min(32, steps - tb);
+      for (int src = 0; src < sn; ++src) {  // step t = tb + src; lane 0 takes row t from lane src
+        const int t = tb + src;
+        const int i = r0 + t - L;
+        const bool live = unsigned(t - L) < unsigned(r1 - r0);
+        // Move the row inputs one lane along; lane 0 takes the next row from the warp's block.
 #pragma unroll
-      for (int d = 0; d < DT; ++d) {
-        const T in = __shfl_sync(FULL_MASK, cur.x[d], src);
-        const T up = __shfl_up_sync(FULL_MASK, mine.x[d], 1);
-        mine.x[d] = (lane == 0) ? in : up;
-      }
-      if (WINDOW) {
-        const int lin = __shfl_sync(FULL_MASK, cur.lo, src), hin = __shfl_sync(FULL_MASK, cur.hi, src);
-        const int lup = __shfl_up_sync(FULL_MASK, mine.lo, 1), hup = __shfl_up_sync(FULL_MASK, mine.hi, 1);
-        mine.lo = (lane == 0) ? lin : lup;
-        mine.hi = (lane == 0) ? hin : hup;
-      }
-      // BIG except in lane 0 of warp 0 of a later chunk (load_row): a shuffle for every warp costs less
-      // than a branch, and keeps a predicate free for the soft-min (SASS: its two ex2 back to back).
-      const T chunk_left = __shfl_sync(FULL_MASK, cur.left, src);
-      // With frames the sender adds dr, off the receiver's path (an unreachable BIG stays unreachable).
-      T leftin = __shfl_up_sync(FULL_MASK, REBASE ? last + dr : last, 1);
-      // Lane 0 takes its left neighbour from lane 31 of the warp on the left (one step ago, through shared
-      // memory; every lane reads the broadcast and selects, no divergent branch), from the previous
-      // chunk's last column (already in lane 0's frame), or the border.
-      T in0 = chunk_left;
-      if (W > 1 && wg > 0) in0 = hand[(t + 1) & 1][wg - 1] + (REBASE ? dl : T(0));  // warp-uniform
-      if (lane == 0) leftin = in0;
-      T diag = prevleft;  // lane 0 of chunk 0: 0 (R[-1, -1]) before row 0, then the border's BIG
-      prevleft = leftin;
-      T cr[K];
-      if constexpr (!FUSED && P > 0) {
-        issue_c(t + P - 1);
-        cp_async_wait<P - 1>();
-        const T* src_c = my_ring + size_t(t % P) * nthreads * K;
-#pragma unroll
-        for (int k = 0; k < K; ++k) cr[k] = src_c[k];
-      } else if constexpr (!FUSED) {  // RECOMP of a precomputed cost: plain loads (no ring in the backward)
-#pragma unroll
-        for (int k = 0; k < K; ++k) cr[k] = (live && j0 + k < M) ? Cb[size_t(i) * a.ldc + (j0 + k - cb)] : T(0);
-      }
-      if (live) {
-        T left = leftin;
-        Word sv[K];
-#pragma unroll
-        for (int k = 0; k < K; ++k) {
-          T cst;  // in log2 units: x and y came pre-scaled, C is scaled here
-          if (COST == COST_GRAM) {
-            cst = gram_cost(cr[k], mine.x[0], yv[k][0], scale);
-          } else if (!FUSED) {
-            cst = cr[k] * scale;
-          } else {
-            cst = T(0);
-#pragma unroll
-            for (int d = 0; d < DT; ++d) cst += cost_term<T, COST>(mine.x[d] - yv[k][d]);
-          }
-          const T up = r[k];
-          Word w = Word(0);
-          T v;
-          if (HARD) {
-            int choice;
-            v = hard_min3(diag, up, left, choice) + cst;
-            w = Link<T>::hard(choice);
-          } else if (STORE) {
-            v = Link<T>::soft(diag, up, left, w) + cst;
-          } else {
-            v = Link<T>::value(diag, up, left) + cst;
-          }
-          if (WINDOW) {
-            const int j = j0 + k;
-            if (j < mine.lo || j >= mine.hi) v = BIG;  // outside the band: unreachable
-          }
-          sv[k] = w;
-          diag = up;
-          left = v;
-          r[k] = v;
+        for (int d = 0; d < DT; ++d) {
+          const T in = __shfl_sync(FULL_MASK, cur.x[d], src);
+          const T up = __shfl_up_sync(FULL_MASK, mine.x[d], 1);
+          mine.x[d] = (lane == 0) ? in : up;
         }
-        last = r[K - 1];
-        if (STORE) store_step<Word, K>(sbase + size_t(slot) * CW, L, NL, sv);
-        if (i < bnd_rows) {
-          bnd_out[size_t(i) * BS] = last;
-          if (FR) bnd_out[size_t(i) * BS + 1] = F;
-          // Publish 32 rows at a time; the release orders this lane's bnd stores before the count.
-          if (MODE == MODE_CHAIN && (((i + 1) & 31) == 0 || i == n - 1)) st_release(flag_out, i + 1);
+        if (WINDOW) {
+          const int lin = __shfl_sync(FULL_MASK, cur.lo, src), hin = __shfl_sync(FULL_MASK, cur.hi, src);
+          const int lup = __shfl_up_sync(FULL_MASK, mine.lo, 1), hup = __shfl_up_sync(FULL_MASK, mine.hi, 1);
+          mine.lo = (lane == 0) ? lin : lup;
+          mine.hi = (lane == 0) ? hin : hup;
         }
-        if (MODE == MODE_CHAIN && to_ckpt-- == 0) {  // row i + 1 starts tile tiles.of(i + 1)
-          to_ckpt = a.TH - 1;
-          if (i + 1 < n) {
-            T* q = ckpt_row(tiles.of(i + 1));
+        // BIG except in lane 0 of warp 0 of a later chunk (load_row): a shuffle for every warp costs less
+        // than a branch, and keeps a predicate free for the soft-min (SASS: its two ex2 back to back).
+        const T chunk_left = __shfl_sync(FULL_MASK, cur.left, src);
+        // With frames the sender adds dr, off the receiver's path (an unreachable BIG stays unreachable).
+        T leftin = __shfl_up_sync(FULL_MASK, REBASE ? last + dr : last, 1);
+        // Lane 0 takes its left neighbour from lane 31 of the warp on the left (one step ago, through shared
+        // memory; every lane reads the broadcast and selects, no divergent branch), from the previous
+        // chunk's last column (already in lane 0's frame), or the border.
+        T in0 = chunk_left;
+        if (W > 1 && wg > 0) in0 = hflat[wg - 1 + hrd] + (REBASE ? dl : T(0));  // warp-uniform
+        if (lane == 0) leftin = in0;
+        T diag = prevleft;  // lane 0 of chunk 0: 0 (R[-1, -1]) before row 0, then the border's BIG
+        prevleft = leftin;
+        T cr[K];
+        if constexpr (!FUSED && P > 0) {
+          issue_c(t + P - 1);
+          cp_async_wait<P - 1>();
+          const T* src_c = my_ring + size_t(cr_stage) * nthreads * K;
+          if (++cr_stage == P) cr_stage = 0;
 #pragma unroll
-            for (int k = 0; k < K; ++k) q[L * K + k] = r[k];
-            if (FR) q[CW + L] = F;
+          for (int k = 0; k < K; ++k) cr[k] = src_c[k];
+        } else if constexpr (!FUSED) {  // RECOMP of a precomputed cost: plain loads (no ring in the backward)
+#pragma unroll
+          for (int k = 0; k < K; ++k) cr[k] = (live && j0 + k < M) ? Cb[size_t(i) * a.ldc + (j0 + k - cb)] : T(0);
+        }
+        if (live) {
+          T left = leftin;
+          Word sv[K];
+#pragma unroll
+          for (int k = 0; k < K; ++k) {
+            T cst;  // in log2 units: x and y came pre-scaled, C is scaled here
+            if (COST == COST_GRAM) {
+              cst = gram_cost(cr[k], mine.x[0], yv[k][0], scale);
+            } else if (!FUSED) {
+              cst = cr[k] * scale;
+            } else {
+              cst = T(0);
+#pragma unroll
+              for (int d = 0; d < DT; ++d) cst += cost_term<T, COST>(mine.x[d] - yv[k][d]);
+            }
+            const T up = r[k];
+            Word w = Word(0);
+            T v;
+            if (HARD) {
+              int choice;
+              v = hard_min3(diag, up, left, choice) + cst;
+              w = Link<T>::hard(choice);
+            } else if (STORE) {
+              v = Link<T>::soft(diag, up, left, w) + cst;
+            } else {
+              v = Link<T>::value(diag, up, left) + cst;
+            }
+            if (WINDOW) {
+              const int j = j0 + k;
+              if (j < mine.lo || j >= mine.hi) v = BIG;  // outside the band: unreachable
+            }
+            sv[k] = w;
+            diag = up;
+            left = v;
+            r[k] = v;
+          }
+          last = r[K - 1];
+          if (STORE) store_lane_step<Word, K, NL>(slane + size_t(unsigned(slot)) * CW, sv);
+          if (i < bnd_rows) {
+            bnd_out[size_t(i) * BS] = last;
+            if (FR) bnd_out[size_t(i) * BS + 1] = F;
+            // Publish 32 rows at a time; the release orders this lane's bnd stores before the count.
+            if (MODE == MODE_CHAIN && (((i + 1) & 31) == 0 || i == n - 1)) st_release(flag_out, i + 1);
+          }
+          if (MODE == MODE_CHAIN && to_ckpt-- == 0) {  // row i + 1 starts tile tiles.of(i + 1)
+            to_ckpt = a.TH - 1;
+            if (i + 1 < n) {
+              T* q = ckpt_row(tiles.of(i + 1));
+#pragma unroll
+              for (int k = 0; k < K; ++k) q[L * K + k] = r[k];
+              if (FR) q[CW + L] = F;
+            }
+          }
+          if (i == end_row) {
+#pragma unroll
+            for (int k = 0; k < K; ++k)
+              if (j0 + k == m - 1) a.value[b] = (F + r[k]) * unit;
           }
         }
-        if (i == end_row) {
-#pragma unroll
-          for (int k = 0; k < K; ++k)
-            if (j0 + k == m - 1) a.value[b] = (F + r[k]) * unit;
-        }
-      }
-      if (++slot == smod) slot = 0;
-      if (W > 1) {
-        if (lane == 31) {
-          T h = last;
-          if (REBASE && (t & 31) == 31) {
-            // The frames move at the start of the next step, when the warp on the right reads h: hand it
-            // over in the frame this lane is about to take (the same sum as the move), and that frame.
-            const T Fn = last < T(1e29) ? F + last : F;
-            h = last - (Fn - F);
-            hand[2][wg] = Fn;  // read after the barrier below, next written 32 steps later
+        if (++slot == smod) slot = 0;
+        if (W > 1) {
+          if (lane == 31) {
+            T h = last;
+            if (REBASE && src == 31) {
+              // The frames move at the start of the next step, when the warp on the right reads h: hand it
+              // over in the frame this lane is about to take (the same sum as the move), and that frame.
+              const T Fn = last < T(1e29) ? F + last : F;
+              h = last - (Fn - F);
+              hand[2][wg] = Fn;  // read after the barrier below, next written 32 steps later
+            }
+            hflat[wg + hwr] = h;
           }
-          hand[t & 1][wg] = h;
+          hrd = W - hrd;
+          hwr = W - hwr;
+          group_sync<W, BAR>();
         }
-        group_sync<W, BAR>();
       }
     }
     if (!FUSED && P > 0) cp_async_wait<0>();
