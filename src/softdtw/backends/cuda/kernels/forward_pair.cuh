@@ -235,20 +235,19 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
     for (int d = 0; d < DT; ++d) mine.x[d] = T(0);
     mine.lo = mine.hi = 0;
 
-    // C ring (precomputed cost): step t's K values of row t - L, issued P - 1 steps ahead into stage
-    // `ci` (= t mod P, counted rather than divided: P need not be a power of two).
-    int ci = 0, cr_stage = 0;
+    // C ring (precomputed cost): step t's K values of row t - L, issued P - 1 steps ahead. (Stage t % P:
+    // counting the stages instead took fewer instructions but made the gram forward 2-3 % slower, and the
+    // store backward 10-15 %, benchmarks/OPTIMIZATION_LOG.md "Leaner steps".)
     auto issue_c = [&](const int t) {
       if constexpr (!FUSED && P > 0) {
         const int row = r0 + t - L;
         const bool ok = row >= 0 && row < n;
-        T* dst = my_ring + size_t(ci) * nthreads * K;
+        T* dst = my_ring + size_t(t % P) * nthreads * K;
 #pragma unroll
         for (int k = 0; k < K; ++k)
           cp_async<int(sizeof(T))>(dst + k, (ok && j0 + k < M) ? Cb + size_t(row) * a.ldc + (j0 + k - cb) : a.C,
                                    ok && j0 + k < M);
         cp_async_commit();
-        if (++ci == P) ci = 0;
       }
     };
     if (!FUSED && P > 0)
@@ -316,8 +315,7 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
         if constexpr (!FUSED && P > 0) {
           issue_c(t + P - 1);
           cp_async_wait<P - 1>();
-          const T* src_c = my_ring + size_t(cr_stage) * nthreads * K;
-          if (++cr_stage == P) cr_stage = 0;
+          const T* src_c = my_ring + size_t(t % P) * nthreads * K;
 #pragma unroll
           for (int k = 0; k < K; ++k) cr[k] = src_c[k];
         } else if constexpr (!FUSED) {  // RECOMP of a precomputed cost: plain loads (no ring in the backward)
