@@ -10,7 +10,10 @@ float32": +26 % per chained step). Needs NVRTC and cuobjdump here:
     PYTHONPATH=src python scripts/sass_check.py                          # the default set below
     PYTHONPATH=src python scripts/sass_check.py forward "sdtw::forward_kernel<float, 0, 1, 4, 1, false, true>" [...]
 
-Prints one line per instantiation; "ex2 serialised" should be 0.
+Prints one line per instantiation; "ex2 serialised" should be 0. "step loop" counts the instructions of the
+smallest loop holding the soft-min's lg2 (forward) or the link prefetch and shuffle (backward): the step loop, rarely
+taken branches included. A latency-bound step costs ~4 cycles per instruction there (OPTIMIZATION_LOG.md,
+"Leaner steps"), so it is the number to compare before and after a change to a step.
 """
 import re
 import subprocess
@@ -32,6 +35,18 @@ DEFAULT = [
 ]
 
 
+def step_loop(ins: list[tuple[int, str]], markers: tuple[str, ...]) -> int:
+    """Instructions in the smallest loop (a branch back to a lower address) that holds all `markers`."""
+    sizes = []
+    for addr, s in ins:
+        m = re.search(r"\bBRA (?:!?P\d, )?0x([0-9a-f]+)", s)
+        if m and int(m.group(1), 16) < addr:
+            body = [t for a, t in ins if int(m.group(1), 16) <= a <= addr]
+            if all(any(mk in t for t in body) for mk in markers):
+                sizes.append(len(body))
+    return min(sizes, default=0)
+
+
 def check(source: str, expr: str) -> str:
     data, _ = _compile.compile_cubin(source, expr, "sm_90")
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
@@ -39,7 +54,9 @@ def check(source: str, expr: str) -> str:
         f.flush()
         sass = subprocess.run(["cuobjdump", "-sass", f.name], capture_output=True, text=True, check=True).stdout
         res = subprocess.run(["cuobjdump", "-res-usage", f.name], capture_output=True, text=True, check=True).stdout
-    ins = [re.sub(r"\s+", " ", m.group(1)) for m in re.finditer(r"/\*[0-9a-f]{4}\*/\s+([^;]*;)", sass)]
+    found = [(int(m.group(1), 16), re.sub(r"\s+", " ", m.group(2)))
+             for m in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+([^;]*;)", sass)]
+    ins = [s for _, s in found]
     ex2 = serial = 0
     for i, s in enumerate(ins[:-1]):
         m = re.match(r"(@!?P\d )?MUFU\.EX2 (R\d+),", s)
@@ -48,7 +65,10 @@ def check(source: str, expr: str) -> str:
             operands = ins[i + 1].split(",", 1)[1] if "," in ins[i + 1] else ""
             serial += bool(re.search(rf"\b{m.group(2)}\b", operands))
     regs = ",".join(re.findall(r"REG:(\d+)", res))
-    return f"registers {regs:>4}  instructions {len(ins):5d}  ex2 {ex2:3d}  ex2 serialised {serial:3d}  {expr}"
+    # The backward's prologue issues prefetches in a loop too: its step loop also shuffles.
+    loop = step_loop(found, ("MUFU.LG2",) if source == "forward" else ("LDGSTS", "SHFL.DOWN"))
+    return (f"registers {regs:>4}  instructions {len(ins):5d}  step loop {loop:4d}  ex2 {ex2:3d}  "
+            f"ex2 serialised {serial:3d}  {expr}")
 
 
 if __name__ == "__main__":
