@@ -17,6 +17,7 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from gpu import median_ms  # noqa: E402
+from long_probe import problem  # noqa: E402  (the same seeded D = 1 data)
 from softdtw.backends import cuda as be  # noqa: E402
 from softdtw.backends.cuda import launch  # noqa: E402
 
@@ -24,13 +25,7 @@ DEFAULT = ["16,128", "32,128", "16,512", "32,512", "16,1024", "32,2048", "16384,
 
 
 def probe(B: int, N: int) -> dict:
-    g = torch.Generator(device="cuda").manual_seed(0)
-    x = torch.randn(B, N, 1, device="cuda", generator=g)
-    y = torch.randn(B, N, 1, device="cuda", generator=g)
-    lengths = torch.full((B,), N, dtype=torch.int64, device="cuda")
-    gamma = torch.tensor(1.0, device="cuda")
-    args = (x, y, gamma, "sqeuclidean", lengths, lengths, None)
-    grad = torch.ones(B, device="cuda")
+    args, grad = problem(B, N)
     reps = 20 if B * N * N < 2**32 else 5
     plan = launch.plan_for(B, N, N, 1, torch.float32, 0, False)
     res = {"B": B, "N": N, "plan": f"K={plan.K} W={plan.W} nch={plan.nch} chain={plan.chain}"}

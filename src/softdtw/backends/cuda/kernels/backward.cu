@@ -291,7 +291,7 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
 
     // hand[h][w][q] = hflat[(h W + w) NB + q]: the slots read ((tau + 1) & 1) and written (tau & 1)
     // alternate by an offset instead of an index computed per step. (Counting the ring stages the same
-    // way instead of tau % P was tried: fewer instructions, 5-15 % slower store backward, OPTIMIZATION_LOG.)
+    // way instead of tau % P was tried: fewer instructions, 10-15 % slower store backward, OPTIMIZATION_LOG.)
     T* const hflat = &hand[0][0][0];
     int hrd = ((skip + 1) & 1) * W * NB, hwr = (skip & 1) * W * NB;
     for (int tau = skip; tau < steps; ++tau) {

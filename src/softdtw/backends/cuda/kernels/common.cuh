@@ -268,20 +268,14 @@ template <> struct Vec<double, 4> {  // two 16-byte accesses: there is no 32-byt
   }
 };
 
-// All K values of one lane and one step, to / from the step-major table.
-template <typename T, int K>
-__device__ __forceinline__ void store_step(T* row, int L, int NL, const T* v) {
-  constexpr int VEC = StepLayout<K>::VEC;
-#pragma unroll
-  for (int k = 0; k < K; k += VEC) Vec<T, VEC>::store(row + StepLayout<K>::offset(L, k, NL), v + k);
-}
-// The same, with the lane's first position in the row (row + StepLayout<K>::offset(L, 0, NL)) computed once
-// per pass: the rest of the offsets are constants, so a step's store is one address (base + slot CW) away.
+// All K values of one lane and one step, to / from the step-major table. The store takes the lane's first
+// position in the row (row + StepLayout<K>::offset(L, 0, NL)), computed once per pass: the rest of the
+// offsets are constants, so a step's store is one address (base + slot CW) away.
 template <typename T, int K, int NL>
 __device__ __forceinline__ void store_lane_step(T* lane_row, const T* v) {
   constexpr int VEC = StepLayout<K>::VEC;
 #pragma unroll
-  for (int k = 0; k < K; k += VEC) Vec<T, VEC>::store(lane_row + (k / VEC) * NL * VEC, v + k);
+  for (int k = 0; k < K; k += VEC) Vec<T, VEC>::store(lane_row + StepLayout<K>::offset(0, k, NL), v + k);
 }
 template <typename T, int K>
 __device__ __forceinline__ void load_step(const T* row, int L, int NL, T* v) {

@@ -257,7 +257,7 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
     // benchmarks/OPTIMIZATION_LOG.md "Leaner steps"): the steps run in blocks of 32 (the row refill once
     // per block, the row stream's source lane the block's step index), the link store goes to the lane's
     // own base plus slot * CW (slot = t mod smod), and the hand-over slots of W > 1 alternate by an offset.
-    Word* const slane = (STORE || MODE == MODE_RECOMP) ? sbase + StepLayout<K>::offset(L, 0, NL) : nullptr;
+    Word* const slane = STORE ? sbase + StepLayout<K>::offset(L, 0, NL) : nullptr;  // RECOMP stores too
     int slot = 0;
     T* const hflat = &hand[0][0];  // hand[h][w] = hflat[h * W + w]
     int hrd = W, hwr = 0;          // offsets of the slots read ((t + 1) & 1) and written (t & 1)
