@@ -2,7 +2,7 @@
 memory="checkpoint" and "store" under forced (K, W), to calibrate launch.choose_plan.
 
     PYTHONPATH=src python3 scripts/long_probe.py                 (B = 1, N = M = 65536 and B = 16, N = M = 8192)
-    PYTHONPATH=src python3 scripts/long_probe.py --split B N [K W]  (each kernel of store and checkpoint alone)
+    PYTHONPATH=src python3 scripts/long_probe.py --split B N [K W [TH]]  (each kernel of store and checkpoint alone)
 
 Prints one JSON line per measurement.
 """
@@ -56,11 +56,12 @@ def main():
                                   "fb_gcups": round(cells / fbt / 1e6, 1), "peak_mib": round(peak, 1)}), flush=True)
 
 
-def split(B, N, K=4, W=4):
+def split(B, N, K=4, W=4, TH=None):
     """Times of each launch alone: value-only forward, storing forward, store backward, checkpointing
-    forward, checkpoint backward, all under one chained plan (K, W) so the modes are comparable."""
+    forward, checkpoint backward, all under one chained plan (K, W) so the modes are comparable; TH forces
+    the checkpoint tile height."""
     args, grad = problem(B, N)
-    with launch.forced_plan(K, W, chain=True):
+    with launch.forced_plan(K, W, chain=True, TH=TH):
         plan = launch.plan_for(B, N, N, 1, torch.float32, 0, True)
         res = {"B": B, "N": N, "K": plan.K, "W": plan.W, "nch": plan.nch, "TH": plan.TH}
         res["fwd_none"] = timed(lambda: be.forward(*args, "none"), 3)

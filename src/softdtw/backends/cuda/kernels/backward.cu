@@ -240,14 +240,32 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
     int islot = (n + NL - 2 - skip) % N;
     const int TH = a.TH;
     const Tiles tiles(c, nch_b, a.stagger, TH);  // CKPT only
+    // CKPT: the row of tile r sits in buffer r & 1 at slot (row - first(r) + L) mod TH. Issues come one
+    // row up per call, so the slot counts down (mod TH), and the tile and its buffer change only when the
+    // row leaves the tile. A division and a modulo per step here made the sweep's step loop 434
+    // instructions against the store sweep's 292 (scripts/sass_check.py), and the 65536^2 checkpoint
+    // backward 93.5 ms against 66.8 now (OPTIMIZATION_LOG.md, "Checkpoint sweep").
+    int trow = n - 1 - skip + (NL - 1 - L);  // the row of the next issue
+    int tfirst = tiles.first(tiles.of(n - 1));
+    int tslot = (trow - tfirst + L) % TH;     // >= 0: trow >= n - 1 >= tfirst
+    const Word* tbuf = a.tile + size_t(tiles.of(n - 1) & 1) * TH * CW;
+    const Word* const tother = a.tile + size_t(TH) * CW;  // tbuf toggles between a.tile and this
     auto issue = [&](const int tau) {
       const int row = n - 1 - tau + (NL - 1 - L);
       const bool ok = row >= 0 && row < n;
       const int s = tau % P;
       const Word* src = sbase + size_t(islot) * CW;
-      if (MODE == BWD_CKPT) {  // tile r, recomputed into buffer r & 1 at slot (row - first row + L) mod TH
-        const int r = ok ? tiles.of(row) : 0;
-        src = a.tile + (size_t(r & 1) * TH + (ok ? (row - tiles.first(r) + L) % TH : 0)) * CW;
+      if (MODE == BWD_CKPT) {
+        src = tbuf + size_t(ok ? tslot : 0) * CW;
+        --trow;
+        tslot = tslot == 0 ? TH - 1 : tslot - 1;
+        if (unsigned(trow) < unsigned(tfirst)) {  // into the tile above (rows below 0 never cross)
+          const int d = tfirst - max(0, tfirst - TH);  // rows of the tile above, <= TH
+          tfirst -= d;
+          tslot += d;
+          if (tslot >= TH) tslot -= TH;
+          tbuf = tbuf == a.tile ? tother : a.tile;
+        }
       }
       cp_async_step<Word, K>(my_wring + s * stage, src, L, NL, ok);
       if (!FUSED) {
@@ -264,23 +282,27 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
     // up) at step n - first(r + 1); hand buffer r & 1 back once lane 0 (the last lane to leave a row)
     // has passed the tile's top row. The recompute group then writes tile r - 2 there, while the sweep is
     // in tile r - 1 at least TH > NL + P rows away (launch.py), so no prefetch in flight reads it.
-    int next_tile = tiles.of(n - 1);
-    int done_tile = next_tile;
+    // The steps of the next wait and hand-back are kept, not recomputed per step (as the slots above).
     auto enter_step = [&](int r) { return n - tiles.first(r + 1); };  // lane NL - 1 reaches tile r's last row
     auto done_step = [&](int r) { return n - 1 - tiles.first(r) + NL - 1; };  // lane 0 leaves tile r's first row
+    int next_tile = tiles.of(n - 1);
+    int done_tile = next_tile;
+    int enter_at = enter_step(next_tile), done_at = done_step(done_tile);
     auto ensure = [&](const int tq) {
       if constexpr (MODE == BWD_CKPT) {
-        while (next_tile >= 0 && tq >= enter_step(next_tile)) {  // group-uniform
+        while (tq >= enter_at) {  // group-uniform
           bar_wait(BAR_READY + (next_tile & 1), 64 * W);
           --next_tile;
+          enter_at = next_tile >= 0 ? enter_step(next_tile) : 0x7fffffff;  // none left
         }
       }
     };
     auto release = [&](const int tq) {
       if constexpr (MODE == BWD_CKPT) {
-        if (done_tile >= 0 && tq == done_step(done_tile)) {  // group-uniform
+        if (tq == done_at) {  // group-uniform
           if (done_tile >= 2) bar_arrive(BAR_FREE + (done_tile & 1), 64 * W);
           --done_tile;
+          done_at = done_tile >= 0 ? done_step(done_tile) : -1;  // none left (tq >= 0)
         }
       }
     };
