@@ -210,51 +210,30 @@ struct StepLayout {
 template <typename T, int VEC> struct Vec;
 template <typename T> struct Vec<T, 1> {
   static __device__ __forceinline__ void store(T* p, const T* v) { p[0] = v[0]; }
-  static __device__ __forceinline__ void load(const T* p, T* v) { v[0] = p[0]; }
 };
 template <> struct Vec<float, 2> {
   static __device__ __forceinline__ void store(float* p, const float* v) {
     *reinterpret_cast<float2*>(p) = make_float2(v[0], v[1]);
-  }
-  static __device__ __forceinline__ void load(const float* p, float* v) {
-    const float2 q = *reinterpret_cast<const float2*>(p);
-    v[0] = q.x; v[1] = q.y;
   }
 };
 template <> struct Vec<float, 4> {
   static __device__ __forceinline__ void store(float* p, const float* v) {
     *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
   }
-  static __device__ __forceinline__ void load(const float* p, float* v) {
-    const float4 q = *reinterpret_cast<const float4*>(p);
-    v[0] = q.x; v[1] = q.y; v[2] = q.z; v[3] = q.w;
-  }
 };
 template <> struct Vec<unsigned, 2> {
   static __device__ __forceinline__ void store(unsigned* p, const unsigned* v) {
     *reinterpret_cast<uint2*>(p) = make_uint2(v[0], v[1]);
-  }
-  static __device__ __forceinline__ void load(const unsigned* p, unsigned* v) {
-    const uint2 q = *reinterpret_cast<const uint2*>(p);
-    v[0] = q.x; v[1] = q.y;
   }
 };
 template <> struct Vec<unsigned, 4> {
   static __device__ __forceinline__ void store(unsigned* p, const unsigned* v) {
     *reinterpret_cast<uint4*>(p) = make_uint4(v[0], v[1], v[2], v[3]);
   }
-  static __device__ __forceinline__ void load(const unsigned* p, unsigned* v) {
-    const uint4 q = *reinterpret_cast<const uint4*>(p);
-    v[0] = q.x; v[1] = q.y; v[2] = q.z; v[3] = q.w;
-  }
 };
 template <> struct Vec<double, 2> {
   static __device__ __forceinline__ void store(double* p, const double* v) {
     *reinterpret_cast<double2*>(p) = make_double2(v[0], v[1]);
-  }
-  static __device__ __forceinline__ void load(const double* p, double* v) {
-    const double2 q = *reinterpret_cast<const double2*>(p);
-    v[0] = q.x; v[1] = q.y;
   }
 };
 template <> struct Vec<double, 4> {  // two 16-byte accesses: there is no 32-byte vector type
@@ -262,26 +241,17 @@ template <> struct Vec<double, 4> {  // two 16-byte accesses: there is no 32-byt
     Vec<double, 2>::store(p, v);
     Vec<double, 2>::store(p + 2, v + 2);
   }
-  static __device__ __forceinline__ void load(const double* p, double* v) {
-    Vec<double, 2>::load(p, v);
-    Vec<double, 2>::load(p + 2, v + 2);
-  }
 };
 
-// All K values of one lane and one step, to / from the step-major table. The store takes the lane's first
-// position in the row (row + StepLayout<K>::offset(L, 0, NL)), computed once per pass: the rest of the
-// offsets are constants, so a step's store is one address (base + slot CW) away.
+// All K values of one lane and one step, to the step-major table (the backward reads them with
+// cp_async_step, below). The store takes the lane's first position in the row
+// (row + StepLayout<K>::offset(L, 0, NL)), computed once per pass: the rest of the offsets are
+// constants, so a step's store is one address (base + slot CW) away.
 template <typename T, int K, int NL>
 __device__ __forceinline__ void store_lane_step(T* lane_row, const T* v) {
   constexpr int VEC = StepLayout<K>::VEC;
 #pragma unroll
   for (int k = 0; k < K; k += VEC) Vec<T, VEC>::store(lane_row + StepLayout<K>::offset(0, k, NL), v + k);
-}
-template <typename T, int K>
-__device__ __forceinline__ void load_step(const T* row, int L, int NL, T* v) {
-  constexpr int VEC = StepLayout<K>::VEC;
-#pragma unroll
-  for (int k = 0; k < K; k += VEC) Vec<T, VEC>::load(row + StepLayout<K>::offset(L, k, NL), v + k);
 }
 
 // ---- Asynchronous copies into a per-lane ring in shared memory (cp.async, sm_80+) ---------------------
