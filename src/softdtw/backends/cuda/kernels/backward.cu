@@ -206,16 +206,20 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
     // top = n - 1 + 32 * (W - 1 - wg) - 32 * floor(tau / 32); lane l of the warp holds row top - l.
     const bool edge = (wg == W - 1) && (c + 1 < nch_b);  // lane 31 of this warp reads the next chunk
     const bool waits = MODE != BWD_SEQ && edge;           // ... once that chunk has published the rows
-    auto load_row = [&](const int row, BwdRow<T, DT, NB>& q) {
+    auto load_row = [&](const int row, BwdRow<T, DT, NB>& q, const bool inputs, const bool right) {
       const bool ok = row >= 0 && row < n;
+      if (inputs) {
 #pragma unroll
-      for (int d = 0; d < DT; ++d) q.x[d] = (XY && ok) ? scaled_input<T, COST>(xb[size_t(row) * DT + d], xs) : T(0);
-      q.lo = (WINDOW && ok) ? wb[2 * row] : 0;
-      q.hi = (WINDOW && ok) ? wb[2 * row + 1] : 0;
-      q.right[0] = (edge && ok) ? __ldcg(bnd_in + size_t(row) * NB) : T(0);
-      q.right[1] = (edge && ok) ? __ldcg(bnd_in + size_t(row) * NB + 1) : Link<T>::to_slot(BORDER);
+        for (int d = 0; d < DT; ++d) q.x[d] = (XY && ok) ? scaled_input<T, COST>(xb[size_t(row) * DT + d], xs) : T(0);
+        q.lo = (WINDOW && ok) ? wb[2 * row] : 0;
+        q.hi = (WINDOW && ok) ? wb[2 * row + 1] : 0;
+      }
+      if (right) {
+        q.right[0] = (edge && ok) ? __ldcg(bnd_in + size_t(row) * NB) : T(0);
+        q.right[1] = (edge && ok) ? __ldcg(bnd_in + size_t(row) * NB + 1) : Link<T>::to_slot(BORDER);
 #pragma unroll
-      for (int d = 0; d < DX; ++d) q.right[2 + d] = (edge && ok) ? __ldcg(bnd_in + size_t(row) * NB + 2 + d) : T(0);
+        for (int d = 0; d < DX; ++d) q.right[2 + d] = (edge && ok) ? __ldcg(bnd_in + size_t(row) * NB + 2 + d) : T(0);
+      }
     };
     const int top0 = n - 1 + 32 * (W - 1 - wg);
     const int skip = NL - pass_lanes<TRIM, K>(m, c, NL);  // steps of lanes past column m - 1 only
@@ -227,10 +231,18 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
     // last lane holding a column, 31 - sw: the warp's stream runs sw steps behind (stream step tq = tau - sw).
     const int sw = min(31, max(0, skip - 32 * (W - 1 - wg)));
     const int tq0 = skip - sw;
+    // Store backward, chained (LATE): the next chunk's column of the next block is read LATE_AT steps into the
+    // block, not at its start, as in the storing forward (forward_pair): the chunk waits for 32 - LATE_AT fewer
+    // rows. The checkpoint backward keeps the early load (it got 6 % slower with the late one).
+    constexpr bool LATE = MODE == BWD_CHAIN;
+    constexpr int LATE_AT = 24;
     BwdRow<T, DT, NB> cur, nxt, mine;
-    if (waits) wait_rows(flag_in, min(n, 64));
-    load_row(top0 - 32 * (tq0 / 32) - lane, cur);
-    load_row(top0 - 32 * (tq0 / 32) - 32 - lane, nxt);
+    if (waits) wait_rows(flag_in, min(n, LATE ? 32 : 64));
+    load_row(top0 - 32 * (tq0 / 32) - lane, cur, true, true);
+    load_row(top0 - 32 * (tq0 / 32) - 32 - lane, nxt, true, !LATE);
+    // LATE: the stream step of the next refill (a multiple of 32) or of the next late load, one test per
+    // step for both (a second test per step made the chained backward slower, OPTIMIZATION_LOG.md).
+    int next_ev = LATE_AT;  // tq0 = 0 in the chained mode (no TRIM)
 #pragma unroll
     for (int d = 0; d < DT; ++d) mine.x[d] = T(0);
     mine.lo = mine.hi = 0;
@@ -320,10 +332,17 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
       const int i = n - 1 - tau + (NL - 1 - L);
       const bool live = (i >= 0) && (i < n);
       const int tq = tau - sw;
-      if ((tq & 31) == 0 && tq > tq0) {
-        cur = nxt;
-        if (waits) wait_rows(flag_in, min(n, 32 * (tq / 32) + 64));
-        load_row(top0 - 32 * (tq / 32) - 32 - lane, nxt);
+      if (LATE ? tq == next_ev : (tq & 31) == 0 && tq > tq0) {
+        if (!LATE || (tq & 31) == 0) {
+          cur = nxt;
+          if (!LATE && waits) wait_rows(flag_in, min(n, 32 * (tq / 32) + 64));
+          load_row(top0 - 32 * (tq / 32) - 32 - lane, nxt, true, !LATE);
+          next_ev = tq + LATE_AT;
+        } else {
+          if (waits) wait_rows(flag_in, min(n, 32 * (tq / 32) + 64));
+          load_row(top0 - 32 * (tq / 32) - 32 - lane, nxt, false, true);
+          next_ev = tq + 32 - LATE_AT;
+        }
       }
       const int src = tq & 31;
       const bool entry = lane == 31 - sw;

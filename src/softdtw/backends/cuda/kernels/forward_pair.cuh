@@ -206,19 +206,30 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
 
     // Row stream: lane l of warp wg holds row (32 * floor(t / 32) - 32 * wg + l) in `cur`, the next
     // block in `nxt`; lane 0 of the warp needs row t - 32 * wg at step t.
-    auto load_row = [&](const int row, FwdRow<T, DT>& q) {
+    // Storing CHAIN (LATE): the previous chunk's column of the next block is read LATE_AT steps into the block
+    // rather than at its start, so the chunk waits for 32 - LATE_AT fewer of its neighbour's rows (lag per
+    // chunk 32 W + ~40 steps instead of 32 W + ~64). Measured at 65536^2: storing forward -8 %, store backward
+    // -6 %; the value-only forward did not move, and the checkpointing forward and backward got 3-6 % slower
+    // (benchmarks/OPTIMIZATION_LOG.md, "Frame hand-over and late chain loads"), so they keep the early load.
+    constexpr bool LATE = MODE == MODE_CHAIN && STORE;
+    constexpr int LATE_AT = 24;
+    auto load_row = [&](const int row, FwdRow<T, DT>& q, const bool inputs, const bool left) {
       const bool ok = row >= 0 && row < n;
+      if (inputs) {
 #pragma unroll
-      for (int d = 0; d < DT; ++d) q.x[d] = (XY && ok) ? scaled_input<T, COST>(xb[size_t(row) * DT + d], xs) : T(0);
-      q.lo = (WINDOW && ok) ? wb[2 * row] : 0;
-      q.hi = (WINDOW && ok) ? wb[2 * row + 1] : 0;
-      q.left = (c > 0 && wg == 0 && ok) ? __ldcg(bnd_in + size_t(row) * BS) : BIG;
-      q.leftF = (REBASE && c > 0 && wg == 0 && ok) ? __ldcg(bnd_in + size_t(row) * BS + 1) : T(0);
+        for (int d = 0; d < DT; ++d) q.x[d] = (XY && ok) ? scaled_input<T, COST>(xb[size_t(row) * DT + d], xs) : T(0);
+        q.lo = (WINDOW && ok) ? wb[2 * row] : 0;
+        q.hi = (WINDOW && ok) ? wb[2 * row + 1] : 0;
+      }
+      if (left) {
+        q.left = (c > 0 && wg == 0 && ok) ? __ldcg(bnd_in + size_t(row) * BS) : BIG;
+        q.leftF = (REBASE && c > 0 && wg == 0 && ok) ? __ldcg(bnd_in + size_t(row) * BS + 1) : T(0);
+      }
     };
     FwdRow<T, DT> cur, nxt, mine;  // mine: the row this lane works on now
-    if (waits) wait_rows(flag_in, min(n, 64));
-    load_row(r0 - 32 * wg + lane, cur);
-    load_row(r0 + 32 - 32 * wg + lane, nxt);
+    if (waits) wait_rows(flag_in, min(n, LATE ? 32 : 64));
+    load_row(r0 - 32 * wg + lane, cur, true, true);
+    load_row(r0 + 32 - 32 * wg + lane, nxt, true, !LATE);
     // Frames, constant until they move again: dr, this lane's frame minus the right neighbour's (its last
     // value travels in the neighbour's frame), and for lane 0 of a later warp dl, the frame the warp on
     // its left left in hand[2] minus its own; the chunk column's rows of the next 32 steps (lane 0 of
@@ -264,11 +275,10 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
     for (int tb = 0; tb < steps; tb += 32) {
       if (tb > 0) {
         cur = nxt;
-        if (waits) wait_rows(flag_in, min(n, tb + 64));
-        load_row(r0 + tb + 32 - 32 * wg + lane, nxt);
+        if (!LATE && waits) wait_rows(flag_in, min(n, tb + 64));
+        load_row(r0 + tb + 32 - 32 * wg + lane, nxt, true, !LATE);
         if (REBASE) {
-          // Every lane moves its frame to its last value (the row above), once that is reachable. Lane 31
-          // of a warp did the same sum for the warp on its right one step ago (below).
+          // Every lane moves its frame to its last value (the row above), once that is reachable.
           if (last < T(1e29)) {
             const T Fn = F + last, dd = Fn - F;
             F = Fn;
@@ -277,126 +287,138 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
             prevleft -= dd;
             last = r[K - 1];
           }
+          if (W > 1) {
+            // Lane 31 hands the warp on its right its last value again, now in its new frame, and that
+            // frame; the warp on the right reads both after this barrier (the value at its next step).
+            // Here, once per 32 steps, rather than at the block's last step: there, the per-step test and
+            // the frame slot's address (rebuilt every step) made the checkpointing forward 27 % slower
+            // (65536^2: 40.0 against 31.6 ms; OPTIMIZATION_LOG.md, "Frame hand-over and late chain loads").
+            if (lane == 31) {
+              hflat[wg + hrd] = last;
+              hand[2][wg] = F;
+            }
+            group_sync<W, BAR>();
+          }
           renew_frames();
         }
       }
-      const int sn = min(32, steps - tb);
-      for (int src = 0; src < sn; ++src) {  // step t = tb + src; lane 0 takes row t from lane src
-        const int t = tb + src;
-        const int i = r0 + t - L;
-        const bool live = unsigned(t - L) < unsigned(r1 - r0);
-        // Move the row inputs one lane along; lane 0 takes the next row from the warp's block.
-#pragma unroll
-        for (int d = 0; d < DT; ++d) {
-          const T in = __shfl_sync(FULL_MASK, cur.x[d], src);
-          const T up = __shfl_up_sync(FULL_MASK, mine.x[d], 1);
-          mine.x[d] = (lane == 0) ? in : up;
+      // Steps [0, LATE_AT) and [LATE_AT, 32) of the block as two passes of one loop body (LATE; a test per
+      // step cost more than the lag saves, and a second copy of the body serialised the storing soft-min).
+#pragma unroll 1
+      for (int seg = 0; seg < (LATE ? 2 : 1); ++seg) {
+        if (LATE && seg == 1 && tb + 32 < steps) {
+          if (waits) wait_rows(flag_in, min(n, tb + 64));
+          load_row(r0 + tb + 32 - 32 * wg + lane, nxt, false, true);
         }
-        if (WINDOW) {
-          const int lin = __shfl_sync(FULL_MASK, cur.lo, src), hin = __shfl_sync(FULL_MASK, cur.hi, src);
-          const int lup = __shfl_up_sync(FULL_MASK, mine.lo, 1), hup = __shfl_up_sync(FULL_MASK, mine.hi, 1);
-          mine.lo = (lane == 0) ? lin : lup;
-          mine.hi = (lane == 0) ? hin : hup;
-        }
-        // BIG except in lane 0 of warp 0 of a later chunk (load_row): a shuffle for every warp costs less
-        // than a branch, and keeps a predicate free for the soft-min (SASS: its two ex2 back to back).
-        const T chunk_left = __shfl_sync(FULL_MASK, cur.left, src);
-        // With frames the sender adds dr, off the receiver's path (an unreachable BIG stays unreachable).
-        T leftin = __shfl_up_sync(FULL_MASK, REBASE ? last + dr : last, 1);
-        // Lane 0 takes its left neighbour from lane 31 of the warp on the left (one step ago, through shared
-        // memory; every lane reads the broadcast and selects, no divergent branch), from the previous
-        // chunk's last column (already in lane 0's frame), or the border.
-        T in0 = chunk_left;
-        if (W > 1 && wg > 0) in0 = hflat[wg - 1 + hrd] + (REBASE ? dl : T(0));  // warp-uniform
-        if (lane == 0) leftin = in0;
-        T diag = prevleft;  // lane 0 of chunk 0: 0 (R[-1, -1]) before row 0, then the border's BIG
-        prevleft = leftin;
-        T cr[K];
-        if constexpr (!FUSED && P > 0) {
-          issue_c(t + P - 1);
-          cp_async_wait<P - 1>();
-          const T* src_c = my_ring + size_t(t % P) * nthreads * K;
+        const int s0 = LATE && seg == 1 ? LATE_AT : 0;
+        const int sn = min(LATE && seg == 0 ? LATE_AT : 32, steps - tb);
+        for (int src = s0; src < sn; ++src) {  // step t = tb + src; lane 0 takes row t from lane src
+          const int t = tb + src;
+          const int i = r0 + t - L;
+          const bool live = unsigned(t - L) < unsigned(r1 - r0);
+          // Move the row inputs one lane along; lane 0 takes the next row from the warp's block.
 #pragma unroll
-          for (int k = 0; k < K; ++k) cr[k] = src_c[k];
-        } else if constexpr (!FUSED) {  // RECOMP of a precomputed cost: plain loads (no ring in the backward)
-#pragma unroll
-          for (int k = 0; k < K; ++k) cr[k] = (live && j0 + k < M) ? Cb[size_t(i) * a.ldc + (j0 + k - cb)] : T(0);
-        }
-        if (live) {
-          T left = leftin;
-          Word sv[K];
-#pragma unroll
-          for (int k = 0; k < K; ++k) {
-            T cst;  // in log2 units: x and y came pre-scaled, C is scaled here
-            if (COST == COST_GRAM) {
-              cst = gram_cost(cr[k], mine.x[0], yv[k][0], scale);
-            } else if (!FUSED) {
-              cst = cr[k] * scale;
-            } else {
-              cst = T(0);
-#pragma unroll
-              for (int d = 0; d < DT; ++d) cst += cost_term<T, COST>(mine.x[d] - yv[k][d]);
-            }
-            const T up = r[k];
-            Word w = Word(0);
-            T v;
-            if (HARD) {
-              int choice;
-              v = hard_min3(diag, up, left, choice) + cst;
-              w = Link<T>::hard(choice);
-            } else if (STORE) {
-              v = Link<T>::soft(diag, up, left, w) + cst;
-            } else {
-              v = Link<T>::value(diag, up, left) + cst;
-            }
-            if (WINDOW) {
-              const int j = j0 + k;
-              if (j < mine.lo || j >= mine.hi) v = BIG;  // outside the band: unreachable
-            }
-            sv[k] = w;
-            diag = up;
-            left = v;
-            r[k] = v;
+          for (int d = 0; d < DT; ++d) {
+            const T in = __shfl_sync(FULL_MASK, cur.x[d], src);
+            const T up = __shfl_up_sync(FULL_MASK, mine.x[d], 1);
+            mine.x[d] = (lane == 0) ? in : up;
           }
-          last = r[K - 1];
-          if (STORE) store_lane_step<Word, K, NL>(slane + size_t(unsigned(slot)) * CW, sv);
-          if (i < bnd_rows) {
-            bnd_out[size_t(i) * BS] = last;
-            if (FR) bnd_out[size_t(i) * BS + 1] = F;
-            // Publish 32 rows at a time; the release orders this lane's bnd stores before the count.
-            if (MODE == MODE_CHAIN && (((i + 1) & 31) == 0 || i == n - 1)) st_release(flag_out, i + 1);
+          if (WINDOW) {
+            const int lin = __shfl_sync(FULL_MASK, cur.lo, src), hin = __shfl_sync(FULL_MASK, cur.hi, src);
+            const int lup = __shfl_up_sync(FULL_MASK, mine.lo, 1), hup = __shfl_up_sync(FULL_MASK, mine.hi, 1);
+            mine.lo = (lane == 0) ? lin : lup;
+            mine.hi = (lane == 0) ? hin : hup;
           }
-          if (MODE == MODE_CHAIN && to_ckpt-- == 0) {  // row i + 1 starts tile tiles.of(i + 1)
-            to_ckpt = a.TH - 1;
-            if (i + 1 < n) {
-              T* q = ckpt_row(tiles.of(i + 1));
+          // BIG except in lane 0 of warp 0 of a later chunk (load_row): a shuffle for every warp costs less
+          // than a branch, and keeps a predicate free for the soft-min (SASS: its two ex2 back to back).
+          const T chunk_left = __shfl_sync(FULL_MASK, cur.left, src);
+          // With frames the sender adds dr, off the receiver's path (an unreachable BIG stays unreachable).
+          T leftin = __shfl_up_sync(FULL_MASK, REBASE ? last + dr : last, 1);
+          // Lane 0 takes its left neighbour from lane 31 of the warp on the left (one step ago, through shared
+          // memory; every lane reads the broadcast and selects, no divergent branch), from the previous
+          // chunk's last column (already in lane 0's frame), or the border.
+          T in0 = chunk_left;
+          if (W > 1 && wg > 0) in0 = hflat[wg - 1 + hrd] + (REBASE ? dl : T(0));  // warp-uniform
+          if (lane == 0) leftin = in0;
+          T diag = prevleft;  // lane 0 of chunk 0: 0 (R[-1, -1]) before row 0, then the border's BIG
+          prevleft = leftin;
+          T cr[K];
+          if constexpr (!FUSED && P > 0) {
+            issue_c(t + P - 1);
+            cp_async_wait<P - 1>();
+            const T* src_c = my_ring + size_t(t % P) * nthreads * K;
 #pragma unroll
-              for (int k = 0; k < K; ++k) q[L * K + k] = r[k];
-              if (FR) q[CW + L] = F;
+            for (int k = 0; k < K; ++k) cr[k] = src_c[k];
+          } else if constexpr (!FUSED) {  // RECOMP of a precomputed cost: plain loads (no ring in the backward)
+#pragma unroll
+            for (int k = 0; k < K; ++k) cr[k] = (live && j0 + k < M) ? Cb[size_t(i) * a.ldc + (j0 + k - cb)] : T(0);
+          }
+          if (live) {
+            T left = leftin;
+            Word sv[K];
+#pragma unroll
+            for (int k = 0; k < K; ++k) {
+              T cst;  // in log2 units: x and y came pre-scaled, C is scaled here
+              if (COST == COST_GRAM) {
+                cst = gram_cost(cr[k], mine.x[0], yv[k][0], scale);
+              } else if (!FUSED) {
+                cst = cr[k] * scale;
+              } else {
+                cst = T(0);
+#pragma unroll
+                for (int d = 0; d < DT; ++d) cst += cost_term<T, COST>(mine.x[d] - yv[k][d]);
+              }
+              const T up = r[k];
+              Word w = Word(0);
+              T v;
+              if (HARD) {
+                int choice;
+                v = hard_min3(diag, up, left, choice) + cst;
+                w = Link<T>::hard(choice);
+              } else if (STORE) {
+                v = Link<T>::soft(diag, up, left, w) + cst;
+              } else {
+                v = Link<T>::value(diag, up, left) + cst;
+              }
+              if (WINDOW) {
+                const int j = j0 + k;
+                if (j < mine.lo || j >= mine.hi) v = BIG;  // outside the band: unreachable
+              }
+              sv[k] = w;
+              diag = up;
+              left = v;
+              r[k] = v;
+            }
+            last = r[K - 1];
+            if (STORE) store_lane_step<Word, K, NL>(slane + size_t(unsigned(slot)) * CW, sv);
+            if (i < bnd_rows) {
+              bnd_out[size_t(i) * BS] = last;
+              if (FR) bnd_out[size_t(i) * BS + 1] = F;
+              // Publish 32 rows at a time; the release orders this lane's bnd stores before the count.
+              if (MODE == MODE_CHAIN && (((i + 1) & 31) == 0 || i == n - 1)) st_release(flag_out, i + 1);
+            }
+            if (MODE == MODE_CHAIN && to_ckpt-- == 0) {  // row i + 1 starts tile tiles.of(i + 1)
+              to_ckpt = a.TH - 1;
+              if (i + 1 < n) {
+                T* q = ckpt_row(tiles.of(i + 1));
+#pragma unroll
+                for (int k = 0; k < K; ++k) q[L * K + k] = r[k];
+                if (FR) q[CW + L] = F;
+              }
+            }
+            if (i == end_row) {
+#pragma unroll
+              for (int k = 0; k < K; ++k)
+                if (j0 + k == m - 1) a.value[b] = (F + r[k]) * unit;
             }
           }
-          if (i == end_row) {
-#pragma unroll
-            for (int k = 0; k < K; ++k)
-              if (j0 + k == m - 1) a.value[b] = (F + r[k]) * unit;
+          if (++slot == smod) slot = 0;
+          if (W > 1) {
+            if (lane == 31) hflat[wg + hwr] = last;
+            hrd = W - hrd;
+            hwr = W - hwr;
+            group_sync<W, BAR>();
           }
-        }
-        if (++slot == smod) slot = 0;
-        if (W > 1) {
-          if (lane == 31) {
-            T h = last;
-            if (REBASE && src == 31) {
-              // The frames move at the start of the next step, when the warp on the right reads h: hand it
-              // over in the frame this lane is about to take (the same sum as the move), and that frame.
-              const T Fn = last < T(1e29) ? F + last : F;
-              h = last - (Fn - F);
-              hand[2][wg] = Fn;  // read after the barrier below, next written 32 steps later
-            }
-            hflat[wg + hwr] = h;
-          }
-          hrd = W - hrd;
-          hwr = W - hwr;
-          group_sync<W, BAR>();
         }
       }
     }
