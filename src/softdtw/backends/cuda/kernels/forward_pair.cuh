@@ -209,7 +209,7 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
     // Storing CHAIN (LATE): the previous chunk's column of the next block is read LATE_AT steps into the block
     // rather than at its start, so the chunk waits for 32 - LATE_AT fewer of its neighbour's rows (lag per
     // chunk 32 W + ~40 steps instead of 32 W + ~64). Measured at 65536^2: storing forward -8 %, store backward
-    // -6 %; the value-only forward did not move, and the checkpointing forward and backward got 3-6 % slower
+    // -6 %; the value-only forward did not move, and the checkpointing forward and backward got 2.5-6 % slower
     // (benchmarks/OPTIMIZATION_LOG.md, "Frame hand-over and late chain loads"), so they keep the early load.
     constexpr bool LATE = MODE == MODE_CHAIN && STORE;
     constexpr int LATE_AT = 24;
