@@ -307,7 +307,7 @@ def expression(kernel: str, dtype: torch.dtype, cost: str, D: int, plan: Plan, w
 
 def has_frames(dtype: torch.dtype, saves: bool) -> bool:
     """Whether a pass keeps float32 R relative to per-lane frames and hands values over with their frame
-    (kernels/forward_pair.cuh, has_frames): float32 passes that store links, keep checkpoints or run chained."""
+    (kernels/forward_pair.cuh, has_frames): float32 passes that store links or keep checkpoints."""
     return dtype == torch.float32 and saves
 
 

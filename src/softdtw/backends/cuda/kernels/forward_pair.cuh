@@ -84,9 +84,7 @@ __device__ __forceinline__ int pass_lanes(int m, int c, int NL) {
 }
 
 
-// Frames (float32 passes whose links matter: storing, checkpointing, recomputing; also the value-only chained
-// forward, whose value needs none but which runs faster with them: OPTIMIZATION_LOG.md "Frames in the
-// value-only chained forward"). R grows with the
+// Frames (float32 passes whose links matter: storing, checkpointing, recomputing). R grows with the
 // path, to 1e5..1e7 in log2 units for large costs at small gamma, and a float32 R is rounded to ulp(|R|):
 // every weight of every cell would inherit that error (4e-3 in dy at D = 33, gamma = 0.1). So each lane
 // keeps its K values relative to a frame F of its own (R = F + r), and a value handed to another lane is
@@ -129,7 +127,7 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
   constexpr bool FUSED = fused_cost<COST>();
   constexpr bool XY = reads_xy<COST>();
   using Word = typename Link<T>::Word;
-  constexpr bool FR = has_frames<T>(STORE || MODE != MODE_SEQ);  // the layout of bnd and ckpt
+  constexpr bool FR = has_frames<T>(STORE || CKPT || MODE == MODE_RECOMP);  // the layout of bnd and ckpt
   constexpr bool REBASE = FR && !HARD;                                     // frames that move
   constexpr int BS = FR ? 2 : 1;                                           // bnd values per row
   const int lane = threadIdx.x & 31;
