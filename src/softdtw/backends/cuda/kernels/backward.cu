@@ -235,13 +235,14 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
     // block, not at its start, as in the storing forward (forward_pair): the chunk waits for 32 - LATE_AT fewer
     // rows. The checkpoint backward keeps the early load (it got 6 % slower with the late one).
     constexpr bool LATE = MODE == BWD_CHAIN;
-    constexpr int LATE_AT = 24;
+    constexpr int LATE_AT = CHAIN_LATE_AT;
     BwdRow<T, DT, NB> cur, nxt, mine;
     if (waits) wait_rows(flag_in, min(n, LATE ? 32 : 64));
     load_row(top0 - 32 * (tq0 / 32) - lane, cur, true, true);
     load_row(top0 - 32 * (tq0 / 32) - 32 - lane, nxt, true, !LATE);
-    // LATE: the stream step of the next refill (a multiple of 32) or of the next late load, one test per
-    // step for both (a second test per step made the chained backward slower, OPTIMIZATION_LOG.md).
+    // LATE: the stream step of the next refill (a multiple of 32) or of the next late load: one test per step
+    // for both, as many as the refill alone had (a second per-step test, tried before, won the store backward
+    // only 0.5 of the 2.4 ms the lag costs: OPTIMIZATION_LOG.md, "Checkpoint sweep").
     int next_ev = LATE_AT;  // tq0 = 0 in the chained mode (no TRIM)
 #pragma unroll
     for (int d = 0; d < DT; ++d) mine.x[d] = T(0);

@@ -350,5 +350,9 @@ __device__ __forceinline__ void st_release(int* p, int v) {
 __device__ __forceinline__ void wait_rows(const int* flag, int need) {
   while (__any_sync(FULL_MASK, ld_acquire(flag) < need)) __nanosleep(64);
 }
+// The storing chained passes read the neighbour chunk's column of their next 32-row block this many steps
+// into the current block (forward_pair, backward_pair: "LATE"), so they wait for 32 - CHAIN_LATE_AT fewer
+// of its rows.
+constexpr int CHAIN_LATE_AT = 24;
 
 }  // namespace sdtw

@@ -212,7 +212,7 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
     // -6 %; the value-only forward did not move, and the checkpointing forward and backward got 2.5-6 % slower
     // (benchmarks/OPTIMIZATION_LOG.md, "Frame hand-over and late chain loads"), so they keep the early load.
     constexpr bool LATE = MODE == MODE_CHAIN && STORE;
-    constexpr int LATE_AT = 24;
+    constexpr int LATE_AT = CHAIN_LATE_AT;
     auto load_row = [&](const int row, FwdRow<T, DT>& q, const bool inputs, const bool left) {
       const bool ok = row >= 0 && row < n;
       if (inputs) {
