@@ -65,10 +65,11 @@ def check(source: str, expr: str) -> str:
             operands = ins[i + 1].split(",", 1)[1] if "," in ins[i + 1] else ""
             serial += bool(re.search(rf"\b{m.group(2)}\b", operands))
     regs = ",".join(re.findall(r"REG:(\d+)", res))
+    spills = sum(1 for s in ins if re.search(r"\b(STL|LDL)\b", s))
     # The backward's prologue issues prefetches in a loop too: its step loop also shuffles.
     loop = step_loop(found, ("MUFU.LG2",) if source == "forward" else ("LDGSTS", "SHFL.DOWN"))
     return (f"registers {regs:>4}  instructions {len(ins):5d}  step loop {loop:4d}  ex2 {ex2:3d}  "
-            f"ex2 serialised {serial:3d}  {expr}")
+            f"ex2 serialised {serial:3d}  spills {spills:3d}  {expr}")
 
 
 if __name__ == "__main__":

@@ -311,6 +311,12 @@ def has_frames(dtype: torch.dtype, saves: bool) -> bool:
     return dtype == torch.float32 and saves
 
 
+def chain_frames(dtype: torch.dtype, plan: Plan, saves: bool) -> bool:
+    """Whether a chained forward keeps frames (kernels/forward_pair.cuh, pass_frames): as has_frames, and
+    also the value-only pass at K <= 4, which is faster with them (its bnd column then holds frames too)."""
+    return has_frames(dtype, saves or plan.K <= 4)
+
+
 # --- streams and contexts ---------------------------------------------------------------------------
 
 class _StreamHandle:

@@ -103,6 +103,15 @@ __device__ __forceinline__ int pass_lanes(int m, int c, int NL) {
 // double needs no frames.
 template <typename T>
 __host__ __device__ constexpr bool has_frames(bool saves) { return sizeof(T) == 4 && saves; }
+// The value-only chained forward needs no frames, but at K <= 4 it runs faster with them: its step loop
+// becomes the checkpointing forward's (0 serialised ex2 instead of 2, same 56 registers; 65536^2 33.5 ->
+// 30.8 ms, B = 16 N = 8192 -9 %). At K = 8 they take 80 registers instead of 56, and B = 16 N = 65536 no
+// longer fits one wave (+27 %; a register cap lengthened the step instead). OPTIMIZATION_LOG.md, "Frames in
+// the value-only chained forward". launch.chain_frames is the host's copy of this rule.
+template <typename T, int K, int MODE>
+__host__ __device__ constexpr bool pass_frames(bool saves) {
+  return has_frames<T>(saves || (MODE == MODE_CHAIN && K <= 4));
+}
 
 // The per-row inputs that travel along the lanes with the wavefront.
 template <typename T, int DT>
@@ -127,7 +136,7 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
   constexpr bool FUSED = fused_cost<COST>();
   constexpr bool XY = reads_xy<COST>();
   using Word = typename Link<T>::Word;
-  constexpr bool FR = has_frames<T>(STORE || CKPT || MODE == MODE_RECOMP);  // the layout of bnd and ckpt
+  constexpr bool FR = pass_frames<T, K, MODE>(STORE || CKPT || MODE == MODE_RECOMP);  // the layout of bnd and ckpt
   constexpr bool REBASE = FR && !HARD;                                     // frames that move
   constexpr int BS = FR ? 2 : 1;                                           // bnd values per row
   const int lane = threadIdx.x & 31;
