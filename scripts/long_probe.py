@@ -3,6 +3,7 @@ memory="checkpoint" and "store" under forced (K, W), to calibrate launch.choose_
 
     PYTHONPATH=src python3 scripts/long_probe.py                 (B = 1, N = M = 65536 and B = 16, N = M = 8192)
     PYTHONPATH=src python3 scripts/long_probe.py --split B N [K W [TH]]  (each kernel of store and checkpoint alone)
+    PYTHONPATH=src python3 scripts/long_probe.py --value B N K W [K W ...]  (value-only forward per layout)
 
 Prints one JSON line per measurement.
 """
@@ -77,6 +78,17 @@ def split(B, N, K=4, W=4, TH=None):
     print(json.dumps({k: (round(v, 3) if isinstance(v, float) else v) for k, v in res.items()}), flush=True)
 
 
+def value_sweep(B, N, layouts):
+    """Value-only forward time under each forced chained layout (K, W)."""
+    args, _ = problem(B, N)
+    for K, W in layouts:
+        with launch.forced_plan(K, W, chain=True):
+            plan = launch.plan_for(B, N, N, 1, torch.float32, 0, False)
+            t = timed(lambda: be.forward(*args, "none"), 3)
+            print(json.dumps({"B": B, "N": N, "K": plan.K, "W": plan.W, "nch": plan.nch, "fwd_none": round(t, 3),
+                              "gcups": round(B * N * N / t / 1e6, 1)}), flush=True)
+
+
 def stagger_sweep(B, N, K, W, values):
     """Checkpoint backward time against the tile stagger (rows between neighbouring chunks' tiles)."""
     args, grad = problem(B, N)
@@ -97,6 +109,9 @@ if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--stagger":
         a = [int(v) for v in sys.argv[2:]]
         stagger_sweep(a[0], a[1], a[2], a[3], a[4:])
+    elif len(sys.argv) > 1 and sys.argv[1] == "--value":
+        a = [int(v) for v in sys.argv[2:]]
+        value_sweep(a[0], a[1], list(zip(a[2::2], a[3::2])))
     elif len(sys.argv) > 1 and sys.argv[1] == "--split":
         split(*[int(a) for a in sys.argv[2:]])
     else:

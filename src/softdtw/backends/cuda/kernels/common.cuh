@@ -78,6 +78,23 @@ __device__ __forceinline__ T soft_min3(T a, T b, T c) {
   return m - Num<T>::lg2(T(1) + Num<T>::ex2(m - med) + Num<T>::ex2(m - M));
 }
 
+// Soft-min of two values plus an addend, (min(a, b) + add) - log2(1 + 2^(min - max)): the value-only
+// chained forward's cells in two stages, u = smin(diag, up) for all K cells of a step first (independent of each
+// other), then smin(u, left) + cost along the row, whose serial chain is 6 dependent instructions instead
+// of soft_min3's 9 (the addend joins off the ex2/lg2 path). soft-min is associative (log-sum-exp), so this
+// is the same value up to rounding; it costs one more ex2 and lg2 per cell, which the MUFU-bound many-pair
+// kernels cannot afford (forward_pair.cuh, SPLIT).
+template <typename T>
+__device__ __forceinline__ T soft_min2(T a, T b, T add) {
+  const T lo = Num<T>::mn(a, b), hi = Num<T>::mx(a, b);
+  return (lo + add) - Num<T>::lg2(T(1) + Num<T>::ex2(lo - hi));
+}
+template <typename T>
+__device__ __forceinline__ T soft_min2(T a, T b) {
+  const T lo = Num<T>::mn(a, b), hi = Num<T>::mx(a, b);
+  return lo - Num<T>::lg2(T(1) + Num<T>::ex2(lo - hi));
+}
+
 // Hard min with tslearn's tie-breaking: diagonal, then up, then left. `choice` gets 0, 1 or 2.
 template <typename T>
 __device__ __forceinline__ T hard_min3(T diag, T up, T left, int& choice) {

@@ -45,8 +45,11 @@ forward_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* __rest
 // Banded cost (large D): one launch per band of chunks [c_lo, c_lo + nband), C holding only the band's
 // columns [cbase, cbase + ldc); tickets count on from tbase (the blocks of the earlier bands), and the
 // band's first chunk finds its left neighbour's column already published by the previous launch.
+// The float value-only kernels of fused costs at K <= 4 (two-stage soft-min, forward_pair.cuh SPLIT_PASS) are
+// built for 1024 threads per SM (at most 64 registers): the build measured on the H100 (63 registers, a
+// 126-instruction step; uncapped, ptxas picked 56 and a 132-instruction step). Others: ptxas' choice.
 template <typename T, int COST, int DT, int K, int W, bool WINDOW, bool STORE, bool CKPT>
-__global__ void __launch_bounds__(32 * W)
+__global__ void __launch_bounds__(32 * W, sizeof(T) == 4 && fused_cost<COST>() && !STORE && !CKPT && K <= 4 && W <= 8 ? 32 / W : 0)
 forward_chain_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* __restrict__ C,
                      const T* __restrict__ gamma, const long long* __restrict__ xlen,
                      const long long* __restrict__ ylen, const int* __restrict__ window, T* __restrict__ value,

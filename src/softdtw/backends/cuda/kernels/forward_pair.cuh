@@ -139,6 +139,13 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
   constexpr bool FR = pass_frames<T, K, MODE>(STORE || CKPT || MODE == MODE_RECOMP);  // the layout of bnd and ckpt
   constexpr bool REBASE = FR && !HARD;                                     // frames that move
   constexpr int BS = FR ? 2 : 1;                                           // bnd values per row
+  // The value-only chained forward is latency-bound: at K <= 4 (float) its soft cells take the soft-min in
+  // two stages (common.cuh, soft_min2): 65536^2 31.0 -> 29.0 ms, B = 16 N = 8192 -4 %. Not at K = 8
+  // (B = 16 N = 65536 +50 %, measured under a 64-register cap; 72 registers without), nor in the
+  // checkpointing forward (+1.5 %); the many-pair SEQ kernels are MUFU-bound and keep soft_min3
+  // (OPTIMIZATION_LOG.md, "Two-stage soft-min in the value-only chained forward").
+  constexpr bool SPLIT_PASS = MODE == MODE_CHAIN && !STORE && !CKPT && sizeof(T) == 4 && K <= 4;
+  constexpr bool SPLIT = SPLIT_PASS && !HARD;
   const int lane = threadIdx.x & 31;
   const unsigned tid = group_tid<W, BAR>(), nthreads = group_threads<W, BAR>();
   const int wg = (W == 1) ? 0 : int(tid >> 5);
@@ -189,6 +196,11 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
     constexpr bool keeps_ckpt = MODE == MODE_CHAIN && CKPT;
     const Tiles tiles(c, nch_b, a.stagger, a.TH);
     int to_ckpt = keeps_ckpt ? (2 * a.TH - 1 - tiles.shift) % a.TH : -1;
+    // The count-down is dead without checkpoints (-1 never reaches 0 again), and left out of the step, except
+    // in the value-only passes other than SPLIT_PASS: without it ptxas gave the K = 8 one 72 registers instead
+    // of 56, and B = 16 N = 65536 (1024 blocks) would no longer run in one wave. The storing forward runs
+    // 3-8 % faster without it (OPTIMIZATION_LOG.md, "Two-stage soft-min in the value-only chained forward").
+    constexpr bool ckpt_test = keeps_ckpt || (MODE == MODE_CHAIN && !STORE && !SPLIT_PASS);
 #pragma unroll
     for (int k = 0; k < K; ++k) r[k] = top ? top[L * K + k] : BIG;
     if (FR && top) F = top[CW + L];
@@ -365,6 +377,16 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
           if (live) {
             T left = leftin;
             Word sv[K];
+            // SPLIT: the diag-up half of every cell's soft-min first; only the left half stays serial.
+            T u[K];
+            if constexpr (SPLIT) {
+              T dg = diag;
+#pragma unroll
+              for (int k = 0; k < K; ++k) {
+                u[k] = soft_min2(dg, r[k]);
+                dg = r[k];
+              }
+            }
 #pragma unroll
             for (int k = 0; k < K; ++k) {
               T cst;  // in log2 units: x and y came pre-scaled, C is scaled here
@@ -386,6 +408,8 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
                 w = Link<T>::hard(choice);
               } else if (STORE) {
                 v = Link<T>::soft(diag, up, left, w) + cst;
+              } else if constexpr (SPLIT) {
+                v = soft_min2(u[k], left, cst);
               } else {
                 v = Link<T>::value(diag, up, left) + cst;
               }
@@ -406,7 +430,7 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
               // Publish 32 rows at a time; the release orders this lane's bnd stores before the count.
               if (MODE == MODE_CHAIN && (((i + 1) & 31) == 0 || i == n - 1)) st_release(flag_out, i + 1);
             }
-            if (MODE == MODE_CHAIN && to_ckpt-- == 0) {  // row i + 1 starts tile tiles.of(i + 1)
+            if (ckpt_test && to_ckpt-- == 0) {  // row i + 1 starts tile tiles.of(i + 1)
               to_ckpt = a.TH - 1;
               if (i + 1 < n) {
                 T* q = ckpt_row(tiles.of(i + 1));
