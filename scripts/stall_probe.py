@@ -1,7 +1,7 @@
 """One value-only forward with a forced layout, for Nsight Compute's per-instruction stall sampling.
 
     ncu --section SourceCounters --section WarpStateStats --kernel-name regex:forward_kernel \
-        --launch-count 1 -o rep python3 scripts/stall_probe.py B N K W
+        --launch-count 1 -o rep python3 scripts/stall_probe.py B N K W [chain]
     ncu -i rep.ncu-rep --page source --csv --print-source sass > source.csv
 
 Question it answers (benchmarks/OPTIMIZATION_LOG.md, "Skewed lanes"): where the ~0.2 µs fixed cost of a
@@ -17,11 +17,12 @@ from softdtw.backends import cuda as be  # noqa: E402
 from softdtw.backends.cuda import launch  # noqa: E402
 
 B, N, K, W = (int(v) for v in sys.argv[1:5])
+chain = len(sys.argv) > 5 and sys.argv[5] == "chain"  # the chained layout (forward_chain_kernel)
 x = torch.randn(B, N, 1, device="cuda")
 y = torch.randn(B, N, 1, device="cuda")
 g = torch.tensor(1.0, device="cuda")
 lengths = torch.full((B,), N, device="cuda")
-with launch.forced_plan(K, W):
+with launch.forced_plan(K, W, chain=chain):
     be.forward(x, y, g, "sqeuclidean", lengths, lengths, None, "none")
 torch.cuda.synchronize()
-print(f"profiled forward B={B} N={N} K={K} W={W}")
+print(f"profiled forward B={B} N={N} K={K} W={W} chain={chain}")

@@ -49,7 +49,7 @@ forward_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* __rest
 // built for 1024 threads per SM (at most 64 registers): the build measured on the H100 (63 registers, a
 // 126-instruction step; uncapped, ptxas picked 56 and a 132-instruction step). Others: ptxas' choice.
 template <typename T, int COST, int DT, int K, int W, bool WINDOW, bool STORE, bool CKPT>
-__global__ void __launch_bounds__(32 * W, sizeof(T) == 4 && fused_cost<COST>() && !STORE && !CKPT && K <= 4 && W <= 8 ? 32 / W : 0)
+__global__ void __launch_bounds__(32 * W, sizeof(T) == 4 && fused_cost<COST>() && !STORE && !CKPT && W <= 8 ? (K <= 4 ? 32 / W : 36 / W) : 0)
 forward_chain_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* __restrict__ C,
                      const T* __restrict__ gamma, const long long* __restrict__ xlen,
                      const long long* __restrict__ ylen, const int* __restrict__ window, T* __restrict__ value,

@@ -295,6 +295,13 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
     int hrd = W, hwr = 0;          // offsets of the slots read ((t + 1) & 1) and written (t & 1)
     for (int tb = 0; tb < steps; tb += 32) {
       if (tb > 0) {
+        // Publish the rows this chunk's last lane has finished (those of steps < tb), once per 32 steps; the
+        // release orders its bnd stores before the count. Here rather than in the step (at rows 32 q - 1):
+        // there the release's error barrier (ERRBAR) stalled the last warp on every step, predicated off or
+        // not, and the other warps waited for it at the step's barrier (Nsight Compute, B = 16 N = 8192:
+        // 4 % of all stall samples on ERRBAR, 28 % at the barrier; OPTIMIZATION_LOG.md "Chain release once per
+        // block").
+        if (MODE == MODE_CHAIN && bnd_rows > 0 && tb - (NL - 1) > 0) st_release(flag_out, min(n, tb - (NL - 1)));
         cur = nxt;
         if (!LATE && waits) wait_rows(flag_in, min(n, tb + 64));
         load_row(r0 + tb + 32 - 32 * wg + lane, nxt, true, !LATE);
@@ -427,8 +434,6 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
             if (i < bnd_rows) {
               bnd_out[size_t(i) * BS] = last;
               if (FR) bnd_out[size_t(i) * BS + 1] = F;
-              // Publish 32 rows at a time; the release orders this lane's bnd stores before the count.
-              if (MODE == MODE_CHAIN && (((i + 1) & 31) == 0 || i == n - 1)) st_release(flag_out, i + 1);
             }
             if (ckpt_test && to_ckpt-- == 0) {  // row i + 1 starts tile tiles.of(i + 1)
               to_ckpt = a.TH - 1;
@@ -455,6 +460,7 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
         }
       }
     }
+    if (MODE == MODE_CHAIN && bnd_rows > 0) st_release(flag_out, n);  // the rows since the last block
     if (!FUSED && P > 0) cp_async_wait<0>();
     group_sync<W, BAR>();  // bnd written by this chunk is read by the next
   }
