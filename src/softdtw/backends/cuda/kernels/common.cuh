@@ -89,6 +89,7 @@ __device__ __forceinline__ T soft_min2(T a, T b, T add) {
   const T lo = Num<T>::mn(a, b), hi = Num<T>::mx(a, b);
   return (lo + add) - Num<T>::lg2(T(1) + Num<T>::ex2(lo - hi));
 }
+// Without the addend (the diag-up stage): soft_min2(a, b, T(0)) would keep its float + 0 (ptxas may not fold it).
 template <typename T>
 __device__ __forceinline__ T soft_min2(T a, T b) {
   const T lo = Num<T>::mn(a, b), hi = Num<T>::mx(a, b);

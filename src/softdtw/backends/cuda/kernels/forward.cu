@@ -45,13 +45,18 @@ forward_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* __rest
 // Banded cost (large D): one launch per band of chunks [c_lo, c_lo + nband), C holding only the band's
 // columns [cbase, cbase + ldc); tickets count on from tbase (the blocks of the earlier bands), and the
 // band's first chunk finds its left neighbour's column already published by the previous launch.
-// Register caps of the float value-only kernels of fused costs (others: ptxas' choice), the builds measured on
-// the H100: at K <= 4 (two-stage soft-min, forward_pair.cuh SPLIT_PASS) 1024 threads per SM, 64 registers
-// (uncapped, ptxas picked fewer and a longer step); at K = 8, 1152 threads per SM, 56 registers, so that
-// B = 16, N = 65536 (1024 blocks of 4 warps) keeps 9 blocks per SM and runs in one wave (uncapped: 72,
-// 7 blocks per SM; at 80 registers it took +27 %, OPTIMIZATION_LOG.md "Frames in the value-only chained forward").
+// Minimum blocks per SM (the register cap) of forward_chain_kernel, 0 for ptxas' choice. Capped: the float
+// value-only kernels of fused costs, the builds measured on the H100. At K <= 4 (two-stage soft-min,
+// forward_pair.cuh SPLIT_PASS) 1024 threads per SM, 64 registers (uncapped, ptxas picked fewer and a longer
+// step); at K = 8, 1152 threads per SM, 56 registers, so that B = 16, N = 65536 (1024 blocks of 4 warps) keeps
+// 9 blocks per SM and runs in one wave (uncapped: 72, 7 blocks per SM; at 80 registers it took +27 %,
+// OPTIMIZATION_LOG.md "Frames in the value-only chained forward").
+template <typename T, int COST, int K, int W, bool STORE, bool CKPT>
+__host__ __device__ constexpr int chain_min_blocks() {
+  return sizeof(T) == 4 && fused_cost<COST>() && !STORE && !CKPT && W <= 8 ? (K <= 4 ? 32 / W : 36 / W) : 0;
+}
 template <typename T, int COST, int DT, int K, int W, bool WINDOW, bool STORE, bool CKPT>
-__global__ void __launch_bounds__(32 * W, sizeof(T) == 4 && fused_cost<COST>() && !STORE && !CKPT && W <= 8 ? (K <= 4 ? 32 / W : 36 / W) : 0)
+__global__ void __launch_bounds__(32 * W, chain_min_blocks<T, COST, K, W, STORE, CKPT>())
 forward_chain_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* __restrict__ C,
                      const T* __restrict__ gamma, const long long* __restrict__ xlen,
                      const long long* __restrict__ ylen, const int* __restrict__ window, T* __restrict__ value,
