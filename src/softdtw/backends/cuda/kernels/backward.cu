@@ -335,6 +335,11 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
       const int tq = tau - sw;
       if (LATE ? tq == next_ev : (tq & 31) == 0 && tq > tq0) {
         if (!LATE || (tq & 31) == 0) {
+          // Publish the rows lane 0 has handed over (those of steps < tau), once per 32 steps: a release in
+          // the step (at rows n - 32 q) stalled warp 0 on its error barrier (ERRBAR) every step, predicated
+          // off or not, as in the chained forward (forward_pair; OPTIMIZATION_LOG.md "Chain release once per
+          // block"). Chained modes only: there tq == tau (no TRIM).
+          if (MODE != BWD_SEQ && L == 0 && c > 0 && tau > NL - 1) st_release(flag_out, min(n, tau - (NL - 1)));
           cur = nxt;
           if (!LATE && waits) wait_rows(flag_in, min(n, 32 * (tq / 32) + 64));
           load_row(top0 - 32 * (tq / 32) - 32 - lane, nxt, true, !LATE);
@@ -465,7 +470,6 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
           q[1] = Link<T>::to_slot(Sfirst);
 #pragma unroll
           for (int d = 0; d < DX; ++d) q[2 + d] = dxout[d];
-          if (MODE != BWD_SEQ && (((n - i) & 31) == 0 || i == 0)) st_release(flag_out, n - i);
         } else if (XY) {
 #pragma unroll
           for (int d = 0; d < DX; ++d) a.dx[(size_t(b) * N + i) * DT + d] = (GRAM ? g : slope_unit * g) * dxout[d];
@@ -485,6 +489,7 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
       }
       release(tau);
     }
+    if (MODE != BWD_SEQ && L == 0 && c > 0) st_release(flag_out, n);  // the rows since the last refill
     cp_async_wait<0>();
     if (XY) {  // fused: dy; COST_GRAM: E's column sums
       const T dyunit = GRAM ? g : -slope_unit * g;
