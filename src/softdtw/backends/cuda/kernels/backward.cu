@@ -231,10 +231,12 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
     // last lane holding a column, 31 - sw: the warp's stream runs sw steps behind (stream step tq = tau - sw).
     const int sw = min(31, max(0, skip - 32 * (W - 1 - wg)));
     const int tq0 = skip - sw;
-    // Store backward, chained (LATE): the next chunk's column of the next block is read LATE_AT steps into the
-    // block, not at its start, as in the storing forward (forward_pair): the chunk waits for 32 - LATE_AT fewer
-    // rows. The checkpoint backward keeps the early load (it got 6 % slower with the late one).
-    constexpr bool LATE = MODE == BWD_CHAIN;
+    // Chained (LATE): the next chunk's column of the next block is read LATE_AT steps into the block, not at
+    // its start, as in the storing forward (forward_pair): the chunk waits for 32 - LATE_AT fewer rows. The
+    // checkpoint backward once kept the early load (6 % slower with the late one); since the release left the
+    // step, the late one is 3 % faster there and spares ptxas the spills the early one now gets
+    // (OPTIMIZATION_LOG.md "Chained backward: release once per block").
+    constexpr bool LATE = MODE != BWD_SEQ;
     constexpr int LATE_AT = CHAIN_LATE_AT;
     BwdRow<T, DT, NB> cur, nxt, mine;
     if (waits) wait_rows(flag_in, min(n, LATE ? 32 : 64));
