@@ -239,7 +239,7 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
     constexpr bool LATE = MODE != BWD_SEQ;
     constexpr int LATE_AT = CHAIN_LATE_AT;
     BwdRow<T, DT, NB> cur, nxt, mine;
-    if (waits) wait_rows(flag_in, min(n, LATE ? 32 : 64));
+    if (waits) wait_rows(flag_in, min(n, 32));  // waits: chained, so LATE (the next block's rows come later)
     load_row(top0 - 32 * (tq0 / 32) - lane, cur, true, true);
     load_row(top0 - 32 * (tq0 / 32) - 32 - lane, nxt, true, !LATE);
     // LATE: the stream step of the next refill (a multiple of 32) or of the next late load: one test per step
@@ -337,13 +337,10 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
       const int tq = tau - sw;
       if (LATE ? tq == next_ev : (tq & 31) == 0 && tq > tq0) {
         if (!LATE || (tq & 31) == 0) {
-          // Publish the rows lane 0 has handed over (those of steps < tau), once per 32 steps: a release in
-          // the step (at rows n - 32 q) stalled warp 0 on its error barrier (ERRBAR) every step, predicated
-          // off or not, as in the chained forward (forward_pair; OPTIMIZATION_LOG.md "Chain release once per
-          // block"). Chained modes only: there tq == tau (no TRIM).
-          if (MODE != BWD_SEQ && L == 0 && c > 0 && tau > NL - 1) st_release(flag_out, min(n, tau - (NL - 1)));
+          // The rows lane 0 has handed over (those of steps < tau; common.cuh, publish_rows). Chained modes
+          // only: there tq == tau (no TRIM).
+          publish_rows(MODE != BWD_SEQ && L == 0 && c > 0, flag_out, tau, NL, n);
           cur = nxt;
-          if (!LATE && waits) wait_rows(flag_in, min(n, 32 * (tq / 32) + 64));
           load_row(top0 - 32 * (tq / 32) - 32 - lane, nxt, true, !LATE);
           next_ev = tq + LATE_AT;
         } else {

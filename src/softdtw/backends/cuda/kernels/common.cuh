@@ -368,6 +368,16 @@ __device__ __forceinline__ void st_release(int* p, int v) {
 __device__ __forceinline__ void wait_rows(const int* flag, int need) {
   while (__any_sync(FULL_MASK, ld_acquire(flag) < need)) __nanosleep(64);
 }
+// A chained pass publishes its chunk column (rows counted from where its pass starts) once per 32-step block,
+// at the block's row refill: at step t the lane writing the column, NL - 1 steps behind the first lane, has
+// finished t - (NL - 1) rows. Not in the step: a release there, predicated off or not, stalled the writing warp
+// on its error barrier (ERRBAR) every step and the other warps at the step barrier (OPTIMIZATION_LOG.md "Chain
+// release once per block": forward -20 %; "Chained backward: release once per block": backward -30 %). After
+// the pass the caller publishes n. `writer`: the calling thread writes the column (the test stays in the helper:
+// tested outside it, ptxas scheduled the chained backward differently).
+__device__ __forceinline__ void publish_rows(bool writer, int* flag, int t, int NL, int n) {
+  if (writer && t > NL - 1) st_release(flag, min(n, t - (NL - 1)));
+}
 // The storing chained passes read the neighbour chunk's column of their next 32-row block this many steps
 // into the current block (forward_pair, backward_pair: "LATE"), so they wait for 32 - CHAIN_LATE_AT fewer
 // of its rows.

@@ -295,13 +295,9 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
     int hrd = W, hwr = 0;          // offsets of the slots read ((t + 1) & 1) and written (t & 1)
     for (int tb = 0; tb < steps; tb += 32) {
       if (tb > 0) {
-        // Publish the rows this chunk's last lane has finished (those of steps < tb), once per 32 steps; the
-        // release orders its bnd stores before the count. Here rather than in the step (at rows 32 q - 1):
-        // there the release's error barrier (ERRBAR) stalled the last warp on every step, predicated off or
-        // not, and the other warps waited for it at the step's barrier (Nsight Compute, B = 16 N = 8192:
-        // 4 % of all stall samples on ERRBAR, 28 % at the barrier; OPTIMIZATION_LOG.md "Chain release once per
-        // block").
-        if (MODE == MODE_CHAIN && bnd_rows > 0 && tb - (NL - 1) > 0) st_release(flag_out, min(n, tb - (NL - 1)));
+        // The rows this chunk's last lane has finished (those of steps < tb); the release orders its bnd
+        // stores before the count (common.cuh, publish_rows).
+        publish_rows(MODE == MODE_CHAIN && bnd_rows > 0, flag_out, tb, NL, n);
         cur = nxt;
         if (!LATE && waits) wait_rows(flag_in, min(n, tb + 64));
         load_row(r0 + tb + 32 - 32 * wg + lane, nxt, true, !LATE);
