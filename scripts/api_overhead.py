@@ -10,13 +10,23 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import softdtw  # noqa: E402
-from gpu import wall_ms  # noqa: E402
+from gpu import api_step, backend_step, full_lengths, wall_ms  # noqa: E402
 from softdtw import _checks, _ops  # noqa: E402
 
 
 def us(fn, n=2000):
     """Host wall time per call, µs (the benchmark's timing loop)."""
     return round(wall_ms(fn, n) * 1e3, 1)
+
+
+class _Neg(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a):
+        return -a
+
+    @staticmethod
+    def backward(ctx, g):
+        return -g
 
 
 x = torch.randn(1, 16, 1, device="cuda", requires_grad=True)
@@ -35,6 +45,13 @@ probes = {
         _ops.fused_value(p.x, p.y, p.gamma, "sqeuclidean", p.x_lengths, p.y_lengths, None, "store", "cuda").sum(), p.x),
     "soft_dtw fwd (no grad)": lambda: softdtw.soft_dtw(x.detach(), y, 1.0),
     "soft_dtw fwd+bwd": lambda: torch.autograd.grad(softdtw.soft_dtw(x, y, 1.0).sum(), x),
+    "benchmark api_step (2 clones, .sum().backward())": api_step(x.detach(), y, "forward_backward"),
+    "benchmark backend_step": backend_step(x.detach(), y, torch.tensor(1.0, device="cuda"),
+                                           full_lengths(1, 16, 16), "store"),
+    # The floor autograd itself sets on this machine: a Function with one torch op each way.
+    "autograd.Function, 1 op each way": lambda: torch.autograd.grad(_Neg.apply(x).sum(), x),
+    "x.clone()": lambda: x.clone(),
+    "torch.empty(1) cuda": lambda: torch.empty(1, device="cuda"),
 }
 print(json.dumps({k: us(f) for k, f in probes.items()}, indent=1))
 import cProfile, pstats
@@ -43,4 +60,5 @@ pr.enable()
 for _ in range(500):
     torch.autograd.grad(softdtw.soft_dtw(x, y, 1.0).sum(), x)
 pr.disable()
-pstats.Stats(pr).sort_stats("tottime").print_stats(25)
+pstats.Stats(pr).sort_stats("tottime").print_stats(30)
+pstats.Stats(pr).sort_stats("cumulative").print_stats(40)
