@@ -10,6 +10,9 @@ What is compared:
   generated first and widened, so both sides see identical numbers). The CPU reference is one long
   Numba run per size, computed once per module (fixtures ``square`` and ``long_pair``). It uses
   memory="checkpoint" when the cpu backend offers it, else "store" (a B·N·M float64 table, 3.2 GB).
+- 2^18 steps: two pairs of 2^18 x (2^18 - 100) with per-pair lengths and a Sakoe–Chiba band (radius 128) against
+  the float64 cpu backend; unbanded 2^18 x 2^18 and 2^16 x 2^18 by properties the exact answer has (value-only
+  = checkpointing value, between hard DTW and its soft lower bound, gradients of a common shift cancel).
 - gamma = 1e-3 at N = M = 65536 with checkpointing: value, gradients and d/dgamma finite, gradients not
   all zero, and the value between hard DTW and hard DTW − γ·ln 3·(N + M − 1) (each soft-min is at most
   γ·ln 3 below the min).
@@ -197,6 +200,57 @@ def test_gamma_1e3_at_65536_is_finite():
     slack = 1e-5 * abs(hard)  # float32 rounding of both values
     assert v <= hard + slack, (v, hard)
     assert v >= hard - 1e-3 * math.log(3) * (2 * N - 1) - slack, (v, hard)
+
+
+# --- 2^18 steps (issue 4: "any N, M up to at least 2^18, equal or not, with bands and per-pair lengths") ---
+
+N18 = 1 << 18
+#: Two pairs near 2^18 steps, N != M, per-pair lengths and a narrow Sakoe–Chiba band: ~2^18 x 400 cells a pair,
+#: so that the float64 CPU reference takes seconds (the unbanded table has 6.9e10 cells).
+B18_N, B18_M = N18, N18 - 100
+B18_XL, B18_YL = (N18, N18 - 150), (N18 - 100, N18 - 177)
+B18_BAND = 128
+
+
+@pytest.fixture(scope="module")
+def banded18():
+    x, y = _data(2, B18_N, B18_M, 1, seed=18)
+    kw = dict(gamma=GAMMA, bandwidth=B18_BAND, x_lengths=torch.tensor(B18_XL), y_lengths=torch.tensor(B18_YL))
+    ref = _cpu_reference(x, y, kw)
+    assert float(ref[0].abs().min()) > 1e4, f"values {ref[0].tolist()} should be O(1e5)"
+    return Long(x, y, kw, ref)
+
+
+@DTYPES
+def test_2_18_band_lengths_checkpoint_matches_cpu_float64(banded18, dtype):
+    got = _on_cuda(banded18, dtype, "checkpoint")
+    _assert_close(got, banded18.ref, TOL_CPU[dtype], f"2^18 x (2^18 - 100) band={B18_BAND} {dtype}")
+    _, dx, dy = got
+    assert torch.equal(dx[1, B18_XL[1]:], torch.zeros_like(dx[1, B18_XL[1]:])), "padded x steps got a gradient"
+    assert torch.equal(dy[1, B18_YL[1]:], torch.zeros_like(dy[1, B18_YL[1]:])), "padded y steps got a gradient"
+
+
+@pytest.mark.parametrize("N,M", [(N18, N18), (N18 // 4, N18)], ids=["2^18 x 2^18", "2^16 x 2^18"])
+def test_2_18_unbanded_checkpoint_is_consistent(N, M):
+    """No reference can afford 6.9e10 cells, so the checks are ones the exact answer must pass: finite value and
+    gradients; the value-only pass gives the checkpointing pass's value; the value lies between hard DTW and
+    hard DTW - gamma ln 3 (N + M - 1); and the gradients of a shift of both series cancel (the cost depends on
+    x - y only): sum(dx) + sum(dy) = 0, here to float32 rounding of the 2^18-term sums."""
+    x, y = _data(1, N, M, 1, seed=N + M)
+    x, y = x.cuda(), y.cuda()
+    v, dx, dy = _value_and_grads(x, y, GAMMA, memory="checkpoint")
+    for name, t in (("value", v), ("dx", dx), ("dy", dy)):
+        assert bool(torch.isfinite(t).all()), f"{name} is not finite"
+    with torch.no_grad():
+        v_only = softdtw.soft_dtw(x, y, GAMMA)
+        hard = float(softdtw.dtw(x, y)[0])
+    assert value_err(v_only, v) <= 1e-6, (float(v_only[0]), float(v[0]))
+    val = float(v[0])
+    slack = 1e-5 * abs(hard)
+    assert hard - GAMMA * math.log(3) * (N + M - 1) - slack <= val <= hard + slack, (val, hard)
+    total = float(dx.double().sum() + dy.double().sum())
+    scale = float(dx.double().abs().sum() + dy.double().abs().sum())
+    assert scale > 0 and abs(total) <= 1e-4 * scale, (total, scale)
 
 
 # --- checkpoint and store agree to rounding -------------------------------------------------------------
