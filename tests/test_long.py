@@ -181,6 +181,17 @@ def test_long_pair_band_lengths_checkpoint_matches_cpu_float64(long_pair, dtype)
     assert torch.equal(dy[1, LONG_YL[1]:], torch.zeros_like(dy[1, LONG_YL[1]:])), "padded y steps got a gradient"
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+def test_long_pair_value_only_matches_cpu_float64(long_pair, dtype):
+    """The value-only forward (no gradient wanted: its own chained kernel, K = 8 here) at the same tolerance: in
+    float32 it keeps frames too (a frameless R was 1.5e-4 off at 2^16 x 2^18)."""
+    kw = {k: (v.cuda() if isinstance(v, torch.Tensor) else v) for k, v in long_pair.kw.items()}
+    with torch.no_grad():
+        v = softdtw.soft_dtw(long_pair.x.to("cuda", dtype), long_pair.y.to("cuda", dtype), **kw)
+    err = value_err(v, long_pair.ref[0])
+    assert err <= TOL_CPU[dtype][0], f"value-only 3000x70000 {dtype}: {err:.2e}"
+
+
 # --- small gamma at N = M = 65536 -----------------------------------------------------------------------
 
 def test_gamma_1e3_at_65536_is_finite():

@@ -312,9 +312,10 @@ def has_frames(dtype: torch.dtype, saves: bool) -> bool:
 
 
 def chain_frames(dtype: torch.dtype, plan: Plan, saves: bool) -> bool:
-    """Whether a chained forward keeps frames (kernels/forward_pair.cuh, pass_frames): as has_frames, and
-    also the value-only pass at K <= 4, which is faster with them (its bnd column then holds frames too)."""
-    return has_frames(dtype, saves or plan.K <= 4)
+    """Whether a chained forward keeps frames (kernels/forward_pair.cuh, pass_frames): every float32 chained
+    pass, the value-only one too (its value is R at the pair's end; its bnd column then holds frames too).
+    plan and saves stay in the signature: the rule was plan-dependent and may be again."""
+    return has_frames(dtype, True)
 
 
 # --- streams and contexts ---------------------------------------------------------------------------

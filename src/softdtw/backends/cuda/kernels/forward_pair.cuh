@@ -103,14 +103,15 @@ __device__ __forceinline__ int pass_lanes(int m, int c, int NL) {
 // double needs no frames.
 template <typename T>
 __host__ __device__ constexpr bool has_frames(bool saves) { return sizeof(T) == 4 && saves; }
-// The value-only chained forward needs no frames, but at K <= 4 it runs faster with them: its step loop
-// becomes the checkpointing forward's (0 serialised ex2 instead of 2, same 56 registers; 65536^2 33.5 ->
-// 30.8 ms, B = 16 N = 8192 -9 %). At K = 8 they take 80 registers instead of 56, and B = 16 N = 65536 no
-// longer fits one wave (+27 %; a register cap lengthened the step instead). OPTIMIZATION_LOG.md, "Frames in
-// the value-only chained forward". launch.chain_frames is the host's copy of this rule.
+// Every float32 chained forward keeps frames, the value-only one too: its value is R at the pair's end, and a
+// frameless float32 R loses ulp(|R|) in every cell (2^16 x 2^18 at gamma = 1: value 1.5e-4 off the float64
+// one; with frames 1e-7). At K <= 4 frames also make the step faster (0 serialised ex2 instead of 2; 65536^2
+// 33.5 -> 30.8 ms); at K = 8 under chain_min_blocks' 56-register cap they fit without spills (the frameless
+// build spilled 14). OPTIMIZATION_LOG.md, "Frames in the value-only chained forward" and "Value-only
+// precision of long pairs". launch.chain_frames is the host's copy of this rule.
 template <typename T, int K, int MODE>
 __host__ __device__ constexpr bool pass_frames(bool saves) {
-  return has_frames<T>(saves || (MODE == MODE_CHAIN && K <= 4));
+  return has_frames<T>(saves || MODE == MODE_CHAIN);
 }
 
 // The per-row inputs that travel along the lanes with the wavefront.
