@@ -105,7 +105,7 @@ template <typename T>
 __host__ __device__ constexpr bool has_frames(bool saves) { return sizeof(T) == 4 && saves; }
 // Every float32 chained forward keeps frames, the value-only one too: its value is R at the pair's end, and a
 // frameless float32 R loses ulp(|R|) in every cell (2^16 x 2^18 at gamma = 1: value 1.5e-4 off the float64
-// one; with frames 1e-7). At K <= 4 frames also make the step faster (0 serialised ex2 instead of 2; 65536^2
+// one; with frames 9e-9). At K <= 4 frames also make the step faster (0 serialised ex2 instead of 2; 65536^2
 // 33.5 -> 30.8 ms); at K = 8 under chain_min_blocks' 56-register cap they fit without spills (the frameless
 // build spilled 14). OPTIMIZATION_LOG.md, "Frames in the value-only chained forward" and "Value-only
 // precision of long pairs". launch.chain_frames is the host's copy of this rule.
