@@ -82,6 +82,10 @@ CASES = [
     (2, 65, 50, (65, 64), (50, 7), None, None, None),  # one checkpoint, a 1-row band
     (2, 200, 90, (200, 131), (90, 77), 5, None, None),  # N not a multiple of TH = 64
     (1, 30, 200, (30,), (200,), None, None, None),  # N < TH, N < M
+    # Many bands through one reused buffer, narrow windows: one pair at a time, the recompute writes only the
+    # columns the backward reads (cpu.py, _backward_bands), so a stale cell read would show here.
+    (2, 300, 290, (300, 251), (290, 240), 3, None, 16),
+    (2, 120, 100, (120, 90), (100, 100), None, 1.5, 8),
 ]
 
 

@@ -481,7 +481,7 @@ def _forward_group(g, lanes, x, y, C, cost_kind, N, M, gamma, x_lengths, y_lengt
 
 @njit(parallel=True, **_JIT)
 def forward_kernel(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, has_window, r0, r1,
-                   R_top, top_slot, every, first, natural, by_pair, lanes, R_out, values):
+                   R_top, top_slot, every, first, natural, by_pair, lanes, R_out, values, narrow):
     """Rows [r0, r1) of the forward: soft-DTW values into ``values`` (pairs that end there), and
     the rows ``first``, ``first + every``, ... into R_out.
 
@@ -504,7 +504,10 @@ def forward_kernel(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, has_
     fused costs (``cost_kind`` 0 or 1); C `(B, N, M)` for COST_GIVEN (then x, y are `(0, 0, 0)`
     placeholders and only their dtype matters). gamma: float (0 = hard DTW). window: int32
     `(B, N, 2)` if has_window. by_pair: one pair at a time with ``lanes`` rows per strip (small
-    batches), else groups of ``lanes`` pairs.
+    batches), else groups of ``lanes`` pairs. narrow (by_pair only): a saved row gets only the columns a
+    by-pair backward reads of it (its own and the next row's [lo - 1, hi)), not all M; the rest of R_out
+    keeps what it held. For the bands of a checkpointed backward: a banded pair then costs its band, not
+    N·M, per recomputed band (cpu.py, _backward_bands).
     """
     B = x_lengths.shape[0]
     if cost_kind == COST_GIVEN:
@@ -515,7 +518,7 @@ def forward_kernel(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, has_
         for b in prange(B):
             _forward_pair(b, lanes, x, y, C, cost_kind, N, M, gamma, x_lengths, y_lengths, window,
                           has_window, r0, r1, R_top, top_slot, every, first, natural, R_out,
-                          values)
+                          values, narrow)
         return
     groups = (B + lanes - 1) // lanes
     for g in prange(groups):
@@ -866,7 +869,7 @@ def _pair_cost_row(b, i, lo, hi, x, yT, C, cost_kind, crow):
 
 @njit(**_JIT)
 def _forward_pair(b, H, x, y, C, cost_kind, N, M, gamma, x_lengths, y_lengths, window,
-                  has_window, r0, r1, R_top, top_slot, every, first, natural, R_out, values):
+                  has_window, r0, r1, R_top, top_slot, every, first, natural, R_out, values, narrow):
     """Forward of rows [r0, r1) of pair b in strips of H rows (wavefront across the strip; see the
     section note); the arguments as in forward_kernel."""
     dt = values.dtype
@@ -900,6 +903,8 @@ def _forward_pair(b, H, x, y, C, cost_kind, N, M, gamma, x_lengths, y_lengths, w
     hi = np.zeros(H, np.int64)
     out = np.empty((M + H, H) if every > 0 else (0, H), st)  # out[t, k]: R' of lane k at step t
     slot = np.empty(H, np.int64)  # where the strip's rows are saved (-1: not saved)
+    wlo = np.zeros(H, np.int64)  # the columns [wlo, whi) of each saved row that get written
+    whi = np.zeros(H, np.int64)
 
     for i0 in range(r0, r_end, H):
         t_start, t_end = M + H, 0
@@ -946,19 +951,33 @@ def _forward_pair(b, H, x, y, C, cost_kind, N, M, gamma, x_lengths, y_lengths, w
                 values[b] = p0[n - i0] * out_scale
             p2, p1, p0 = p1, p0, p2
         # Saved rows, by blocks of columns: the strided reads of out stay in L1.
-        saved = 0
+        qa, qb = M, 0
         for k in range(H):
             slot[k] = _slot(i0 + k, first, every, n_slots) if i0 + k < r_end else -1
-            saved += slot[k] >= 0
-        for q0 in range(0, M if saved > 0 else 0, _BLOCK):
-            q1 = min(q0 + _BLOCK, M)
+            if slot[k] < 0:
+                continue
+            wlo[k], whi[k] = 0, M
+            if narrow:
+                # A by-pair backward reads row i over [lo - 1, hi) of rows i and i + 1 (as its row above).
+                l, h = lo[k], hi[k]
+                ln, hn = _pair_bounds(b, i0 + k + 1, x_lengths, y_lengths, window, has_window)
+                if ln < hn:
+                    if l < h:
+                        l, h = min(l, ln), max(h, hn)
+                    else:
+                        l, h = ln, hn
+                wlo[k], whi[k] = max(l - 1, 0), min(h, M)
+            qa, qb = min(qa, wlo[k]), max(qb, whi[k])
+        for q0 in range(qa, qb, _BLOCK):
+            q1 = min(q0 + _BLOCK, qb)
             for k in range(H):
                 s = slot[k]
-                if s >= 0:
-                    src = out[q0 + k:q1 + k, k]
-                    dst = R_out[b, s, q0:q1]
-                    for q in range(q1 - q0):
-                        inside = (q0 + q >= lo[k]) & (q0 + q < hi[k])
+                c0, c1 = max(q0, wlo[k]), min(q1, whi[k])
+                if s >= 0 and c0 < c1:
+                    src = out[c0 + k:c1 + k, k]
+                    dst = R_out[b, s, c0:c1]
+                    for q in range(c1 - c0):
+                        inside = (c0 + q >= lo[k]) & (c0 + q < hi[k])
                         dst[q] = src[q] * scale if inside else big
         # The strip's last row is the next strip's top row (column -1: the sentinel).
         top, bottom = bottom, top

@@ -28,7 +28,10 @@ kernels; the arithmetic lives in ``_cpu_kernels.py``.
   stays under ``_BAND_BYTES``); work: one more forward. A single pair runs on one thread (by
   pair, see _plan). Measured on 2 cores, float64: one pair N = M = 20000, forward + backward
   11.5 s and +52 MB peak RSS (store: 17.8 s, +3.1 GB); two pairs 3000 x 70000 (lengths, a band
-  of radius 100) 7.4 s, +173 MB (store: 11.8 s, +3.3 GB).
+  of radius 100) 7.4 s, +173 MB (store: 11.8 s, +3.3 GB). When the batch runs one pair at a time, a
+  recomputed band writes only the columns the backward reads (forward_kernel's ``narrow``), so a
+  banded pair costs its band: two pairs 2^18 x (2^18 - 100) with a band of radius 128, 24 s
+  (190 s when every recomputed row was written across all M columns).
 - gamma == 0 is hard DTW; its backward follows the argmin path (ties: diagonal, up, left).
 
 The first call compiles the kernels (measured on a 2-core CI-class machine: ~40 s for float32,
@@ -173,7 +176,7 @@ def _run_forward(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, memory
     kernels.forward_kernel(
         x, y, C, cost_kind, _gamma(gamma), _view(x_lengths), _view(y_lengths), win, has_win,
         0, N, state, -1, every, every - 1, memory == "store", by_pair, lanes, state,
-        values.numpy(),
+        values.numpy(), False,
     )
     return values, saved
 
@@ -264,13 +267,16 @@ def _backward_bands(x, y, C, args, grad, value, saved, B, N, M, D, dtype, output
         fwd_plan = _plan(n, M, D, dtype, _MAX_LANES_STORING[dtype])
         bwd_plan = _plan(n, M, D, dtype, _MAX_LANES[dtype])
         carry = _carry(*bwd_plan, n, M, D, fused, dtype)
+        # Both by pair: the recompute writes only the columns the backward reads (a banded pair costs its
+        # band, not N·M); the band buffer's other cells are never read.
+        narrow = fwd_plan[0] and bwd_plan[0]
         for k in range(-(-int(xl.max()) // th) - 1, -1, -1):
             r0 = k * th
             if k > 0:  # the band's top row, as the table would hold it (see _table_row)
                 _table_row(checkpoints[part, k - 1], gamma, band[:n, 0])
             kernels.forward_kernel(
                 xc, yc, Cc, cost_kind, gamma, xl, yl, wc, has_win, r0, r0 + th,
-                checkpoints[part], k - 1, 1, r0 - 1, True, *fwd_plan, band[:n], scratch[:n],
+                checkpoints[part], k - 1, 1, r0 - 1, True, *fwd_plan, band[:n], scratch[:n], narrow,
             )
             kernels.backward_kernel(
                 xc, yc, Cc, cost_kind, gamma, xl, yl, wc, has_win, r0, r0 + th, r0 - 1,
