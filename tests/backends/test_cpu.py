@@ -202,6 +202,21 @@ def test_float32_within_1e5_of_float64(cost, gamma):
     assert rel_err(v_none, v0) <= 1e-5
 
 
+def test_float32_values_of_long_pairs_keep_a_float64_state():
+    """Past N + M = F32_STATE_MAX the value-only pass runs its DP in float64 (a float32 R drifts with the path:
+    4.2e-5 at 3000 x 70000, 1.3e-5 at 65536^2 before), so long float32 values stay within 1e-6 of float64."""
+    N, M = 1500, 40000
+    assert N + M > cpu.F32_STATE_MAX
+    x, y = case(2, N, M, 1, seed=40000)
+    y = y + 1.0  # costs O(1) everywhere: values ~4e4
+    g = _gamma(1.0)
+    xl, yl = _lengths(N, 1200), _lengths(M, 35000)
+    v32, _ = cpu.forward(x.float(), y.float(), g.float(), "sqeuclidean", xl, yl, None, "none")
+    v64, _ = cpu.forward(x, y, g, "sqeuclidean", xl, yl, None, "none")
+    assert v32.dtype == torch.float32 and float(v64.abs().min()) > 1e4
+    assert rel_err(v32, v64) <= 1e-6
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_tiny_gamma_long_series_is_finite_and_close_to_hard_dtw(dtype):
     B, N, M, D = 2, 1000, 1000, 2

@@ -13,7 +13,10 @@ kernels; the arithmetic lives in ``_cpu_kernels.py``.
   the sentinel 1e300 on cells outside a pair's lengths or window). A float32 table would put
   ~1e-3 relative error into float32 gradients at gamma = 0.1 (the backward's exponents are
   differences of neighbouring R / gamma, which reach ~1e4); see ``_cpu_kernels.py``. Values
-  only (no gradient) run entirely in float32 for float32 data.
+  only (no gradient) run entirely in float32 for float32 data up to N + M = ``F32_STATE_MAX``
+  steps; longer pairs keep the DP state in float64, since a float32 R loses ulp(|R|) in every cell
+  and the value drifts with the path's length (float32 against float64: 1.4e-6 at N = M = 4096,
+  5.8e-6 at 16384, 1.3e-5 at 65536, 4.2e-5 at 3000 x 70000).
 - memory="checkpoint": saves R only on band boundaries. With TH = :func:`band_rows` (N) (~sqrt(N),
   a multiple of 32, at least 64), the rows TH - 1, 2 TH - 1, ... (the row just above each band of
   TH rows but the first; K = ceil(N / TH) - 1 of them), float64 in log2 units (R / (gamma ln 2);
@@ -64,6 +67,8 @@ _VECTOR = 8
 # forward + backward at N = M = 256, D = 2 on 2 threads (ns/cell, pairs vs lanes):
 # float32 B=16 11.9 vs 13.7, B=24 11.9 vs 10.0; float64 B=24 9.6 vs 12.0, B=32 9.9 vs 9.0.
 _PAIR_LANES_MIN = {torch.float32: 12, torch.float64: 16}
+#: Longest N + M whose float32 value-only pass keeps its DP state in float32 (see the module docstring).
+F32_STATE_MAX = 8192
 # Bound on a group's packed y and its gradient, `(M, D, lanes)` each: long, wide series get
 # fewer lanes instead of a huge per-thread buffer.
 _GROUP_BYTES = 64 << 20
@@ -167,10 +172,10 @@ def _run_forward(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, memory
         every, K = _checkpoints(N)
         saved = torch.empty((B * K * M,), dtype=SAVED_DTYPE)
         state = saved.view(B, K, M).numpy()
-    else:  # values only: the DP state stays in the data dtype
+    else:  # values only: the DP state in the data dtype, float64 for long pairs (F32_STATE_MAX)
         every = 0
         saved = torch.empty((0,), dtype=dtype)
-        state = _placeholder(dtype)
+        state = _placeholder(dtype if N + M <= F32_STATE_MAX else torch.float64)
     win, has_win = _window_args(window)
     by_pair, lanes = _plan(B, M, D, dtype, (_MAX_LANES_STORING if every else _MAX_LANES)[dtype])
     kernels.forward_kernel(
