@@ -1,7 +1,8 @@
 """Precision and time of the float32 value-only forward against float64, for long pairs and the layouts the
 planner picks for them (chained K = 4 / 8, SEQ). One JSON line per case.
 
-    python3 scripts/value_precision_probe.py TREE [TREE ...]     (each TREE a source tree with src/softdtw)
+    python3 scripts/value_precision_probe.py [--seq] TREE [TREE ...]   (each TREE a source tree with src/softdtw;
+                                                                        --seq: the large-batch SEQ cases)
 
 Each tree is imported in its own process; float64 comes from the first tree (its passes keep no frames, so the
 trees agree there). Data as tests/test_long.py: x ~ N(0, 1), y ~ N(0, 1) + 1, gamma = 1, D = 1.
@@ -13,6 +14,9 @@ import sys
 
 CASES = [(1, 65536, 262144), (16, 65536, 65536), (2, 3000, 70000), (1, 65536, 65536), (16, 8192, 8192),
          (64, 8192, 8192), (4096, 1024, 1024)]
+#: Large batches of long pairs, which the planner gives SEQ plans whose value-only pass keeps no frames (issue 4's
+#: open check): `value_precision_probe.py --seq TREE`.
+SEQ_CASES = [(4096, 8192, 8192), (1024, 16384, 16384), (256, 32768, 32768)]
 
 CHILD = r"""
 import json, sys, torch
@@ -42,10 +46,13 @@ for B, N, M in json.loads(sys.argv[3]):
 
 def main():
     trees = sys.argv[1:]
+    cases = CASES
+    if trees and trees[0] == "--seq":
+        trees, cases = trees[1:], SEQ_CASES
     ref = {}
     out = []
     for ti, tree in enumerate(trees):
-        proc = subprocess.run([sys.executable, "-c", CHILD, tree, "1" if ti == 0 else "0", json.dumps(CASES)],
+        proc = subprocess.run([sys.executable, "-c", CHILD, tree, "1" if ti == 0 else "0", json.dumps(cases)],
                               capture_output=True, text=True)
         if proc.returncode:
             print(proc.stderr[-3000:], file=sys.stderr)
