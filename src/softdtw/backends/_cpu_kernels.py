@@ -958,7 +958,8 @@ def _forward_pair(b, H, x, y, C, cost_kind, N, M, gamma, x_lengths, y_lengths, w
                 continue
             wlo[k], whi[k] = 0, M
             if narrow:
-                # A by-pair backward reads row i over [lo - 1, hi) of rows i and i + 1 (as its row above).
+                # A by-pair backward reads row i at columns [lo - 1, hi) of row i, and (as the row above
+                # row i + 1) at those of row i + 1.
                 l, h = lo[k], hi[k]
                 ln, hn = _pair_bounds(b, i0 + k + 1, x_lengths, y_lengths, window, has_window)
                 if ln < hn:
