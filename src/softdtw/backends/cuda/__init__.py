@@ -249,7 +249,7 @@ def _forward_chain_buffers(data, B, N, M, plan, store):
     """value `(B,)`, what the forward saves, and (bnd, sync, ckpt) of a chained forward."""
     value = torch.empty(B, dtype=data.dtype, device=data.device)
     ckpt = None
-    frames = _launch.chain_frames(data.dtype, plan, store or plan.TH > 0)
+    frames = _launch.chain_frames(data.dtype)
     if plan.TH > 0:
         saved = _alloc(data, B * plan.checkpoint_numel(N, frames), data.dtype,
                        "the checkpoints (memory='checkpoint')", B, N, M)

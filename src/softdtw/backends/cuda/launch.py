@@ -311,10 +311,9 @@ def has_frames(dtype: torch.dtype, saves: bool) -> bool:
     return dtype == torch.float32 and saves
 
 
-def chain_frames(dtype: torch.dtype, plan: Plan, saves: bool) -> bool:
+def chain_frames(dtype: torch.dtype) -> bool:
     """Whether a chained forward keeps frames (kernels/forward_pair.cuh, pass_frames): every float32 chained
-    pass, the value-only one too (its value is R at the pair's end; its bnd column then holds frames too).
-    plan and saves stay in the signature: the rule was plan-dependent and may be again."""
+    pass, the value-only one too (its value is R at the pair's end; its bnd column then holds frames too)."""
     return has_frames(dtype, True)
 
 

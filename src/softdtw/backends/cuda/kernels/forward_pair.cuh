@@ -109,7 +109,7 @@ __host__ __device__ constexpr bool has_frames(bool saves) { return sizeof(T) == 
 // 33.5 -> 30.8 ms); at K = 8 under chain_min_blocks' 56-register cap they fit without spills (the frameless
 // build spilled 14). OPTIMIZATION_LOG.md, "Frames in the value-only chained forward" and "Value-only
 // precision of long pairs". launch.chain_frames is the host's copy of this rule.
-template <typename T, int K, int MODE>
+template <typename T, int MODE>
 __host__ __device__ constexpr bool pass_frames(bool saves) {
   return has_frames<T>(saves || MODE == MODE_CHAIN);
 }
@@ -137,7 +137,7 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
   constexpr bool FUSED = fused_cost<COST>();
   constexpr bool XY = reads_xy<COST>();
   using Word = typename Link<T>::Word;
-  constexpr bool FR = pass_frames<T, K, MODE>(STORE || CKPT || MODE == MODE_RECOMP);  // the layout of bnd and ckpt
+  constexpr bool FR = pass_frames<T, MODE>(STORE || CKPT || MODE == MODE_RECOMP);  // the layout of bnd and ckpt
   constexpr bool REBASE = FR && !HARD;                                     // frames that move
   constexpr int BS = FR ? 2 : 1;                                           // bnd values per row
   // The value-only chained forward is latency-bound: at K <= 4 (float) its soft cells take the soft-min in
