@@ -103,9 +103,28 @@ def _cpu_reference(x, y, kw):
     return _value_and_grads(x.double(), y.double(), backend="cpu", memory=_cpu_memory(), **kw)
 
 
+def _long_case(B, N, M, seed, min_value, **kw) -> Long:
+    """Seeded data and their float64 CPU reference; every value at least min_value (far from 0, asserted)."""
+    x, y = _data(B, N, M, 1, seed=seed)
+    kw = dict(gamma=GAMMA, **kw)
+    ref = _cpu_reference(x, y, kw)
+    assert float(ref[0].abs().min()) > min_value, f"values {ref[0].tolist()} should exceed {min_value:g}"
+    return Long(x, y, kw, ref)
+
+
+def _cuda_kw(c: Long) -> dict:
+    return {k: (v.cuda() if isinstance(v, torch.Tensor) else v) for k, v in c.kw.items()}
+
+
 def _on_cuda(c: Long, dtype, memory):
-    kw = {k: (v.cuda() if isinstance(v, torch.Tensor) else v) for k, v in c.kw.items()}
-    return _value_and_grads(c.x.to("cuda", dtype), c.y.to("cuda", dtype), memory=memory, **kw)
+    return _value_and_grads(c.x.to("cuda", dtype), c.y.to("cuda", dtype), memory=memory, **_cuda_kw(c))
+
+
+def _assert_padding_has_no_gradient(dx, dy, xl, yl):
+    """Steps past a pair's lengths get exactly zero gradient."""
+    for b, (n, m) in enumerate(zip(xl, yl)):
+        assert torch.equal(dx[b, n:], torch.zeros_like(dx[b, n:])), f"padded x steps of pair {b} got a gradient"
+        assert torch.equal(dy[b, m:], torch.zeros_like(dy[b, m:])), f"padded y steps of pair {b} got a gradient"
 
 
 def value_err(a, b) -> float:
@@ -134,20 +153,13 @@ def _assert_close(got, want, tol, label=""):
 
 @pytest.fixture(scope="module")
 def square():
-    x, y = _data(1, 20000, 20000, 1, seed=20000)
-    kw = dict(gamma=GAMMA)
-    ref = _cpu_reference(x, y, kw)
-    assert float(ref[0].abs().min()) > 1e3, f"values {ref[0].tolist()} should be O(1e3-1e4)"
-    return Long(x, y, kw, ref)
+    return _long_case(1, 20000, 20000, 20000, 1e3)
 
 
 @pytest.fixture(scope="module")
 def long_pair():
-    x, y = _data(2, LONG_N, LONG_M, 1, seed=70000)
-    kw = dict(gamma=GAMMA, bandwidth=LONG_BAND, x_lengths=torch.tensor(LONG_XL), y_lengths=torch.tensor(LONG_YL))
-    ref = _cpu_reference(x, y, kw)
-    assert float(ref[0].abs().min()) > 1e3, f"values {ref[0].tolist()} should be O(1e3-1e4)"
-    return Long(x, y, kw, ref)
+    return _long_case(2, LONG_N, LONG_M, 70000, 1e3, bandwidth=LONG_BAND, x_lengths=torch.tensor(LONG_XL),
+                      y_lengths=torch.tensor(LONG_YL))
 
 
 # --- long pairs against the float64 CPU backend ---------------------------------------------------------
@@ -176,18 +188,15 @@ def test_long_pair_window_is_valid_and_cuts_cells():
 def test_long_pair_band_lengths_checkpoint_matches_cpu_float64(long_pair, dtype):
     got = _on_cuda(long_pair, dtype, "checkpoint")
     _assert_close(got, long_pair.ref, TOL_CPU[dtype], f"3000x70000 band={LONG_BAND} {dtype}")
-    _, dx, dy = got
-    assert torch.equal(dx[1, LONG_XL[1]:], torch.zeros_like(dx[1, LONG_XL[1]:])), "padded x steps got a gradient"
-    assert torch.equal(dy[1, LONG_YL[1]:], torch.zeros_like(dy[1, LONG_YL[1]:])), "padded y steps got a gradient"
+    _assert_padding_has_no_gradient(got[1], got[2], LONG_XL, LONG_YL)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
 def test_long_pair_value_only_matches_cpu_float64(long_pair, dtype):
     """The value-only forward (no gradient wanted: its own chained kernel, K = 8 here) at the same tolerance: in
     float32 it keeps frames too (a frameless R was 1.5e-4 off at 2^16 x 2^18)."""
-    kw = {k: (v.cuda() if isinstance(v, torch.Tensor) else v) for k, v in long_pair.kw.items()}
     with torch.no_grad():
-        v = softdtw.soft_dtw(long_pair.x.to("cuda", dtype), long_pair.y.to("cuda", dtype), **kw)
+        v = softdtw.soft_dtw(long_pair.x.to("cuda", dtype), long_pair.y.to("cuda", dtype), **_cuda_kw(long_pair))
     err = value_err(v, long_pair.ref[0])
     assert err <= TOL_CPU[dtype][0], f"value-only 3000x70000 {dtype}: {err:.2e}"
 
@@ -225,11 +234,8 @@ B18_BAND = 128
 
 @pytest.fixture(scope="module")
 def banded18():
-    x, y = _data(2, B18_N, B18_M, 1, seed=18)
-    kw = dict(gamma=GAMMA, bandwidth=B18_BAND, x_lengths=torch.tensor(B18_XL), y_lengths=torch.tensor(B18_YL))
-    ref = _cpu_reference(x, y, kw)
-    assert float(ref[0].abs().min()) > 1e4, f"values {ref[0].tolist()} should be O(1e5)"
-    return Long(x, y, kw, ref)
+    return _long_case(2, B18_N, B18_M, 18, 1e4, bandwidth=B18_BAND, x_lengths=torch.tensor(B18_XL),
+                      y_lengths=torch.tensor(B18_YL))
 
 
 @DTYPES
@@ -238,9 +244,7 @@ def test_2_18_band_lengths_checkpoint_matches_cpu_float64(banded18, dtype):
     print(f"2^18 banded {dtype}: value {value_err(got[0], banded18.ref[0]):.2e}, dx {norm_err(got[1], banded18.ref[1]):.2e}, "
           f"dy {norm_err(got[2], banded18.ref[2]):.2e}")
     _assert_close(got, banded18.ref, TOL_CPU[dtype], f"2^18 x (2^18 - 100) band={B18_BAND} {dtype}")
-    _, dx, dy = got
-    assert torch.equal(dx[1, B18_XL[1]:], torch.zeros_like(dx[1, B18_XL[1]:])), "padded x steps got a gradient"
-    assert torch.equal(dy[1, B18_YL[1]:], torch.zeros_like(dy[1, B18_YL[1]:])), "padded y steps got a gradient"
+    _assert_padding_has_no_gradient(got[1], got[2], B18_XL, B18_YL)
 
 
 @pytest.mark.parametrize("N,M", [(N18, N18), (N18 // 4, N18)], ids=["2^18 x 2^18", "2^16 x 2^18"])
