@@ -5,34 +5,14 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _tiny_api import PREPARE_KW as kw, Neg, tiny_pair, us  # noqa: E402  (also puts src/ and benchmarks/ on the path)
 
 import softdtw  # noqa: E402
-from gpu import api_step, backend_step, full_lengths, wall_ms  # noqa: E402
+from gpu import api_step, backend_step, full_lengths  # noqa: E402
 from softdtw import _checks, _ops  # noqa: E402
 
-
-def us(fn, n=2000):
-    """Host wall time per call, µs (the benchmark's timing loop)."""
-    return round(wall_ms(fn, n) * 1e3, 1)
-
-
-class _Neg(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, a):
-        return -a
-
-    @staticmethod
-    def backward(ctx, g):
-        return -g
-
-
-x = torch.randn(1, 16, 1, device="cuda", requires_grad=True)
-y = torch.randn(1, 16, 1, device="cuda")
-kw = dict(cost="sqeuclidean", bandwidth=None, itakura_max_slope=None, x_lengths=None, y_lengths=None,
-          memory="auto", backend=None)
+x, y = tiny_pair()
 p = _checks.prepare(x, y, 1.0, **kw)
 probes = {
     "prepare": lambda: _checks.prepare(x, y, 1.0, **kw),
@@ -49,7 +29,7 @@ probes = {
     "benchmark backend_step": backend_step(x.detach(), y, torch.tensor(1.0, device="cuda"),
                                            full_lengths(1, 16, 16), "store"),
     # The floor autograd itself sets on this machine: a Function with one torch op each way.
-    "autograd.Function, 1 op each way": lambda: torch.autograd.grad(_Neg.apply(x).sum(), x),
+    "autograd.Function, 1 op each way": lambda: torch.autograd.grad(Neg.apply(x).sum(), x),
     "x.clone()": lambda: x.clone(),
     "torch.empty(1) cuda": lambda: torch.empty(1, device="cuda"),
 }

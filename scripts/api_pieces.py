@@ -2,7 +2,6 @@
 on the GPU: the pieces are wrapped with perf_counter timers (no profiler), µs per call, median over calls."""
 import json
 import os
-import statistics
 import sys
 import time
 from collections import defaultdict
@@ -10,8 +9,8 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _tiny_api import medians_by_check, tiny_pair  # noqa: E402  (also puts src/ on the path)
 
 import softdtw  # noqa: E402
 from softdtw import _checks, _ops, functional  # noqa: E402
@@ -68,26 +67,24 @@ wrap(cmp, "get_kernel", "compile.get_kernel")
 cc = cmp.cuda_core()
 wrap(cc, "launch", "cuda_core.launch")
 
-x = torch.randn(1, 16, 1, device="cuda", requires_grad=True)
-y = torch.randn(1, 16, 1, device="cuda")
-res = {}
-for check in ("1", "0"):
-    os.environ["SOFTDTW_CHECK_VALUES"] = check
-    rows = []
-    for i in range(3000):
-        acc.clear()
-        t0 = time.perf_counter_ns()
-        v = softdtw.soft_dtw(x, y, 1.0)
-        t1 = time.perf_counter_ns()
-        torch.autograd.grad(v.sum(), x)
-        t2 = time.perf_counter_ns()
-        acc["[soft_dtw]"] = t1 - t0
-        acc["[sum + autograd.grad]"] = t2 - t1
-        if i >= 300:
-            rows.append(dict(acc))
-    keys = sorted(rows[-1], key=lambda k: -statistics.median(r.get(k, 0) for r in rows))
-    res[f"check={check}"] = {k: round(statistics.median(r.get(k, 0) for r in rows) / 1e3, 1) for k in keys}
-    torch.cuda.synchronize()
+x, y = tiny_pair()
+
+
+def one_call():
+    """ns spent in each wrapped piece during one forward + backward."""
+    acc.clear()
+    t0 = time.perf_counter_ns()
+    v = softdtw.soft_dtw(x, y, 1.0)
+    t1 = time.perf_counter_ns()
+    torch.autograd.grad(v.sum(), x)
+    t2 = time.perf_counter_ns()
+    acc["[soft_dtw]"] = t1 - t0
+    acc["[sum + autograd.grad]"] = t2 - t1
+    return dict(acc)
+
+
+# The pieces, slowest first.
+res = {check: dict(sorted(m.items(), key=lambda kv: -kv[1])) for check, m in medians_by_check(one_call).items()}
 print(json.dumps(res, indent=1))
 out = os.environ.get("OUT")
 if out:

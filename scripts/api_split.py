@@ -7,35 +7,15 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _tiny_api import PREPARE_KW as kw, Neg, tiny_pair, us  # noqa: E402  (also puts src/ and benchmarks/ on the path)
 
 import softdtw  # noqa: E402
-from gpu import wall_ms  # noqa: E402
 from softdtw import _checks  # noqa: E402
 from softdtw.backends.cuda import checks  # noqa: E402
 
-
-def us(fn, n=3000):
-    return round(wall_ms(fn, n) * 1e3, 1)
-
-
-class _Neg(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, a):
-        return -a
-
-    @staticmethod
-    def backward(ctx, g):
-        return -g
-
-
-x = torch.randn(1, 16, 1, device="cuda", requires_grad=True)
-y = torch.randn(1, 16, 1, device="cuda")
+x, y = tiny_pair()
 xd = x.detach()
-kw = dict(cost="sqeuclidean", bandwidth=None, itakura_max_slope=None, x_lengths=None, y_lengths=None,
-          memory="auto", backend=None)
 
 
 def prep_finish():
@@ -44,7 +24,7 @@ def prep_finish():
 
 
 v_sdtw = softdtw.soft_dtw(x, y, 1.0).sum()
-v_neg = _Neg.apply(x).sum()
+v_neg = Neg.apply(x).sum()
 v_cpp = (x * 2).sum()
 res = {}
 for check in ("1", "0"):
@@ -56,7 +36,7 @@ for check in ("1", "0"):
         "prepare(defer) + finish_check": prep_finish,
     }
     for k, f in probes.items():
-        res[f"{k} [check={check}]"] = us(f)
+        res[f"{k} [check={check}]"] = us(f, 3000)
 os.environ["SOFTDTW_CHECK_VALUES"] = "1"
 more = {
     "checks.start + ok": lambda: checks.start(xd, y).ok(),
@@ -64,12 +44,12 @@ more = {
     "backward only: _Neg (retain_graph)": lambda: torch.autograd.grad(v_neg, x, retain_graph=True),
     "backward only: x * 2 (retain_graph)": lambda: torch.autograd.grad(v_cpp, x, retain_graph=True),
     "floor: autograd.grad((x * 2).sum(), x)": lambda: torch.autograd.grad((x * 2).sum(), x),
-    "floor: autograd.grad(_Neg(x).sum(), x)": lambda: torch.autograd.grad(_Neg.apply(x).sum(), x),
+    "floor: autograd.grad(_Neg(x).sum(), x)": lambda: torch.autograd.grad(Neg.apply(x).sum(), x),
     "(x * 2).sum()": lambda: (x * 2).sum(),
     "torch.cuda.synchronize()": torch.cuda.synchronize,
 }
 for k, f in more.items():
-    res[k] = us(f)
+    res[k] = us(f, 3000)
 print(json.dumps(res, indent=1))
 out = os.environ.get("OUT")
 if out:

@@ -3,15 +3,14 @@ taken in the calling thread and inside the autograd Function's backward (the eng
 hand-overs between the two threads show as gaps. Median over many calls, µs from the call's start."""
 import json
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _tiny_api import medians_by_check, tiny_pair  # noqa: E402  (also puts src/ on the path)
 
 import softdtw  # noqa: E402
 from softdtw import _ops  # noqa: E402
@@ -38,26 +37,23 @@ def fwd(ctx, *a):
 _ops._Fused.backward = staticmethod(bwd)
 _ops._Fused.forward = staticmethod(fwd)
 
-x = torch.randn(1, 16, 1, device="cuda", requires_grad=True)
-y = torch.randn(1, 16, 1, device="cuda")
-res = {}
-for check in ("1", "0"):
-    os.environ["SOFTDTW_CHECK_VALUES"] = check
-    rows = []
-    for i in range(3000):
-        t0 = time.perf_counter_ns()
-        v = softdtw.soft_dtw(x, y, 1.0)
-        t1 = time.perf_counter_ns()
-        s = v.sum()
-        t2 = time.perf_counter_ns()
-        torch.autograd.grad(s, x)
-        t3 = time.perf_counter_ns()
-        if i >= 200:
-            rows.append({"fwd_in": marks["fwd_in"] - t0, "fwd_out": marks["fwd_out"] - t0, "soft_dtw": t1 - t0,
-                         "sum": t2 - t0, "bwd_in": marks["bwd_in"] - t0, "bwd_out": marks["bwd_out"] - t0,
-                         "grad": t3 - t0})
-    res[f"check={check}"] = {k: round(statistics.median(r[k] for r in rows) / 1e3, 1) for k in rows[0]}
-    torch.cuda.synchronize()
+x, y = tiny_pair()
+
+
+def one_call():
+    """ns from the call's start to each mark."""
+    t0 = time.perf_counter_ns()
+    v = softdtw.soft_dtw(x, y, 1.0)
+    t1 = time.perf_counter_ns()
+    s = v.sum()
+    t2 = time.perf_counter_ns()
+    torch.autograd.grad(s, x)
+    t3 = time.perf_counter_ns()
+    return {"fwd_in": marks["fwd_in"] - t0, "fwd_out": marks["fwd_out"] - t0, "soft_dtw": t1 - t0, "sum": t2 - t0,
+            "bwd_in": marks["bwd_in"] - t0, "bwd_out": marks["bwd_out"] - t0, "grad": t3 - t0}
+
+
+res = medians_by_check(one_call, warmup=200)
 print(json.dumps(res, indent=1))
 # The same through torch.profiler, for the kernels and the threads.
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
