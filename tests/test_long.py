@@ -30,6 +30,7 @@ against store: 1e-5 / 1e-4 in float32 (the issue's "same to rounding"), 1e-12 / 
 """
 from __future__ import annotations
 
+import importlib
 import math
 from typing import NamedTuple
 
@@ -199,6 +200,23 @@ def test_long_pair_value_only_matches_cpu_float64(long_pair, dtype):
         v = softdtw.soft_dtw(long_pair.x.to("cuda", dtype), long_pair.y.to("cuda", dtype), **_cuda_kw(long_pair))
     err = value_err(v, long_pair.ref[0])
     assert err <= TOL_CPU[dtype][0], f"value-only 3000x70000 {dtype}: {err:.2e}"
+
+
+@pytest.mark.parametrize("K, W", [(16, 1), (16, 8)])
+@pytest.mark.parametrize("which", ["square", "long_pair"])
+def test_sequential_value_only_matches_cpu_float64(which, K, W, request):
+    """The value-only pass the planner gives large batches of long pairs (sequential: one warp group per pair
+    walking its chunks in turn; forced here on the single-pair fixtures) keeps frames in float32 past
+    launch.SEQ_FRAMES_MIN (frameless it was 1.6e-5 off float64 at 256 x 32768^2)."""
+    c = request.getfixturevalue(which)
+    lm = importlib.import_module("softdtw.backends.cuda.launch")
+    B, N, M = c.x.shape[0], c.x.shape[1], c.y.shape[1]
+    assert lm.seq_frames(torch.float32, False, N, M)
+    with torch.no_grad(), lm.forced_plan(K, W):
+        assert not lm.plan_for(B, N, M, 1, torch.float32, 0).chain
+        v = softdtw.soft_dtw(c.x.cuda(), c.y.cuda(), **_cuda_kw(c))
+    err = value_err(v, c.ref[0])
+    assert err <= TOL_CPU[torch.float32][0], f"sequential value-only {which} K={K} W={W}: {err:.2e}"
 
 
 # --- small gamma at N = M = 65536 -----------------------------------------------------------------------

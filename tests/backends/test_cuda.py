@@ -167,6 +167,29 @@ def test_float32_frames_across_layouts(K, W, chain, memory):
     _check(got, want, torch.float32, gamma)
 
 
+@pytest.mark.parametrize("K,W", [(1, 1), (4, 1), (16, 1), (1, 4), (16, 2)])
+def test_float32_value_only_long_pairs_keep_frames(K, W):
+    """Value-only sequential passes of pairs with N + M > launch.SEQ_FRAMES_MIN (forward_kernel's LONG) keep
+    frames like the storing ones: large costs at small gamma, frames across lanes, warps and chunks, per-pair
+    lengths and a band; the value against the float64 reference and against the storing pass of the same
+    layout."""
+    lm, be = launch_module(), cuda_backend()
+    N, M = 120, 8200
+    assert lm.seq_frames(torch.float32, False, N, M) and not lm.seq_frames(torch.float32, True, N, M)
+    assert not lm.seq_frames(torch.float64, False, N, M) and not lm.seq_frames(torch.float32, False, 100, 8092)
+    x, y, xl, yl, w = _problem(3, N, M, 2, seed=K + 10 * W, lengths=True, band=4000)
+    x, y = 3 * x, 3 * y  # costs ~70 per cell: |R| / (gamma ln 2) ~ 1e6
+    g64, g32 = _gamma(0.1, torch.float64), _gamma(0.1, torch.float32)
+    want, _ = ref.forward(x, y, g64, "sqeuclidean", xl, yl, w, "none")
+    with lm.forced_plan(K, W):
+        assert lm.plan_for(3, N, M, 2, torch.float32, 0).chain is False
+        got, saved = be.forward(x.float(), y.float(), g32, "sqeuclidean", xl, yl, w, "none")
+        stored, _ = be.forward(x.float(), y.float(), g32, "sqeuclidean", xl, yl, w, "store")
+    assert saved.numel() == 0 and bool(torch.isfinite(got).all())
+    assert rel_err(got, want) <= TOL[torch.float32][0], f"value {rel_err(got, want):.2e}"
+    assert torch.allclose(got, stored, rtol=1e-6, atol=0), (got - stored).abs().max()
+
+
 # --- every layout: warps per pair, columns per lane, column chunks ---------------------------------------
 
 LAYOUTS = [(1, 1), (2, 1), (4, 1), (16, 1), (1, 2), (2, 4), (4, 2), (8, 1), (1, 16), (4, 16)]

@@ -223,9 +223,11 @@ def _run_forward(x, y, C, cost: str, D: int, gamma, x_lengths, y_lengths, window
     saved = (_alloc(data, B * plan.saved_numel(N), _saved_dtype(data.dtype),
                     "the stored backward table (memory='store')", B, N, M) if store
              else data.new_empty((0,)))
+    long = _launch.seq_frames(data.dtype, store, N, M)
     # One column (with frames: value, frame per row), reused chunk after chunk.
-    bnd = data.new_empty((B, N * (2 if _launch.has_frames(data.dtype, store) else 1))) if plan.nch > 1 else None
-    expr = _launch.expression("forward_kernel", data.dtype, cost, D, plan, window is not None, store)
+    frames = long or _launch.has_frames(data.dtype, store)
+    bnd = data.new_empty((B, N * (2 if frames else 1))) if plan.nch > 1 else None
+    expr = _launch.expression("forward_kernel", data.dtype, cost, D, plan, window is not None, store, long)
     args = (_launch.ptr(x), _launch.ptr(y), _launch.ptr(C), gamma.data_ptr(), x_lengths.data_ptr(),
             y_lengths.data_ptr(), _launch.ptr(window), value.data_ptr(), _launch.ptr(saved if store else None),
             _launch.ptr(bnd), _launch.i32(B), _launch.i32(N), _launch.i32(M), _launch.i32(plan.nch))

@@ -298,7 +298,7 @@ def _planned(B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index: i
 def expression(kernel: str, dtype: torch.dtype, cost: str, D: int, plan: Plan, window: bool,
                *flags: bool) -> str:
     """The C++ name expression of one instantiation, e.g. ``sdtw::forward_kernel<float, 0, 1, 16, 1, false, true>``;
-    flags: the kernel's trailing bool parameters (STORE, CKPT)."""
+    flags: the kernel's trailing bool parameters (STORE, LONG or STORE, CKPT)."""
     args = [_CTYPE[dtype], str(COST_IDS[cost]), str(max(D, 1)), str(plan.K), str(plan.W),
             "true" if window else "false"]
     args += ["true" if f else "false" for f in flags]
@@ -309,6 +309,19 @@ def has_frames(dtype: torch.dtype, saves: bool) -> bool:
     """Whether a pass keeps float32 R relative to per-lane frames and hands values over with their frame
     (kernels/forward_pair.cuh, has_frames): float32 passes that store links or keep checkpoints."""
     return dtype == torch.float32 and saves
+
+
+#: A float32 value-only SEQ pass keeps frames past this N + M (kernels/forward.cu, forward_kernel's LONG): without
+#: them its value drifts by ulp(|R|) per cell, 6.4e-6 / 8.1e-6 / 1.6e-5 off float64 at N = M = 8192 / 16384 /
+#: 32768 (H100, scripts/value_precision_probe.py --seq). The CPU backend keeps float64 state past the same
+#: N + M (backends/cpu.py, F32_STATE_MAX).
+SEQ_FRAMES_MIN = 8192
+
+
+def seq_frames(dtype: torch.dtype, store: bool, N: int, M: int) -> bool:
+    """Whether a value-only forward_kernel pass is a LONG one (float32, N + M > SEQ_FRAMES_MIN), which keeps
+    frames like a storing pass. Storing passes keep them anyway (:func:`has_frames`), so they never are."""
+    return not store and has_frames(dtype, N + M > SEQ_FRAMES_MIN)
 
 
 def chain_frames(dtype: torch.dtype) -> bool:

@@ -7,7 +7,12 @@ namespace sdtw {
 // Grid: W == 1: ceil(B / 4) blocks of 4 warps, a pair per warp; W > 1: B blocks of W warps.
 // Register cap: one-warp pairs keep >= 20 (float, D <= 4) / 16 warps per SM, which the MUFU pipe needs
 // (research/gpu-kernels.md: occupancy scan); without it ptxas picked 96 registers and double spilled.
-template <typename T, int COST, int DT, int K, int W, bool WINDOW, bool STORE>
+// LONG: a float32 value-only pass of a long pair keeps frames, as the storing one does: its value is R at the
+// pair's end, and a frameless float32 R loses ulp(|R|) in every cell (256 x 32768^2 at gamma = 1: 1.6e-5 off
+// float64; with frames 2.5e-7, and no slower). launch.seq_frames picks it; the many-pair throughput passes of
+// short pairs stay frameless. It keeps the 5-block cap: ptxas spills 8 words at K = 16 under it, yet 4 blocks
+// per SM without spills ran 4 % slower (4096 x 8192^2; OPTIMIZATION_LOG.md, "Frames in long sequential passes").
+template <typename T, int COST, int DT, int K, int W, bool WINDOW, bool STORE, bool LONG = false>
 __global__ void __launch_bounds__(W == 1 ? 128 : 32 * W,
                                   W == 1 ? (sizeof(T) == 4 && DT <= 4 ? 5 : 4) : (W < 16 ? 16 / W : 1))
 forward_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* __restrict__ C,
@@ -29,11 +34,13 @@ forward_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* __rest
   // Euclidean cost, by scale for L1.
   const T g = *gamma;
   if (g == T(0)) {
-    forward_pair<T, COST, DT, K, W, WINDOW, STORE, true, P>(a, b, T(1), T(1), T(1), hand, ring);
+    forward_pair<T, COST, DT, K, W, WINDOW, STORE, true, P, MODE_SEQ, 0, false, LONG>(a, b, T(1), T(1), T(1), hand,
+                                                                                     ring);
   } else {
     const T scale = T(1) / (g * T(LN2));
     const T xs = COST == COST_SQEUCLIDEAN ? sqrt(scale) : scale;
-    forward_pair<T, COST, DT, K, W, WINDOW, STORE, false, P>(a, b, scale, g * T(LN2), xs, hand, ring);
+    forward_pair<T, COST, DT, K, W, WINDOW, STORE, false, P, MODE_SEQ, 0, false, LONG>(a, b, scale, g * T(LN2), xs,
+                                                                                      hand, ring);
   }
 }
 

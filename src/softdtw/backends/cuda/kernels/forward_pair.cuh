@@ -108,7 +108,8 @@ __host__ __device__ constexpr bool has_frames(bool saves) { return sizeof(T) == 
 // one; with frames 9e-9). At K <= 4 frames also make the step faster (0 serialised ex2 instead of 2; 65536^2
 // 33.5 -> 30.8 ms); at K = 8 under chain_min_blocks' 56-register cap they fit without spills (the frameless
 // build spilled 14). OPTIMIZATION_LOG.md, "Frames in the value-only chained forward" and "Value-only
-// precision of long pairs". launch.chain_frames is the host's copy of this rule.
+// precision of long pairs". launch.chain_frames is the host's copy of this rule; the SEQ value-only pass keeps
+// frames for long pairs only (forward_pair's LONG, launch.seq_frames).
 template <typename T, int MODE>
 __host__ __device__ constexpr bool pass_frames(bool saves) {
   return has_frames<T>(saves || MODE == MODE_CHAIN);
@@ -124,10 +125,11 @@ struct FwdRow {
 };
 
 // SEQ: chunks [0, nch_b), rows [0, n). CHAIN: chunk c0, rows [0, n). RECOMP: chunk c0, rows [r0, r1), links
-// to `tile` (TH step rows, slot = local step mod TH). CKPT: a CHAIN pass keeping checkpoints (a.ckpt).
+// to `tile` (TH step rows, slot = local step mod TH). CKPT: a CHAIN pass keeping checkpoints (a.ckpt). LONG: a
+// SEQ value-only pass that keeps frames all the same (long pairs, forward.cu).
 // hand: [3][W], R of each warp's last lane one step ago (double-buffered) and, with frames, its frame.
 template <typename T, int COST, int DT, int K, int W, bool WINDOW, bool STORE, bool HARD, int P, int MODE = MODE_SEQ,
-          int BAR = 0, bool CKPT = false>
+          int BAR = 0, bool CKPT = false, bool LONG = false>
 __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int b, const T scale,
                                              const T unit, const T xs, T (*hand)[W], T* ring, const int c0 = 0,
                                              const int r0 = 0, int r1 = 0,
@@ -137,7 +139,8 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
   constexpr bool FUSED = fused_cost<COST>();
   constexpr bool XY = reads_xy<COST>();
   using Word = typename Link<T>::Word;
-  constexpr bool FR = pass_frames<T, MODE>(STORE || CKPT || MODE == MODE_RECOMP);  // the layout of bnd and ckpt
+  // the layout of bnd and ckpt; LONG: a SEQ value-only pass of a long pair (forward.cu, forward_kernel)
+  constexpr bool FR = pass_frames<T, MODE>(STORE || CKPT || MODE == MODE_RECOMP || LONG);
   constexpr bool REBASE = FR && !HARD;                                     // frames that move
   constexpr int BS = FR ? 2 : 1;                                           // bnd values per row
   // The value-only chained forward is latency-bound: at K <= 4 (float) its soft cells take the soft-min in
