@@ -5,7 +5,7 @@
 
 Covers: fused sqeuclidean / l1, the precomputed cost and the large-D "gram" cost, float32 / float64, soft
 and hard, per-pair lengths, a band, one warp and several warps per pair, several column chunks, value-only
-and store; chained plans (store, checkpoint with several tiles); a large-D cost band by band (checkpoint
+and store (a long pair's framed value-only pass too); chained plans (store, checkpoint with several tiles); a large-D cost band by band (checkpoint
 and value-only, several bands); the public API's deferred value check (kernels/check.cu).
 Prints one line per case and "sanitize run: OK" at the end.
 """
@@ -80,6 +80,7 @@ def main():
         ok &= case(3, 25, 30, 1, dtype, 0.3, 6, (1, 4), "precomputed")
         ok &= case(3, 30, 75, 20, dtype, 0.5, 8, (1, 2))          # large D, store: the "gram" cost, 2 chunks
     ok &= case(2, 40, 70, 1, torch.float32, 0.1, None, (16, 1))
+    ok &= case(2, 40, 8200, 1, torch.float32, 0.5, None, (4, 2))  # N + M > 8192: the framed value-only pass (LONG)
     for dtype in (torch.float32, torch.float64):  # chained plans; checkpoint with 3 tiles and a partial one
         ok &= case(3, 50, 150, 2, dtype, 0.5, 10, (1, 1), chain=True)
         ok &= case(3, 250, 150, 1, dtype, 0.5, None, (2, 1), chain=True, TH=96)
