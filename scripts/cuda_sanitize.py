@@ -5,8 +5,9 @@
 
 Covers: fused sqeuclidean / l1, the precomputed cost and the large-D "gram" cost, float32 / float64, soft
 and hard, per-pair lengths, a band, one warp and several warps per pair, several column chunks, value-only
-and store (a long pair's framed value-only pass too); chained plans (store, checkpoint with several tiles); a large-D cost band by band (checkpoint
-and value-only, several bands); the public API's deferred value check (kernels/check.cu).
+(a long pair's framed pass too) and store; chained plans (store, checkpoint with several tiles); a large-D
+cost band by band (checkpoint and value-only, several bands); the public API's deferred value check
+(kernels/check.cu).
 Prints one line per case and "sanitize run: OK" at the end.
 """
 import sys

@@ -319,8 +319,8 @@ SEQ_FRAMES_MIN = 8192
 
 
 def seq_frames(dtype: torch.dtype, store: bool, N: int, M: int) -> bool:
-    """Whether a value-only forward_kernel pass is a LONG one (float32, N + M > SEQ_FRAMES_MIN), which keeps
-    frames like a storing pass. Storing passes keep them anyway (:func:`has_frames`), so they never are."""
+    """Whether a forward_kernel pass is a LONG one: value-only, float32 and N + M > SEQ_FRAMES_MIN. It keeps
+    frames like a storing pass; storing passes have them already (:func:`has_frames`) and are never LONG."""
     return not store and has_frames(dtype, N + M > SEQ_FRAMES_MIN)
 
 
