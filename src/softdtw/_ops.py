@@ -66,6 +66,23 @@ def _forward_setup(ctx, inputs, output):
     ctx.save_for_backward(x, y, gamma, x_lengths, y_lengths, window, value, saved)
 
 
+def _refuse_create_graph():
+    """Raise if this backward runs with create_graph=True (autograd enables grad mode for it then).
+
+    The backward ops compute E from saved, detached tables, so their gradients carry no graph (cpu,
+    cuda) or only part of one (the reference's analytic E): a second derivative taken through them
+    would be silently wrong. Until the double backward exists, refuse instead.
+    """
+    if torch.is_grad_enabled():
+        raise NotImplementedError(
+            "second-order gradients of soft-DTW are not supported yet: a backward with "
+            "create_graph=True (torch.autograd.grad(..., create_graph=True), gradient penalties, "
+            "Hessian-vector products, DILATE) would return a gradient without its graph, so the "
+            "second derivative would be silently wrong. Take first-order gradients only "
+            "(create_graph=False), or for a check use finite differences of the gradient."
+        )
+
+
 def _no_saved_error():
     return RuntimeError(
         "soft-DTW was computed in value-only mode (no input required grad at the time), so nothing "
@@ -77,6 +94,7 @@ def _forward_backward(ctx, grad_value, _grad_saved):
     x, y, gamma, x_lengths, y_lengths, window, value, saved = ctx.saved_tensors
     if grad_value is None:
         return None, None, None, None, None, None, None, None, None
+    _refuse_create_graph()
     if ctx.memory == "none":
         raise _no_saved_error()
     dx, dy, dgamma = backward(grad_value.contiguous(), x, y, gamma, ctx.cost, x_lengths, y_lengths,
@@ -127,6 +145,7 @@ def _cost_backward(ctx, grad_value, _grad_saved):
     C, gamma, x_lengths, y_lengths, window, value, saved = ctx.saved_tensors
     if grad_value is None:
         return None, None, None, None, None, None, None
+    _refuse_create_graph()
     if ctx.memory == "none":
         raise _no_saved_error()
     dC, dgamma = backward_cost(grad_value.contiguous(), C, gamma, x_lengths, y_lengths, window, value,
@@ -153,6 +172,7 @@ class _Fused(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_value):
+        _refuse_create_graph()
         x, y, gamma, x_lengths, y_lengths, window, value, saved = ctx.saved_tensors
         if ctx.memory == "none":
             raise _no_saved_error()
@@ -174,6 +194,7 @@ class _FromCost(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_value):
+        _refuse_create_graph()
         C, gamma, x_lengths, y_lengths, window, value, saved = ctx.saved_tensors
         if ctx.memory == "none":
             raise _no_saved_error()
