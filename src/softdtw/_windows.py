@@ -8,18 +8,28 @@ path-existence check below exact.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 
-def _sakoe_chiba_rows(n: torch.Tensor, m: torch.Tensor, rows: torch.Tensor, radius: int):
+def _sakoe_chiba_rows(n: torch.Tensor, m: torch.Tensor, rows: torch.Tensor, radius: float, longest: int):
     """Column range [lo, hi) of each row for tslearn's Sakoe–Chiba mask of an (n, m) pair.
 
-    n, m: `(B, 1)` int64; rows: `(1, N)` int64. tslearn widens the band by |n - m| on the side
-    that lets the longer series catch up, which keeps a path for any lengths.
+    n, m: `(B, 1)` int64; rows: `(1, N)` int64; radius: float >= 0; longest: a bound on n and m
+    (the padded N + M: no device read). tslearn widens the band by
+    |n - m| on the side that lets the longer series catch up, which keeps a path for any lengths.
+    A fractional radius is used as tslearn uses it: its mask slices with the float bounds
+    i - radius and i + width (truncated), so the band reaches ceil(radius) steps on one side and
+    floor(radius) on the other (for m >= n a row reaches ceil(radius) columns left of its band
+    and floor(radius) right of it; for n > m the other way round). A radius past both lengths is no band at all (and is clamped, so
+    that 1e30 never reaches integer arithmetic).
     """
+    r = min(float(radius), float(longest))
+    r_lo, r_hi = math.ceil(r), math.floor(r)
     wide = m >= n
-    lo = torch.where(wide, rows - radius, rows - (n - m) - radius).clamp_min(0)
-    hi = torch.where(wide, rows + (m - n) + radius, rows + radius)
+    lo = torch.where(wide, rows - r_lo, rows - (n - m) - r_hi).clamp_min(0)
+    hi = torch.where(wide, rows + (m - n) + r_hi, rows + r_lo)
     hi = torch.minimum(hi, m - 1) + 1
     return lo, hi
 
@@ -74,7 +84,7 @@ def build_window(
     lo = torch.zeros_like(rows).expand(n.shape[0], N)
     hi = m.expand(n.shape[0], N)
     if bandwidth is not None:
-        s_lo, s_hi = _sakoe_chiba_rows(n, m, rows, int(bandwidth))
+        s_lo, s_hi = _sakoe_chiba_rows(n, m, rows, bandwidth, N + M)
         lo, hi = torch.maximum(lo, s_lo), torch.minimum(hi, s_hi)
     if itakura_max_slope is not None:
         c_lo, c_hi = _itakura_columns(n, m, M, float(itakura_max_slope))

@@ -367,7 +367,7 @@ def _dp_row_soft(a, b, prev, cur, crow, lo, hi, left, inv, big):
     for j in range(a, b):
         for k in range(L):
             c = crow[j, k]
-            r = c * inv + softmin3(prev[j, k], prev[j + 1, k], left[k], c)
+            r = min(c * inv + softmin3(prev[j, k], prev[j + 1, k], left[k], c), big)
             r = r if ((j >= lo[k]) & (j < hi[k])) else big
             left[k] = r
             cur[j + 1, k] = r
@@ -381,7 +381,7 @@ def _dp_row_hard(a, b, prev, cur, crow, lo, hi, left, big):
         left[k] = big
     for j in range(a, b):
         for k in range(L):
-            r = crow[j, k] + min(prev[j, k], min(prev[j + 1, k], left[k]))
+            r = min(crow[j, k] + min(prev[j, k], min(prev[j + 1, k], left[k])), big)
             r = r if ((j >= lo[k]) & (j < hi[k])) else big
             left[k] = r
             cur[j + 1, k] = r
@@ -400,6 +400,18 @@ def _store_row(slot, b0, nl, a, b, cur, scale, big, R_out):
             v = src[q]
             dst[q] = big if v >= big else v * scale
         row[b:] = big
+
+
+@njit(**_INLINE)
+def _end_value(r, out_scale, big):
+    """A pair's value from its end cell R' (state dtype): +inf when the cell holds the sentinel (no
+    finite path) or R' times out_scale overflows the values' dtype (the exact value does too).
+
+    The sentinel test is R' >= big / 2: the cpu backend only runs problems whose finite R' stay
+    below big / 4 in magnitude (cpu.py, _check_range), and a cell cut off from every finite path is
+    within that of big (the forward saturates R' at big).
+    """
+    return np.inf if r >= big * 0.5 else r * out_scale
 
 
 @njit(**_INLINE)
@@ -471,7 +483,7 @@ def _forward_group(g, lanes, x, y, C, cost_kind, N, M, gamma, x_lengths, y_lengt
             _dp_row_soft(a, b, prev, cur, crow, lo, hi, left, inv, big)
         for k in range(nl):
             if i == x_lengths[b0 + k] - 1:
-                values[b0 + k] = cur[y_lengths[b0 + k], k] * out_scale
+                values[b0 + k] = _end_value(cur[y_lengths[b0 + k], k], out_scale, big)
         s = _slot(i, first, every, n_slots)
         if s >= 0:
             _store_row(s, b0, nl, a, b, cur, scale, big, R_out)
@@ -644,6 +656,7 @@ def _grad_row(a, b, cost_kind, e_cur, xrow, ys, ent, dxrow, dys, e_ent):
     if cost_kind == COST_GIVEN:
         return
     l1 = cost_kind == COST_L1
+    zero = e_cur.dtype.type(0.0)
     for j in range(a, b):
         for d in range(D):
             if l1:
@@ -654,7 +667,9 @@ def _grad_row(a, b, cost_kind, e_cur, xrow, ys, ent, dxrow, dys, e_ent):
                     dys[j, d, k] -= g
             else:
                 for k in range(L):
-                    g = e_cur[j + 1, k] * (xrow[d, k] - ys[j, d, k])
+                    e = e_cur[j + 1, k]
+                    g = e * (xrow[d, k] - ys[j, d, k])
+                    g = g if e > 0 else zero  # never 0 * inf (a difference past the dtype's range)
                     dxrow[d, k] += g
                     dys[j, d, k] -= g
 
@@ -935,12 +950,12 @@ def _forward_pair(b, H, x, y, C, cost_kind, N, M, gamma, x_lengths, y_lengths, w
             p2[0] = top[t]
             if hard:
                 for k in range(H):
-                    r = cT[t, k] + min(p2[k], min(p1[k], p1[k + 1]))
+                    r = min(cT[t, k] + min(p2[k], min(p1[k], p1[k + 1])), big)
                     p0[k + 1] = r if ((t - k >= lo[k]) & (t - k < hi[k])) else big
             else:
                 for k in range(H):
                     c = cT[t, k]
-                    r = c * inv + softmin3(p2[k], p1[k], p1[k + 1], c)
+                    r = min(c * inv + softmin3(p2[k], p1[k], p1[k + 1], c), big)
                     p0[k + 1] = r if ((t - k >= lo[k]) & (t - k < hi[k])) else big
             if t >= H - 1:
                 bottom[t - H + 2] = p0[H]  # row i0 + H - 1, column t - H + 1
@@ -948,7 +963,7 @@ def _forward_pair(b, H, x, y, C, cost_kind, N, M, gamma, x_lengths, y_lengths, w
                 for k in range(H):
                     out[t, k] = p0[k + 1]
             if i0 <= n - 1 < min(i0 + H, r1) and t == m - 1 + (n - 1 - i0):
-                values[b] = p0[n - i0] * out_scale
+                values[b] = _end_value(p0[n - i0], out_scale, big)
             p2, p1, p0 = p1, p0, p2
         # Saved rows, by blocks of columns: the strided reads of out stay in L1.
         qa, qb = M, 0
@@ -1098,7 +1113,9 @@ def _backward_pair(b, x, y, C, cost_kind, M, gamma, x_lengths, y_lengths, window
                         dy_v[q] -= g
                 else:
                     for q in range(w):
-                        g = e_v[q] * (xd - y_v[q])
+                        e = e_v[q]
+                        g = e * (xd - y_v[q])
+                        g = g if e > 0 else zero  # never 0 * inf (a difference past the dtype's range)
                         total += g
                         dy_v[q] -= g
                 dx[b, i, d] = factor * gb * total

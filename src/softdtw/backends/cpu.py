@@ -51,6 +51,7 @@ import numba
 import numpy as np
 import torch
 
+from .._windows import valid_cells
 from . import _cpu_kernels as kernels
 
 _COST_KIND = {"sqeuclidean": kernels.COST_SQEUCLIDEAN, "l1": kernels.COST_L1}
@@ -162,7 +163,96 @@ def saved_spec(kind, B, N, M, D, dtype, memory):
     return (B, N, M), SAVED_DTYPE
 
 
-def _run_forward(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, memory, B, N, M, D, dtype):
+# --- range: what the sentinel design can hold exactly --------------------------------------------
+
+#: Finite R' (log2 units) must stay within a quarter of the state dtype's sentinel: the forward
+#: saturates R' at the sentinel, and the end value is +inf from half of it (_cpu_kernels._end_value).
+_REACH = {torch.float32: kernels.SENTINEL_F32 / 4, torch.float64: kernels.SENTINEL_F64 / 4}
+
+
+def _quick_cost_bound(x, y, C, cost_kind) -> float:
+    """A cheap upper bound on |cost| over the problem's finite costs (+inf costs are forbidden cells,
+    not costs): from the largest |x| and |y| per feature (fused costs), or C's extremes."""
+    if cost_kind == kernels.COST_GIVEN:
+        lo, hi = (float(v) for v in torch.aminmax(C))
+        if math.isfinite(lo) and math.isfinite(hi):
+            return max(-lo, hi, 0.0)
+        return float(torch.finfo(C.dtype).max)
+    span = x.abs().amax(dim=(0, 1)).double() + y.abs().amax(dim=(0, 1)).double()
+    bound = float((span * span).sum()) if cost_kind == kernels.COST_SQEUCLIDEAN else float(span.sum())
+    return min(bound, float(torch.finfo(x.dtype).max))  # a cost past that is +inf: a forbidden cell
+
+
+def _exact_cost_bound(x, y, C, cost_kind, x_lengths, y_lengths, window) -> float:
+    """The largest |cost| over the finite costs of the cells the pairs use (their lengths and window),
+    computed as the kernels do, in the data dtype (fused costs pair by pair, a block of rows at a time).
+    Only asked for when :func:`_quick_cost_bound` is too large: huge inputs."""
+    if cost_kind == kernels.COST_GIVEN:
+        B, N, M = C.shape
+        used = C[valid_cells(x_lengths, y_lengths, window, N, M) & torch.isfinite(C)]
+        return float(used.abs().max()) if used.numel() else 0.0
+    best = 0.0
+    D = x.shape[2]
+    for b in range(x.shape[0]):
+        n, m = int(x_lengths[b]), int(y_lengths[b])
+        yb = y[b, :m]
+        step = max(1, (1 << 22) // (m * D))
+        for i0 in range(0, n, step):
+            i1 = min(n, i0 + step)
+            diff = x[b, i0:i1].unsqueeze(1) - yb.unsqueeze(0)
+            c = diff.square().sum(-1) if cost_kind == kernels.COST_SQEUCLIDEAN else diff.abs().sum(-1)
+            used = torch.isfinite(c)
+            if window is not None:
+                cols = torch.arange(m).unsqueeze(0)
+                lo = window[b, i0:i1, 0:1].long()
+                hi = window[b, i0:i1, 1:2].long()
+                used &= (cols >= lo) & (cols < hi)
+            if bool(used.any()):
+                best = max(best, float(c[used].max()))
+    return best
+
+
+def _reach(bound: float, N: int, M: int, gamma: float) -> float:
+    """The largest |R'| a path can reach: N + M - 1 cells of cost <= bound, in log2 units, plus the
+    soft-min's log2(3) per cell."""
+    inv = 1.0 if gamma == 0 else 1.0 / (gamma * kernels.LN2)
+    scaled = 0.0 if bound == 0 else bound * inv
+    return max((N + M) * (scaled + 2.0), inv)  # inv itself must fit in the state dtype too
+
+
+def _check_range(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, N, M, dtype, memory) -> bool:
+    """Whether a value-only float32 pass can keep its DP state in float32; raises for float64 data whose
+    costs over gamma leave the range the kernels keep exact.
+
+    The kernels work in log2 units, R' = R / (gamma ln 2), with a finite sentinel for +inf. float32
+    data with a float64 state is always in range (costs <= 3.4e38, gamma >= 1.4e-45); a float32 state
+    holds |R'| < 2.5e29; float64 data |R'| < 2.5e299.
+    """
+    g = _gamma(gamma)
+    if dtype == torch.float32 and (memory != "none" or N + M > F32_STATE_MAX):
+        return False  # a float64 state anyway
+    limit = _REACH[dtype]
+    if _reach(_quick_cost_bound(x, y, C, cost_kind), N, M, g) < limit:
+        return True
+    if dtype == torch.float32:
+        return False
+    bound = _exact_cost_bound(x, y, C, cost_kind, x_lengths, y_lengths, window)
+    reach = _reach(bound, N, M, g)
+    if reach < limit:
+        return True
+    what = "C holds costs" if cost_kind == kernels.COST_GIVEN else "x and y give costs"
+    raise ValueError(
+        f"{what} up to {bound:.3g}: with gamma={g:g}, a path of N + M = {N + M} steps reaches "
+        f"{reach:.3g} in the cpu backend's units (cost / (gamma ln 2)), past the {limit:.3g} it keeps "
+        f"exact in float64. Rescale the inputs (soft-DTW is homogeneous: sdtw_gamma(s C) = s "
+        f"sdtw_(gamma/s)(C)), use a larger gamma, or backend='reference' (slower, exact at any scale)."
+    )
+
+
+def _run_forward(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, memory, B, N, M, D, dtype,
+                 narrow_state: bool = True):
+    """The forward kernel over all rows. narrow_state: a value-only float32 pass may keep its DP state
+    in float32 (see _check_range)."""
     values = torch.empty(B, dtype=dtype)
     if memory == "store":
         every = 1
@@ -173,9 +263,9 @@ def _run_forward(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, memory
         saved = torch.empty((B * K * M,), dtype=SAVED_DTYPE)
         state = saved.view(B, K, M).numpy()
     else:  # values only: the DP state in the data dtype, float64 for long pairs (F32_STATE_MAX)
-        every = 0
+        every = 0    # and for costs over gamma too large for a float32 state (_check_range)
         saved = torch.empty((0,), dtype=dtype)
-        state = _placeholder(dtype if N + M <= F32_STATE_MAX else torch.float64)
+        state = _placeholder(dtype if N + M <= F32_STATE_MAX and narrow_state else torch.float64)
     win, has_win = _window_args(window)
     by_pair, lanes = _plan(B, M, D, dtype, (_MAX_LANES_STORING if every else _MAX_LANES)[dtype])
     kernels.forward_kernel(
@@ -190,16 +280,20 @@ def forward(x, y, gamma, cost, x_lengths, y_lengths, window, memory):
     """Soft-DTW values `(B,)` of x `(B, N, D)` and y `(B, M, D)` under a fused cost; see module doc."""
     B, N, D = x.shape
     M = y.shape[1]
+    narrow = _check_range(x, y, None, _COST_KIND[cost], gamma, x_lengths, y_lengths, window, N, M, x.dtype,
+                          memory)
     return _run_forward(_view(x), _view(y), _placeholder(x.dtype), _COST_KIND[cost], gamma,
-                        x_lengths, y_lengths, window, memory, B, N, M, D, x.dtype)
+                        x_lengths, y_lengths, window, memory, B, N, M, D, x.dtype, narrow)
 
 
 def forward_cost(C, gamma, x_lengths, y_lengths, window, memory):
     """Soft-DTW values `(B,)` from a precomputed cost C `(B, N, M)`."""
     B, N, M = C.shape
+    narrow = _check_range(None, None, C, kernels.COST_GIVEN, gamma, x_lengths, y_lengths, window, N, M,
+                          C.dtype, memory)
     empty = _placeholder(C.dtype)
     return _run_forward(empty, empty, _view(C), kernels.COST_GIVEN, gamma, x_lengths, y_lengths,
-                        window, memory, B, N, M, 0, C.dtype)
+                        window, memory, B, N, M, 0, C.dtype, narrow)
 
 
 def _carry(by_pair: bool, lanes: int, B: int, M: int, D: int, fused: bool, dtype: torch.dtype):
@@ -289,6 +383,19 @@ def _backward_bands(x, y, C, args, grad, value, saved, B, N, M, D, dtype, output
             )
 
 
+def _zero_where_infinite(value, *grads):
+    """A pair whose value is +inf (no finite path, or the exact value overflows the dtype) gets a zero
+    gradient: its E is not meaningful, and one such pair must not turn a batch's gradient into NaN."""
+    bad = ~torch.isfinite(value)
+    if not bool(bad.any()):
+        return grads
+    out = []
+    for t in grads:
+        mask = bad.view((-1,) + (1,) * (t.dim() - 1))
+        out.append(torch.where(mask, torch.zeros((), dtype=t.dtype), t))
+    return tuple(out)
+
+
 def backward(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved, memory):
     """(dx `(B, N, D)`, dy `(B, M, D)`, dgamma `(B,)`) of sum_b grad[b] * value[b]."""
     B, N, D = x.shape
@@ -299,7 +406,7 @@ def backward(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved
     dgamma = _run_backward(grad, _view(x), _view(y), empty, _COST_KIND[cost], gamma, x_lengths,
                            y_lengths, window, value, saved, memory, B, N, M, D, x.dtype,
                            (dx.numpy(), dy.numpy(), empty))
-    return dx, dy, dgamma
+    return _zero_where_infinite(value, dx, dy, dgamma)
 
 
 def backward_cost(grad, C, gamma, x_lengths, y_lengths, window, value, saved, memory):
@@ -310,4 +417,4 @@ def backward_cost(grad, C, gamma, x_lengths, y_lengths, window, value, saved, me
     dgamma = _run_backward(grad, empty, empty, _view(C), kernels.COST_GIVEN, gamma, x_lengths,
                            y_lengths, window, value, saved, memory, B, N, M, 0, C.dtype,
                            (empty, empty, dC.numpy()))
-    return dC, dgamma
+    return _zero_where_infinite(value, dC, dgamma)

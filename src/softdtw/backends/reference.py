@@ -6,7 +6,24 @@ gives gradients by autograd. Behind the custom ops (where autograd cannot run in
 analytic backward (Cuturi & Blondel 2017, Algorithm 2) in :func:`_alignment` is used instead; the
 tests check the two against each other.
 
-Slow: O(N + M) Python steps of O(B·N) work each. Use it for checking, not for training.
+Numerics, kept simple on purpose:
+
+- The DP runs in float64 for every data dtype where the device has float64 (all but MPS), and the
+  results are cast back: a float32 table loses ulp(|R|) per cell, and the backward's weights
+  exp(-(R_p - S) / gamma) then carry ulp(|R|) / gamma relative error (d/dgamma was 52.6 instead of
+  ~0 at gamma = 1e-3 on float32 data). Natural units (no 1 / gamma scaling), so costs up to the
+  dtype's largest value are fine.
+- +inf is +inf: borders and cells outside a pair's lengths or window hold +inf, and so does a cell
+  whose cost is +inf (a forbidden cell: no path may use it). The soft-min of three +inf is +inf,
+  never inf - inf. A pair with no finite path, or whose exact value overflows the data dtype, gets
+  the value +inf and a zero gradient (its alignment matrix E is all zeros).
+- The backward takes each cell's soft-min weights from the table R alone: w_p = exp(-(R_p - S_s) /
+  gamma) with S_s the soft-min of the cell's predecessors (never R_s - C_s, which cancels when the
+  cost dwarfs the soft-min), and d value / d gamma = sum_s E_s sum_p w_p log w_p, a sum of terms of
+  one sign (never (value - <E, C>) / gamma, which cancels at small gamma).
+
+Slow: O(N + M) Python steps of O(B·N) work each, and O(B·N·M) memory. Use it for checking, not for
+training.
 """
 from __future__ import annotations
 
@@ -15,23 +32,37 @@ import torch
 from .. import costs
 from .._windows import valid_cells
 
+_INF = float("inf")
 
-def sentinel(dtype: torch.dtype) -> float:
-    """A large finite stand-in for +inf: no inf - inf can appear, and exp(-(big - a)/gamma) == 0."""
-    return 1e200 if dtype == torch.float64 else 1e30
+
+def work_dtype(dtype: torch.dtype, device: torch.device) -> torch.dtype:
+    """The dtype the DP runs in: float64, except on devices without float64 (MPS), which keep ``dtype``
+    (float32 for half-precision data)."""
+    if device.type == "mps":
+        return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    return torch.float64
 
 
 def _softmin3(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, gamma: torch.Tensor) -> torch.Tensor:
     """smin_gamma(a, b, c) = -gamma log sum exp(-a_k / gamma), shifted by the min (no positive exponent).
 
-    gamma == 0 gives the hard min; torch.min over (a, b, c) returns the first minimum, so ties go to
-    the diagonal, then up, then left, as in the backward.
+    +inf entries count for nothing, and three +inf give +inf. gamma == 0 gives the hard min;
+    torch.min over (a, b, c) returns the first minimum, so ties go to the diagonal, then up, then
+    left, as in the backward. No inf - inf and no 0 * inf is formed, in the value or in its
+    autograd graph.
     """
     stacked = torch.stack([a, b, c])
-    if float(gamma.detach()) == 0.0:
-        return stacked.min(dim=0).values
     low = stacked.min(dim=0).values
-    return low - gamma * torch.log(torch.exp(-(stacked - low) / gamma).sum(dim=0))
+    if float(gamma.detach()) == 0.0:
+        return low
+    reachable = torch.isfinite(low)
+    shift = torch.where(reachable, low, torch.zeros_like(low))
+    diff = stacked - shift
+    alive = torch.isfinite(diff)
+    terms = torch.where(alive, torch.exp(-torch.where(alive, diff, torch.zeros_like(diff)) / gamma),
+                        torch.zeros_like(diff))
+    z = torch.where(reachable, terms.sum(dim=0), torch.ones_like(low))
+    return torch.where(reachable, shift - gamma * torch.log(z), low)
 
 
 def _skew_index(N: int, M: int, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -57,25 +88,24 @@ def _from_diagonals(Td: torch.Tensor, M: int) -> torch.Tensor:
 
 
 def _table(C: torch.Tensor, gamma: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """The accumulated table R `(B, N, M)`; invalid cells hold the sentinel. Differentiable."""
+    """The accumulated table R `(B, N, M)` in C's dtype; invalid cells hold +inf. Differentiable."""
     B, N, M = C.shape
-    big = sentinel(C.dtype)
     _, inside = _skew_index(N, M, C.device)
     Cd = _to_diagonals(torch.where(valid, C, torch.zeros_like(C)))
     Vd = _to_diagonals(valid) & inside.unsqueeze(0)
-    wall = C.new_full((B, 1), big)
+    wall = C.new_full((B, 1), _INF)
     prev2 = None  # diagonal d - 2
-    prev1 = C.new_full((B, N), big)  # diagonal d - 1 (d = -1: all border)
+    prev1 = C.new_full((B, N), _INF)  # diagonal d - 1 (d = -1: all border)
     diagonals = []
     for d in range(N + M - 1):
         up = torch.cat([wall, prev1[:, :-1]], dim=1)  # R[i-1, j]
-        left = prev1  # R[i, j-1] (j - 1 < 0 is off the diagonal, so the sentinel)
+        left = prev1  # R[i, j-1] (j - 1 < 0 is off the diagonal, so +inf)
         if d == 0:
             corner = torch.cat([torch.zeros_like(wall), prev1[:, :-1]], dim=1)  # R[-1, -1] = 0
         else:
             corner = torch.cat([wall, prev2[:, :-1]], dim=1)  # R[i-1, j-1]
         r = Cd[:, d] + _softmin3(corner, up, left, gamma)
-        r = torch.where(Vd[:, d], r, torch.full_like(r, big))
+        r = torch.where(Vd[:, d], r, torch.full_like(r, _INF))
         diagonals.append(r)
         prev2, prev1 = prev1, r
     return _from_diagonals(torch.stack(diagonals, dim=1), M)
@@ -86,121 +116,138 @@ def _end_values(R: torch.Tensor, x_lengths: torch.Tensor, y_lengths: torch.Tenso
     return R[b, x_lengths - 1, y_lengths - 1]
 
 
-def _alignment(
-    R: torch.Tensor, C: torch.Tensor, gamma: torch.Tensor, valid: torch.Tensor,
-    x_lengths: torch.Tensor, y_lengths: torch.Tensor,
-) -> torch.Tensor:
-    """E = dR[n-1, m-1] / dC `(B, N, M)` by the reverse recursion, in normalised-weights form.
+def _predecessors(R: torch.Tensor):
+    """(R[i-1, j-1], R[i-1, j], R[i, j-1]) of every cell, `(B, N, M)` each, with the borders (+inf,
+    and R[-1, -1] = 0)."""
+    B, N, M = R.shape
+    Rp = R.new_full((B, N + 1, M + 1), _INF)
+    Rp[:, 1:, 1:] = R
+    Rp[:, 0, 0] = 0.0
+    return Rp[:, :-1, :-1], Rp[:, :-1, 1:], Rp[:, 1:, :-1]
 
-    E[p] = sum over successors s of E[s] * w(p -> s), where w is p's weight inside s's soft-min:
-    exp(-(R[p] - (R[s] - C[s])) / gamma) <= 1 (for gamma == 0: 1 for the argmin, else 0).
+
+def _cell_weights(R: torch.Tensor, gamma: torch.Tensor, valid: torch.Tensor):
+    """Each cell's weights of its three predecessors (diag, up, left) in its soft-min, and its
+    entropy sum_p w_p log w_p (the soft-min's derivative in gamma), `(B, N, M)` each.
+
+    Zero for invalid cells and cells without a finite predecessor. gamma == 0: one-hot weights of
+    the argmin (ties: diagonal, then up, then left), entropy 0.
+    """
+    preds = _predecessors(R)
+    stacked = torch.stack(preds)  # (3, B, N, M)
+    low = stacked.min(dim=0).values
+    live = valid & torch.isfinite(low)
+    if float(gamma.detach()) == 0.0:
+        d, u, l = preds
+        is_d = (d <= u) & (d <= l)
+        is_u = ~is_d & (u <= l)
+        is_l = ~is_d & ~is_u
+        w = torch.stack([is_d, is_u, is_l]).to(R.dtype) * live
+        return w[0], w[1], w[2], torch.zeros_like(R)
+    shift = torch.where(live, low, torch.zeros_like(low))
+    gap = stacked - shift  # >= 0; +inf for a border or an unreachable predecessor
+    alive = torch.isfinite(gap) & live
+    gap = torch.where(alive, gap, torch.zeros_like(gap))
+    terms = torch.where(alive, torch.exp(-gap / gamma), torch.zeros_like(gap))
+    z = torch.where(live, terms.sum(dim=0), torch.ones_like(low))  # in [1, 3]
+    w = terms / z
+    log_w = -gap / gamma - torch.log(z)
+    entropy = torch.where(alive, w * log_w, torch.zeros_like(w)).sum(dim=0)
+    return w[0], w[1], w[2], entropy
+
+
+def _alignment(
+    R: torch.Tensor, gamma: torch.Tensor, valid: torch.Tensor, x_lengths: torch.Tensor,
+    y_lengths: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(E = dR[n-1, m-1] / dC `(B, N, M)`, d value / d gamma `(B,)`) by the reverse recursion.
+
+    E[p] = sum over successors s of E[s] * w(p -> s), where w is p's weight inside s's soft-min,
+    and d value / d gamma = sum_s E[s] sum_p w_p log w_p. Pairs whose value is +inf get E = 0.
     """
     B, N, M = R.shape
     R = R.detach()
-    C = torch.where(valid, C.detach(), torch.zeros_like(C))
-    big = sentinel(R.dtype)
-    hard = float(gamma.detach()) == 0.0
+    w_diag, w_up, w_left, entropy = _cell_weights(R, gamma.detach(), valid)
     _, inside = _skew_index(N, M, R.device)
-    off = ~inside.unsqueeze(0)
-    Rd = _to_diagonals(R).masked_fill(off, big)  # off-table positions are borders
-    Sd = _to_diagonals(R - C).masked_fill(off, big)  # soft-min value of each cell
-    Vd = _to_diagonals(valid) & inside.unsqueeze(0)
+    on = _to_diagonals(valid) & inside.unsqueeze(0)
+
+    def diagonals(t):  # garbage off the table's range is zeroed
+        td = _to_diagonals(t)
+        return torch.where(on, td, torch.zeros_like(td))
+
+    Wd, Wu, Wl = diagonals(w_diag), diagonals(w_up), diagonals(w_left)
     rows = torch.arange(N, device=R.device).unsqueeze(0)
     end_d = (x_lengths + y_lengths - 2).unsqueeze(1)
     end_i = (x_lengths - 1).unsqueeze(1)
-    wall = R.new_full((B, 1), big)
+    finite = torch.isfinite(_end_values(R, x_lengths, y_lengths)).unsqueeze(1)
+    zero_col = R.new_zeros(B, 1)
 
-    def weight(p: torch.Tensor, s_min: torch.Tensor, s_valid: torch.Tensor, rank: int,
-               others: list[torch.Tensor]) -> torch.Tensor:
-        if hard:
-            # p is s's chosen predecessor: the minimum, earlier candidates winning ties.
-            chosen = torch.ones_like(s_valid)
-            for k, o in enumerate(others):
-                chosen &= (p < o) if k < rank else (p <= o)
-            return (s_valid & chosen).to(R.dtype)
-        arg = torch.where(s_valid, -(p - s_min) / gamma, torch.full_like(p, -torch.inf))
-        return torch.exp(arg.clamp_max(0.0))
+    def below(t):  # t[:, i + 1]: the same diagonal's entry one row down
+        return torch.cat([t[:, 1:], zero_col], dim=1)
 
     E_next2 = R.new_zeros(B, N)  # diagonal d + 2
     E_next1 = R.new_zeros(B, N)  # diagonal d + 1
     out = []
     for d in range(N + M - 2, -1, -1):
-        p = Rd[:, d]
-        # Successor s = (i+1, j+1) on d+2 (row i+1), (i+1, j) on d+1 (row i+1), (i, j+1) on d+1 (row i).
-        def shift(t, fill):  # t[:, i + 1]
-            return torch.cat([t[:, 1:], fill], dim=1)
-
-        has2, has1 = d + 2 <= N + M - 2, d + 1 <= N + M - 2
-        zeros_b = torch.zeros_like(Vd[:, 0])
-        s_diag_valid = shift(Vd[:, d + 2], zeros_b[:, :1]) if has2 else zeros_b
-        s_down_valid = shift(Vd[:, d + 1], zeros_b[:, :1]) if has1 else zeros_b
-        s_right_valid = Vd[:, d + 1] if has1 else zeros_b
-        s_diag_min = shift(Sd[:, d + 2], wall) if has2 else p
-        s_down_min = shift(Sd[:, d + 1], wall) if has1 else p
-        s_right_min = Sd[:, d + 1] if has1 else p
-        # The other predecessors of each successor, in priority order (diag, up, left), for hard ties.
-        if hard:
-            nxt = Rd[:, d + 1] if has1 else torch.full_like(p, big)
-            prv = Rd[:, d - 1] if d >= 1 else torch.full_like(p, big)
-            # s = (i+1, j+1): preds (i, j)=p [diag], (i, j+1) [up, d+1 row i], (i+1, j) [left, d+1 row i+1]
-            w_diag = weight(p, None, s_diag_valid, 0, [nxt, shift(nxt, wall)])
-            # s = (i+1, j): preds (i, j-1) [diag, d-1 row i], (i, j)=p [up], (i+1, j-1) [left, d row i+1]
-            w_down = weight(p, None, s_down_valid, 1, [prv, shift(p, wall)])
-            # s = (i, j+1): preds (i-1, j) [diag, d-1 row i-1], (i-1, j+1) [up, d row i-1], (i, j)=p [left]
-            w_right = weight(p, None, s_right_valid, 2, [torch.cat([wall, prv[:, :-1]], dim=1),
-                                                         torch.cat([wall, p[:, :-1]], dim=1)])
-        else:
-            w_diag = weight(p, s_diag_min, s_diag_valid, 0, [])
-            w_down = weight(p, s_down_min, s_down_valid, 0, [])
-            w_right = weight(p, s_right_min, s_right_valid, 0, [])
-        e = shift(E_next2, zeros_b[:, :1].to(R.dtype)) * w_diag \
-            + shift(E_next1, zeros_b[:, :1].to(R.dtype)) * w_down \
-            + E_next1 * w_right
-        e = e + ((end_d == d) & (rows == end_i)).to(R.dtype)
-        e = torch.where(Vd[:, d], e, torch.zeros_like(e))
+        # Successors of (i, j): (i+1, j+1) on d+2 (row i+1), (i+1, j) on d+1 (row i+1), (i, j+1) on d+1 (row i).
+        e = ((end_d == d) & (rows == end_i) & finite).to(R.dtype)
+        if d + 2 <= N + M - 2:
+            e = e + below(E_next2 * Wd[:, d + 2])
+        if d + 1 <= N + M - 2:
+            e = e + below(E_next1 * Wu[:, d + 1]) + E_next1 * Wl[:, d + 1]
+        e = torch.where(on[:, d], e, torch.zeros_like(e))
         out.append(e)
         E_next2, E_next1 = E_next1, e
-    Ed = torch.stack(out[::-1], dim=1)
-    return _from_diagonals(Ed, M)
-
-
-def _dgamma(grad, value, E, C, gamma):
-    if float(gamma.detach()) == 0.0:
-        return torch.zeros_like(value)
-    return grad * (value - (E * C).sum(dim=(1, 2))) / gamma
+    E = _from_diagonals(torch.stack(out[::-1], dim=1), M)
+    dgamma = (E * entropy).sum(dim=(1, 2))
+    return E, dgamma
 
 
 def saved_spec(kind, B, N, M, D, dtype, memory):
-    """The reference saves the table R `(B, N, M)` in the data dtype."""
+    """The reference saves the table R `(B, N, M)` in float64 (see :func:`work_dtype`; on MPS, in the
+    data dtype)."""
     if memory == "none":
         return (0,), dtype
-    return (B, N, M), dtype
+    return (B, N, M), torch.float64
+
+
+def _prepare(C, x_lengths, y_lengths, window):
+    B, N, M = C.shape
+    return C.to(work_dtype(C.dtype, C.device)), valid_cells(x_lengths, y_lengths, window, N, M)
 
 
 def forward_cost(C, gamma, x_lengths, y_lengths, window, memory):
-    B, N, M = C.shape
-    valid = valid_cells(x_lengths, y_lengths, window, N, M)
-    R = _table(C, gamma, valid)
-    value = _end_values(R, x_lengths, y_lengths)
+    Cw, valid = _prepare(C, x_lengths, y_lengths, window)
+    R = _table(Cw, gamma.to(Cw.dtype), valid)
+    value = _end_values(R, x_lengths, y_lengths).to(C.dtype)  # +inf where the value overflows C's dtype
     saved = R if memory != "none" else C.new_empty((0,))
     return value, saved
 
 
 def backward_cost(grad, C, gamma, x_lengths, y_lengths, window, value, saved, memory):
-    B, N, M = C.shape
-    valid = valid_cells(x_lengths, y_lengths, window, N, M)
-    R = saved if saved.numel() else _table(C, gamma, valid)
-    E = _alignment(R, C, gamma, valid, x_lengths, y_lengths)
-    Cv = torch.where(valid, C, torch.zeros_like(C))
-    return grad.view(-1, 1, 1) * E, _dgamma(grad, value, E, Cv, gamma)
+    Cw, valid = _prepare(C, x_lengths, y_lengths, window)
+    g = gamma.detach().to(Cw.dtype)
+    R = saved if saved.numel() else _table(Cw.detach(), g, valid)
+    E, dgamma = _alignment(R, g, valid, x_lengths, y_lengths)
+    # A pair whose value overflowed C's dtype (finite in float64) has no usable gradient either.
+    keep = torch.isfinite(value).to(Cw.dtype)
+    gw = grad.to(Cw.dtype) * keep
+    return (gw.view(-1, 1, 1) * E).to(C.dtype), (gw * dgamma).to(C.dtype)
 
 
 def forward(x, y, gamma, cost, x_lengths, y_lengths, window, memory):
-    return forward_cost(costs.pairwise_cost(cost, x, y), gamma, x_lengths, y_lengths, window, memory)
+    wd = work_dtype(x.dtype, x.device)
+    C = costs.pairwise_cost(cost, x.to(wd), y.to(wd))
+    value, saved = forward_cost(C, gamma, x_lengths, y_lengths, window, memory)
+    return value.to(x.dtype), saved
 
 
 def backward(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved, memory):
-    C = costs.pairwise_cost(cost, x, y)
+    wd = work_dtype(x.dtype, x.device)
+    xw, yw = x.to(wd), y.to(wd)
+    C = costs.pairwise_cost(cost, xw, yw)
     dC, dgamma = backward_cost(grad, C, gamma, x_lengths, y_lengths, window, value, saved, memory)
-    dx, dy = costs.cost_vjp(cost, x, y, dC)
-    return dx, dy, dgamma
+    # dC is zero on forbidden (+inf) cells, and so must be their share of the cost's VJP.
+    dC = torch.where(torch.isfinite(C), dC, torch.zeros_like(dC))
+    dx, dy = costs.cost_vjp(cost, xw, yw, dC)
+    return dx.to(x.dtype), dy.to(y.dtype), dgamma.to(x.dtype)
