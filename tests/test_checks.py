@@ -40,7 +40,7 @@ def test_empty_sequences(xy):
         softdtw.soft_dtw(x[:0], y[:0])
 
 
-@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
 def test_nan_or_inf_values(xy, bad):
     x, y = xy
     x = x.clone()
@@ -48,8 +48,31 @@ def test_nan_or_inf_values(xy, bad):
     kind = "NaN" if bad != bad else "Inf"
     with pytest.raises(ValueError, match=f"x contains {kind} values.*x_lengths"):
         softdtw.soft_dtw(x, y)
-    with pytest.raises(ValueError, match=f"C contains {kind}"):
-        softdtw.soft_dtw_from_cost(x[..., :1].expand(2, 6, 5).contiguous(), 1.0)
+    C = x[..., :1].expand(2, 6, 5).contiguous()
+    if bad == float("inf"):  # +inf in a cost is a forbidden cell, not an error; every path crosses row 2
+        v = softdtw.soft_dtw_from_cost(C, 1.0)
+        assert torch.isfinite(v[0]) and v[1] == float("inf")
+    else:
+        kind = "NaN" if bad != bad else "-inf"
+        with pytest.raises(ValueError, match=rf"C contains {kind} at 5 of 60 cells \(the first at index \(1, 2, 0\)\).*\+inf marks a forbidden cell"):
+            softdtw.soft_dtw_from_cost(C, 1.0)
+
+
+def test_cost_callable_output_is_checked(xy):
+    def broken(a, b):
+        C = torch.cdist(a, b) ** 2
+        return torch.where(C > 2.0, C, torch.full_like(C, float("nan")))
+
+    with pytest.raises(ValueError, match=r"the output of the cost callable 'broken' contains NaN at \d+ of 60 cells"):
+        softdtw.soft_dtw(*xy, cost=broken)
+    with pytest.raises(ValueError, match=r"'<lambda>' contains -inf"):
+        softdtw.soft_dtw(*xy, cost=lambda a, b: torch.full((2, 6, 5), -float("inf")))
+    with pytest.raises(ValueError, match=r"'<lambda>' returned a tensor on meta, but x and y are on cpu"):
+        softdtw.soft_dtw(*xy, cost=lambda a, b: torch.empty(2, 6, 5, device="meta"))
+    with pytest.raises(TypeError, match=r"'<lambda>' returned a tensor of dtype torch.bool"):
+        softdtw.soft_dtw(*xy, cost=lambda a, b: torch.ones(2, 6, 5, dtype=torch.bool))
+    with pytest.raises(ValueError, match="NaN"):
+        softdtw.soft_dtw_alignment(*xy, cost=broken)
 
 
 @pytest.mark.parametrize("gamma", [-0.1, float("nan"), float("inf")])
@@ -102,8 +125,16 @@ def test_dtype_and_device_mismatch(xy):
     with pytest.raises(TypeError, match="x must be a torch.Tensor .* got list"):
         softdtw.soft_dtw(x.tolist(), y)
     meta = torch.empty(2, 5, 3, device="meta")
-    with pytest.raises(ValueError, match="same device; got x on cpu and y on meta"):
+    with pytest.raises(ValueError, match=r"y is on the meta device \(shape \(2, 5, 3\), no data\); soft-DTW needs real data"):
         softdtw.soft_dtw(x, meta)
+    with pytest.raises(ValueError, match="C is on the meta device"):
+        softdtw.soft_dtw_from_cost(torch.empty(2, 5, 3, device="meta"))
+
+
+def test_ragged_list_suggests_padding_and_lengths(xy):
+    series = [torch.randn(5, 2), torch.randn(7, 2), torch.randn(3, 2)]
+    with pytest.raises(TypeError, match=r"x is a list of 3 series of different lengths \(5, 7, 3\).*pad_sequence.*x_lengths=\[len\(s\) for s in x\]"):
+        softdtw.soft_dtw(series, series)
 
 
 def test_bad_options(xy):

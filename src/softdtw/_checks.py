@@ -98,14 +98,42 @@ def _shape(t) -> tuple:
     return tuple(t.shape)
 
 
+def ragged_hint(t, name: str, lengths_name: str) -> str:
+    """For a list or tuple of series of different lengths: how to pass them (padded, with lengths);
+    "" for anything else."""
+    if not isinstance(t, (list, tuple)) or len(t) < 2:
+        return ""
+    try:
+        sizes = [len(s) for s in t]
+    except TypeError:
+        return ""
+    if len(set(sizes)) < 2:
+        return ""
+    shown = ", ".join(str(n) for n in sizes[:5]) + (", ..." if len(sizes) > 5 else "")
+    return (
+        f"{name} is a list of {len(sizes)} series of different lengths ({shown}), which no tensor can "
+        f"hold as is. Pad them to the longest and pass the lengths: "
+        f"{name} = torch.nn.utils.rnn.pad_sequence([torch.as_tensor(s, dtype=torch.float32) for s in "
+        f"{name}], batch_first=True) and {lengths_name}=[len(s) for s in {name}] (padded steps are ignored)."
+    )
+
+
 def as_tensor(t, name: str) -> torch.Tensor:
     """Accept tensors and NumPy arrays; reject everything else with the fix."""
     if isinstance(t, np.ndarray):
         t = torch.from_numpy(t)
     if not isinstance(t, torch.Tensor):
+        hint = ragged_hint(t, name, f"{name}_lengths")
+        if hint:
+            raise TypeError(hint)
         raise TypeError(
             f"{name} must be a torch.Tensor of shape (B, T, D) or (T, D); got {type(t).__name__}. "
             f"Wrap it with torch.as_tensor({name}, dtype=torch.float32)."
+        )
+    if t.device.type == "meta":
+        raise ValueError(
+            f"{name} is on the meta device (shape {_shape(t)}, no data); soft-DTW needs real data. "
+            f"Create or load it on 'cpu' or 'cuda' (e.g. {name} = torch.randn(..., device='cpu'))."
         )
     if t.is_complex() or t.dtype not in _FLOAT_DTYPES:
         raise TypeError(
@@ -113,6 +141,24 @@ def as_tensor(t, name: str) -> torch.Tensor:
             f"{t.dtype}. Convert it with {name}.float() (or .double() for float64 precision)."
         )
     return t
+
+
+def check_cost_values(C: torch.Tensor, name: str) -> None:
+    """A cost tensor may hold +inf (a forbidden cell: no path may use it), never NaN or -inf."""
+    if not _value_checks_enabled():
+        return
+    nan = torch.isnan(C)
+    bad = nan if bool(nan.any()) else (C == -math.inf)
+    if not bool(bad.any()):
+        return
+    kind = "NaN" if bad is nan else "-inf"
+    where = tuple(int(v) for v in bad.nonzero()[0])
+    raise ValueError(
+        f"{name} contains {kind} at {int(bad.sum())} of {bad.numel()} cells (the first at index {where}); "
+        f"a cost must be a number or +inf (+inf marks a forbidden cell that no warping path may use). "
+        f"Find where it comes from (0/0, inf - inf, the log or sqrt of a negative number) and fix it or "
+        f"mask the cell with +inf."
+    )
 
 
 def check_finite(t: torch.Tensor, name: str) -> None:
@@ -243,7 +289,8 @@ def check_length_range(lengths: torch.Tensor, name: str, T: int, series: str) ->
 def check_values(data, lengths, gamma) -> None:
     """Every check that needs the data's values, with one host read (one GPU sync) when all is well.
 
-    data: [(tensor, name)] that must be finite; lengths: [(tensor or None, name, T, series)];
+    data: [(tensor, name)] that must be finite, or [(tensor, name, "cost")] for a cost tensor, which
+    may also hold +inf (see :func:`check_cost_values`); lengths: [(tensor or None, name, T, series)];
     gamma: the gamma tensor, or None when it was a Python number (checked on the host already).
     Only when the combined flag is false are the checks repeated one by one for the message.
     """
@@ -251,11 +298,13 @@ def check_values(data, lengths, gamma) -> None:
         return
     # One reduction per tensor: a NaN or Inf anywhere makes the sum non-finite. (A sum that overflows
     # although every value is finite only sends us to the exact checks below, which then pass.)
-    total = None
-    for t, _ in data:
+    # A cost tensor may hold +inf: its sum is then +inf, and only NaN or -inf (NaN, -inf, or both
+    # infinities) sends it to the exact check.
+    ok = None
+    for t, _, *kind in data:
         s = t.sum(dtype=torch.float64)
-        total = s if total is None else total + s
-    ok = torch.isfinite(total)
+        good = (~torch.isnan(s) & (s != -math.inf)) if kind else torch.isfinite(s)
+        ok = good if ok is None else ok & good
     for l, _, T, _ in lengths:
         if l is not None:
             ok = ok & (l.min() >= 1) & (l.max() <= T)
@@ -263,8 +312,11 @@ def check_values(data, lengths, gamma) -> None:
         ok = ok & torch.isfinite(gamma) & (gamma >= 0)
     if bool(ok):
         return
-    for t, name in data:
-        check_finite(t, name)
+    for t, name, *kind in data:
+        if kind:
+            check_cost_values(t, name)
+        else:
+            check_finite(t, name)
     for l, name, T, series in lengths:
         if l is not None:
             check_length_range(l, name, T, series)
@@ -316,10 +368,31 @@ def check_cost(cost) -> None:
         )
 
 
-def check_cost_matrix(C, B: int, N: int, M: int, name: str = "the cost callable's output") -> torch.Tensor:
+def cost_name(cost) -> str:
+    """How messages name a cost callable: "the cost callable 'my_cost'"."""
+    return f"the cost callable {getattr(cost, '__name__', type(cost).__name__)!r}"
+
+
+def check_cost_matrix(C, B: int, N: int, M: int, name: str = "the cost callable's output", *,
+                      device: Optional[torch.device] = None, cost=None) -> torch.Tensor:
+    """A cost callable's output: a `(B, N, M)` float tensor on the data's device, with numbers or +inf
+    (forbidden cells), never NaN or -inf (checked like a precomputed C). Named costs (cost a str) are
+    ours, so only their shape is checked."""
     if not isinstance(C, torch.Tensor) or C.shape != (B, N, M):
         got = _shape(C) if isinstance(C, torch.Tensor) else type(C).__name__
         raise ValueError(f"{name} must be a tensor of shape (B, N, M) = ({B}, {N}, {M}); got {got}.")
+    if cost is None or isinstance(cost, str):
+        return C
+    who = cost_name(cost)
+    if not (C.is_floating_point() or C.dtype in (torch.int32, torch.int64, torch.int16, torch.int8,
+                                                 torch.uint8)):
+        raise TypeError(f"{who} returned a tensor of dtype {C.dtype}; it must return real costs (a float "
+                        f"tensor of shape (B, N, M)).")
+    if device is not None and C.device != device:
+        raise ValueError(f"{who} returned a tensor on {C.device}, but x and y are on {device}; compute the "
+                         f"costs on the inputs' device.")
+    if C.is_floating_point():
+        check_cost_values(C, f"the output of {who}")
     return C
 
 
@@ -364,10 +437,11 @@ def finish_check(p: Problem) -> None:
     same messages as the synchronous checks: they run again, one by one, only when the flag is set)."""
     if p.pending is None or p.pending.ok():
         return
-    same = p.y is p.x  # prepare_cost keeps C in both
-    for t, name in ((p.x, "C" if same else "x"), (None if same else p.y, "y")):
-        if t is not None:
-            check_finite(t, name)
+    if p.y is p.x:  # prepare_cost keeps C in both; +inf is a forbidden cell there, not an error
+        check_cost_values(p.x, "C")
+    else:
+        check_finite(p.x, "x")
+        check_finite(p.y, "y")
     _check_gamma_value(float(p.gamma.detach()))
 
 
@@ -445,7 +519,7 @@ def prepare_cost(C, gamma, *, bandwidth, itakura_max_slope, x_lengths, y_lengths
     g_tensor = g if isinstance(gamma, torch.Tensor) else None
     out_dtype = C.dtype
     C = C.to(dtype).contiguous()
-    pending = _check_or_defer([(C, "C")],
+    pending = _check_or_defer([(C, "C", "cost")],
                               [(xl if x_lengths is not None else None, "x_lengths", N, "C's rows"),
                                (yl if y_lengths is not None else None, "y_lengths", M, "C's columns")],
                               g_tensor, backend, defer)

@@ -255,6 +255,35 @@ def _host_free_bytes() -> int:
 
 def _cgroup_room() -> Optional[int]:
     """Limit less usage of this process's memory cgroup (v2 or v1), or None without a limit."""
+    found = _cgroup_memory()
+    return None if found is None else max(found[0] - found[1], 0)
+
+
+def _total_bytes(device: torch.device) -> int:
+    """All the memory a call could ever get on ``device``: the GPU's total, or the host's RAM capped by
+    the memory cgroup's limit. A mode whose buffers exceed it raises at once (no attempt to allocate)."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[1]
+    total = None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    total = int(line.split()[1]) * 1024
+                    break
+    except (OSError, ValueError, IndexError):
+        pass
+    if total is None:
+        try:
+            total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            return 1 << 62
+    found = _cgroup_memory()
+    return total if found is None else min(total, found[0])
+
+
+def _cgroup_memory() -> Optional[tuple[int, int]]:
+    """(limit, usage) of this process's memory cgroup (v2 or v1), or None without a limit."""
     try:
         with open("/proc/self/cgroup") as f:
             lines = f.read().splitlines()
@@ -282,8 +311,39 @@ def _cgroup_room() -> Optional[int]:
                 continue
             if limit == "max" or int(limit) >= 1 << 60:  # no limit
                 break
-            return max(int(limit) - usage, 0)
+            return int(limit), usage
     return None
+
+
+def _mode_bytes(module, mode: str, kind: str, B: int, N: int, M: int, D: int, dtype: torch.dtype) -> int:
+    """What running with ``mode`` allocates for the backward: the saved buffer, plus the backend's
+    optional ``working_bytes`` (e.g. cuda's whole large-D cost when storing, the cpu's recomputed band
+    when checkpointing)."""
+    shape, sdtype = module.saved_spec(kind, B, N, M, D, dtype, mode)
+    need = math.prod(shape) * sdtype.itemsize
+    working = getattr(module, "working_bytes", None)
+    if working is not None:
+        need += working(kind, B, N, M, D, dtype, mode)
+    return need
+
+
+def _too_big(mode: str, need: int, backend: str, device: torch.device, B: int, N: int, M: int,
+             modes, store_need: Optional[int] = None) -> MemoryError:
+    """The MemoryError for a mode whose buffers can never fit: the sizes, the need, the ways around."""
+    total = _total_bytes(device)
+    where = "the GPU has" if device.type == "cuda" else "this machine has"
+    what = {"store": "storing the backward table", "checkpoint": "checkpointing the backward (the "
+            "checkpoint rows and one recomputed band)"}[mode]
+    ways = ["a smaller batch or shorter series", "values only under torch.no_grad() (no table at all)"]
+    if mode == "store" and "checkpoint" in modes:
+        ways.insert(0, "memory='checkpoint' (it keeps about sqrt(N) rows)")
+    before = "" if store_need is None else (
+        f"storing would need {store_need / 2**30:.1f} GiB, so memory='auto' checkpoints, and ")
+    return MemoryError(
+        f"soft-DTW with gradients for B={B} pair(s) of lengths N={N}, M={M} on the {backend} backend: "
+        f"{before}{what} needs {need / 2**30:.1f} GiB, but {where} {total / 2**30:.1f} GiB in all. "
+        f"Use {', or '.join(ways)}."
+    )
 
 
 def resolve_memory(memory: str, needs_grad: bool, backend: str, kind: str, B: int, N: int, M: int, D: int,
@@ -293,7 +353,9 @@ def resolve_memory(memory: str, needs_grad: bool, backend: str, kind: str, B: in
     "auto" stores the backward table (with what storing needs besides it, the backend's optional
     ``working_bytes``) when it takes at most half of the free memory (device memory
     on a GPU, available host memory on the CPU: see _host_free_bytes), else checkpoints. A backend
-    that cannot checkpoint yet turns a table that does not fit into an error naming the sizes.
+    that cannot checkpoint yet turns a table that does not fit into an error naming the sizes. Any
+    mode whose buffers exceed all the device's memory (:func:`_total_bytes`) raises a MemoryError
+    naming the sizes before anything is allocated.
     """
     if not needs_grad:
         return "none"
@@ -303,17 +365,16 @@ def resolve_memory(memory: str, needs_grad: bool, backend: str, kind: str, B: in
     module = get_backend(backend)
     modes = getattr(module, "MEMORY_MODES", ("none", "store"))
     if memory == "auto":
-        shape, sdtype = module.saved_spec(kind, B, N, M, D, dtype, "store")
-        need = math.prod(shape) * sdtype.itemsize
-        working = getattr(module, "working_bytes", None)  # e.g. the whole cost of cuda's large-D path
-        if working is not None:
-            need += working(kind, B, N, M, D, dtype, "store")
+        need = _mode_bytes(module, "store", kind, B, N, M, D, dtype)
         if need <= _SMALL_TABLE:
             return "store"
         free = _free_bytes(device)
         if need <= free // 2:
             return "store"
         if "checkpoint" in modes:
+            ckpt = _mode_bytes(module, "checkpoint", kind, B, N, M, D, dtype)
+            if ckpt > _SMALL_TABLE and ckpt > _total_bytes(device):
+                raise _too_big("checkpoint", ckpt, backend, device, B, N, M, modes, need)
             return "checkpoint"
         raise MemoryError(
             f"storing the backward table for B={B}, N={N}, M={M} needs {need / 2**30:.1f} GiB but "
@@ -325,4 +386,7 @@ def resolve_memory(memory: str, needs_grad: bool, backend: str, kind: str, B: in
             f"memory={memory!r} is not available on the {backend} backend yet (it supports "
             f"{tuple(m for m in modes if m != 'none')}); use memory='auto'."
         )
+    need = _mode_bytes(module, memory, kind, B, N, M, D, dtype)
+    if need > _SMALL_TABLE and need > _total_bytes(device):
+        raise _too_big(memory, need, backend, device, B, N, M, modes)
     return memory

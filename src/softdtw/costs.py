@@ -39,11 +39,20 @@ def l1(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return torch.cdist(x, y, p=1.0)
 
 
-def cosine(x: torch.Tensor, y: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-    """1 - <x_i, y_j> / (|x_i| |y_j|), in [0, 2]; eps guards all-zero steps."""
-    xn = x / x.norm(dim=-1, keepdim=True).clamp_min(eps)
-    yn = y / y.norm(dim=-1, keepdim=True).clamp_min(eps)
-    return 1.0 - torch.bmm(xn, yn.transpose(1, 2))
+def _unit(v: torch.Tensor) -> torch.Tensor:
+    """v / |v| along the last dimension, at any scale: each step is first divided by its largest
+    |entry| (so the norm neither overflows, as for float32 steps of size 1e20, nor underflows); an
+    all-zero step stays zero. The scale factor is a constant to autograd: v / |v| does not depend on
+    it, so the gradient is exact."""
+    scale = v.detach().abs().amax(dim=-1, keepdim=True)
+    v = v / torch.where(scale > 0, scale, torch.ones_like(scale))
+    return v / v.norm(dim=-1, keepdim=True).clamp_min(1.0)  # >= 1 unless the step is all zeros
+
+
+def cosine(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """1 - <x_i, y_j> / (|x_i| |y_j|), in [0, 2], for steps of any scale; a step that is all zeros
+    has cost 1 against everything."""
+    return 1.0 - torch.bmm(_unit(x), _unit(y).transpose(1, 2))
 
 
 _NAMED = {"sqeuclidean": sqeuclidean, "l1": l1, "cosine": cosine}

@@ -44,8 +44,9 @@ def _run(p: Problem, cost, memory: str) -> torch.Tensor:
                                   p.x.dtype, p.x.device)
         return _ops.fused_value(p.x, p.y, p.gamma, cost, p.x_lengths, p.y_lengths, p.window, mem, p.backend)
     # Under autocast the cost may come back in half precision; the DP always runs in the compute dtype.
-    C = check_cost_matrix(costs.pairwise_cost(cost, p.x, p.y), B, N, M).to(p.x.dtype)
-    return _run_cost(C.contiguous(), p, memory)
+    # A callable's output is checked like a precomputed C: numbers or +inf (forbidden cells), no NaN.
+    C = check_cost_matrix(costs.pairwise_cost(cost, p.x, p.y), B, N, M, device=p.x.device, cost=cost)
+    return _run_cost(C.to(p.x.dtype).contiguous(), p, memory)
 
 
 def _finish(value: torch.Tensor, p: Problem) -> torch.Tensor:
@@ -153,7 +154,8 @@ def _alignment(p: Problem, cost) -> torch.Tensor:
     with torch.no_grad():
         B, N, D = p.x.shape
         M = p.y.shape[1]
-        C = check_cost_matrix(costs.pairwise_cost(cost, p.x, p.y), B, N, M).to(p.x.dtype).contiguous()
+        C = check_cost_matrix(costs.pairwise_cost(cost, p.x, p.y), B, N, M, device=p.x.device, cost=cost)
+        C = C.to(p.x.dtype).contiguous()
         gamma = p.gamma.detach()
         value, saved = _ops.forward_cost(C, gamma, p.x_lengths, p.y_lengths, p.window, "store", p.backend)
         ones = torch.ones_like(value)

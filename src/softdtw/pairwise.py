@@ -12,7 +12,7 @@ from typing import Optional, Tuple, Union
 import numpy as np
 import torch
 
-from ._checks import as_lengths, check_length_range, check_values, values_checked
+from ._checks import as_lengths, check_length_range, check_values, ragged_hint, values_checked
 from .functional import soft_dtw
 
 __all__ = ["pairwise_soft_dtw", "as_series_set", "as_set_lengths"]
@@ -25,6 +25,9 @@ def as_series_set(X, name: str = "X") -> torch.Tensor:
     if isinstance(X, np.ndarray):
         X = torch.from_numpy(X)
     if not isinstance(X, torch.Tensor):
+        hint = ragged_hint(X, name, "y_lengths" if name == "Y" else "x_lengths")
+        if hint:
+            raise TypeError(hint)
         raise TypeError(
             f"{name} must be a torch.Tensor (or NumPy array) of shape (P, T, D) or (P, T); got "
             f"{type(X).__name__}. Wrap it with torch.as_tensor({name}, dtype=torch.float32)."

@@ -249,6 +249,38 @@ def _check_range(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, N, M, 
     )
 
 
+def _band_chunk(B: int, N: int, M: int) -> int:
+    """Pairs per chunk of a checkpointed backward (their recomputed bands share one buffer)."""
+    per_pair = (band_rows(N) + 1) * M * SAVED_DTYPE.itemsize
+    return min(B, max(numba.get_num_threads(), _BAND_BYTES // per_pair))
+
+
+def working_bytes(kind, B, N, M, D, dtype, memory) -> int:
+    """Host memory a call needs besides its saved buffer (read by ``softdtw._ops.resolve_memory``): the
+    band a checkpointed backward recomputes, `(chunk, TH + 1, M)` float64."""
+    if memory != "checkpoint" or not all(isinstance(v, int) for v in (B, N, M)):
+        return 0
+    return _band_chunk(B, N, M) * (band_rows(N) + 1) * M * SAVED_DTYPE.itemsize
+
+
+def _allocate(shape, dtype, what: str, B: int, N: int, M: int):
+    """A torch (dtype a torch.dtype) or NumPy buffer; running out of memory becomes a MemoryError that
+    names the sizes and the ways around it (no allocator RuntimeError)."""
+    try:
+        if isinstance(dtype, torch.dtype):
+            return torch.empty(shape, dtype=dtype)
+        return np.empty(shape, dtype)
+    except (RuntimeError, MemoryError) as err:
+        if isinstance(err, RuntimeError) and "alloc" not in str(err):
+            raise
+        nbytes = math.prod(shape) * (dtype.itemsize if isinstance(dtype, torch.dtype) else np.dtype(dtype).itemsize)
+        raise MemoryError(
+            f"soft-DTW on B={B} pairs of lengths N={N}, M={M} could not allocate {nbytes / 2**30:.1f} GiB "
+            f"for {what}. Use memory='checkpoint' (about sqrt(N) rows kept), a smaller batch or shorter "
+            f"series, or values only under torch.no_grad()."
+        ) from err
+
+
 def _run_forward(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, memory, B, N, M, D, dtype,
                  narrow_state: bool = True):
     """The forward kernel over all rows. narrow_state: a value-only float32 pass may keep its DP state
@@ -256,11 +288,11 @@ def _run_forward(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, memory
     values = torch.empty(B, dtype=dtype)
     if memory == "store":
         every = 1
-        saved = torch.empty((B, N, M), dtype=SAVED_DTYPE)
+        saved = _allocate((B, N, M), SAVED_DTYPE, "the stored backward table (memory='store')", B, N, M)
         state = saved.numpy()
     elif memory == "checkpoint":
         every, K = _checkpoints(N)
-        saved = torch.empty((B * K * M,), dtype=SAVED_DTYPE)
+        saved = _allocate((B * K * M,), SAVED_DTYPE, "the checkpoints (memory='checkpoint')", B, N, M)
         state = saved.view(B, K, M).numpy()
     else:  # values only: the DP state in the data dtype, float64 for long pairs (F32_STATE_MAX)
         every = 0    # and for costs over gamma too large for a float32 state (_check_range)
@@ -352,9 +384,8 @@ def _backward_bands(x, y, C, args, grad, value, saved, B, N, M, D, dtype, output
     checkpoints = saved.view(B, K, M).numpy()
     cost_kind, gamma, x_lengths, y_lengths, win, has_win = args
     fused = cost_kind != kernels.COST_GIVEN
-    per_pair = (th + 1) * M * SAVED_DTYPE.itemsize
-    chunk = min(B, max(numba.get_num_threads(), _BAND_BYTES // per_pair))
-    band = np.empty((chunk, th + 1, M), np.float64)
+    chunk = _band_chunk(B, N, M)
+    band = _allocate((chunk, th + 1, M), np.float64, "the checkpointed backward's recomputed band", B, N, M)
     scratch = np.empty(chunk, x.dtype if fused else C.dtype)  # recomputed values, not kept
     for c0 in range(0, B, chunk):
         part = slice(c0, min(B, c0 + chunk))
