@@ -418,18 +418,119 @@ def resolve_backend(backend, device: torch.device) -> str:
     return backend
 
 
-def _check_or_defer(data, lengths, gamma: Optional[torch.Tensor], backend: str, defer: bool):
-    """The value checks of prepare / prepare_cost (arguments as :func:`check_values`): started on the GPU
-    and returned as a pending check when deferring is possible, else run now (returning None). Deferring
-    needs the cuda backend, value checks enabled and default lengths: a kernel must never see lengths out
-    of range, so user lengths are checked before any launch."""
+# --- range: what the sentinel-based kernels hold exactly ------------------------------------------------
+# The cpu and cuda kernels run in log2 units, R' = R / (gamma ln 2), with a large finite sentinel for +inf
+# (DESIGN.md, "Numerics"). Costs or path sums whose R' comes near the sentinel, and +inf costs on cuda,
+# would give wrong values there, so such problems run on the reference backend instead (natural units,
+# float64, real +inf: exact, only slower). The bound is cheap: the inputs' largest magnitude, read with the
+# value checks (on cuda after the kernels are queued, as the deferred check). The cpu backend keeps a float64
+# DP state for float32 data wherever a float32 one would not hold (backends/cpu.py, _check_range), so only
+# float64 data can leave its range.
+
+#: The largest |R'| a backend keeps exact, per (backend, compute dtype); a backend not listed has no limit.
+REACH_LIMIT = {("cpu", torch.float64): 2.5e299, ("cuda", torch.float32): 1.25e29,
+               ("cuda", torch.float64): 1.25e199}
+_LN2 = 0.6931471805599453
+
+
+class Span(NamedTuple):
+    """What the range bound needs to know of a call: the cost ("C" for a precomputed one; a callable is
+    bounded when its output exists), D, N and M."""
+
+    cost: object
+    D: int
+    N: int
+    M: int
+
+
+def reach(v: float, gamma: float, span: Span) -> float:
+    """The largest |R'| (cost / (gamma ln 2) summed along a path, plus the soft-min's log2 3 per cell) that
+    inputs (or costs, for "C") of magnitude <= v can reach; 0 for a callable (bounded on its output)."""
+    D, N, M = span.D, span.N, span.M
+    if span.cost == "sqeuclidean":
+        U = D * (2 * v) * (2 * v)
+    elif span.cost == "l1":
+        U = D * 2 * v
+    elif span.cost == "cosine":
+        U = 2.0
+    elif span.cost == "C":
+        U = v
+    else:
+        return 0.0
+    inv = 1.0 if gamma == 0 else 1.0 / (gamma * _LN2)
+    scaled = 0.0 if U == 0 else U * inv
+    return max((N + M) * (scaled + 2.0), inv)
+
+
+def _out_of_range(v: float, gamma: float, span: Span, backend: str, dtype: torch.dtype) -> bool:
+    limit = REACH_LIMIT.get((backend, dtype))
+    return limit is not None and not reach(v, gamma, span) < limit  # NaN counts as out of range
+
+
+def _needs_range(backend: str, dtype: torch.dtype) -> bool:
+    return (backend, dtype) in REACH_LIMIT and _value_checks_enabled()
+
+
+def _magnitude(tensors) -> torch.Tensor:
+    """max |v| over the tensors, a float64 scalar on their device (+inf if any is)."""
+    norms = [torch.linalg.vector_norm(t.detach(), math.inf, dtype=torch.float64) for t in tensors]
+    return norms[0] if len(norms) == 1 else torch.maximum(norms[0], norms[1])
+
+
+def route_by_range(tensors, gamma: torch.Tensor, span: Span, backend: str) -> str:
+    """The backend to run on: ``backend``, or "reference" when the inputs' magnitude is past what its
+    kernels keep exact (see REACH_LIMIT). Reads the device (one sync on a GPU)."""
+    dtype = tensors[0].dtype
+    if not _needs_range(backend, dtype):
+        return backend
+    v = float(_magnitude(tensors))
+    return "reference" if _out_of_range(v, float(gamma.detach()), span, backend, dtype) else backend
+
+
+class _Pending:
+    """A deferred value check (backends/cuda/checks.py) and the range bound read beside it: both queued
+    before the caller's kernels, read after them."""
+
+    __slots__ = ("check", "host", "event", "span", "dtype")
+
+    def __init__(self, check, tensors, gamma: torch.Tensor, span: Span):
+        # Three small launches and a copy: the norms in the data dtype (a max of |v| cannot overflow it).
+        self.check, self.span, self.dtype = check, span, tensors[0].dtype
+        stats = torch.stack([torch.linalg.vector_norm(t.detach(), math.inf) for t in tensors]
+                            + [gamma.detach().reshape(())])
+        self.host = torch.empty(stats.shape, dtype=stats.dtype, pin_memory=True)
+        self.host.copy_(stats, non_blocking=True)
+        self.event = torch.cuda.Event()
+        self.event.record()
+
+    def ok(self) -> bool:
+        return self.check.ok()
+
+    def out_of_range(self) -> bool:
+        self.event.synchronize()
+        *norms, g = self.host.tolist()
+        return _out_of_range(max(norms), g, self.span, "cuda", self.dtype)
+
+
+def _check_or_defer(data, lengths, gamma: Optional[torch.Tensor], backend: str, defer: bool,
+                    g: torch.Tensor, span: Span):
+    """The value checks of prepare / prepare_cost (arguments as :func:`check_values`) and the range
+    bound: (pending, backend). Started on the GPU and returned as a pending check when deferring is
+    possible (the caller reruns on the reference backend if the bound says so, :func:`run_checked`), else
+    run now, with the backend the bound picks. Deferring needs the cuda backend, value checks enabled and
+    default lengths: a kernel must never see lengths out of range, so user lengths are checked before any
+    launch. g: the gamma tensor of the problem."""
+    tensors = [t for t, *_ in data]
     if defer and backend == "cuda" and all(l is None for l, *_ in lengths) and _value_checks_enabled():
         from .backends.cuda import checks
 
         a, b = data[0][0], (data[1][0] if len(data) > 1 else None)
-        return checks.start(a, b, gamma)
+        check = checks.start(a, b, gamma)
+        if not _needs_range(backend, a.dtype):
+            return check, backend
+        return _Pending(check, tensors, g, span), backend
     check_values(data, lengths, gamma)
-    return None
+    return None, route_by_range(tensors, g, span, backend)
 
 
 def finish_check(p: Problem) -> None:
@@ -446,16 +547,25 @@ def finish_check(p: Problem) -> None:
 
 
 def run_checked(p: Problem, run):
-    """run() (the ops of a prepared problem), then the deferred value check; a bad input's error wins
-    over whatever run() raised on it."""
+    """run(p) (the ops of a prepared problem), then the deferred value check; a bad input's error wins
+    over whatever run() raised on it. If the range bound read with the check puts the inputs past what the
+    backend's kernels keep exact, the result is discarded and run again on the reference backend."""
     if p.pending is None:
-        return run()
+        return run(p)
+    exact = p._replace(backend="reference", pending=None)
     try:
-        out = run()
+        out = run(p)
+    except Exception:
+        finish_check(p)
+        if isinstance(p.pending, _Pending) and p.pending.out_of_range():
+            return run(exact)
+        raise
     except BaseException:
         finish_check(p)
         raise
     finish_check(p)
+    if isinstance(p.pending, _Pending) and p.pending.out_of_range():
+        return run(exact)
     return out
 
 
@@ -487,10 +597,10 @@ def prepare(x, y, gamma, *, cost, bandwidth, itakura_max_slope, x_lengths, y_len
     g = as_gamma(gamma, x.device, dtype)
     g_tensor = g if isinstance(gamma, torch.Tensor) else None
     x, y = x.to(dtype).contiguous(), y.to(dtype).contiguous()
-    pending = _check_or_defer([(x, "x"), (y, "y")],
-                              [(xl if x_lengths is not None else None, "x_lengths", N, "x"),
-                               (yl if y_lengths is not None else None, "y_lengths", M, "y")],
-                              g_tensor, backend, defer)
+    pending, backend = _check_or_defer([(x, "x"), (y, "y")],
+                                       [(xl if x_lengths is not None else None, "x_lengths", N, "x"),
+                                        (yl if y_lengths is not None else None, "y_lengths", M, "y")],
+                                       g_tensor, backend, defer, g, Span(cost, x.shape[2], N, M))
     window = make_window(xl, yl, N, M, bandwidth, itakura_max_slope)
     return Problem(x, y, g, xl, yl, window, backend, unbatched, out_dtype, pending)
 
@@ -519,9 +629,9 @@ def prepare_cost(C, gamma, *, bandwidth, itakura_max_slope, x_lengths, y_lengths
     g_tensor = g if isinstance(gamma, torch.Tensor) else None
     out_dtype = C.dtype
     C = C.to(dtype).contiguous()
-    pending = _check_or_defer([(C, "C", "cost")],
-                              [(xl if x_lengths is not None else None, "x_lengths", N, "C's rows"),
-                               (yl if y_lengths is not None else None, "y_lengths", M, "C's columns")],
-                              g_tensor, backend, defer)
+    pending, backend = _check_or_defer([(C, "C", "cost")],
+                                       [(xl if x_lengths is not None else None, "x_lengths", N, "C's rows"),
+                                        (yl if y_lengths is not None else None, "y_lengths", M, "C's columns")],
+                                       g_tensor, backend, defer, g, Span("C", 0, N, M))
     window = make_window(xl, yl, N, M, bandwidth, itakura_max_slope)
     return Problem(C, C, g, xl, yl, window, backend, unbatched, out_dtype, pending)

@@ -8,6 +8,14 @@ C[b, i, j] = cost(x[b, i], y[b, j]), and
     \min{}^\gamma(a) = -\gamma \log \sum_k e^{-a_k/\gamma},
 
 with R[-1, -1] = 0 and the other borders +inf; soft-DTW is R[N-1, M-1] (Cuturi & Blondel 2017).
+
+Non-finite numbers: x, y and gamma must be finite (NaN or Inf raise a ValueError naming the input). A cost
+(precomputed, or returned by a cost callable) may be +inf: that cell is forbidden, no warping path uses it;
+NaN or -inf costs raise. A pair's value is +inf when every path crosses a forbidden cell, or when its exact
+value overflows the dtype (e.g. float32 inputs of size 1e20, whose squared differences already do); such a
+pair gets a zero gradient. Never NaN from finite inputs. Inputs too large for a backend's kernels to hold
+exactly (cost / gamma near the kernels' finite stand-in for +inf, or +inf costs on CUDA) run on the exact
+reference backend instead, slower (see softdtw._checks.REACH_LIMIT).
 """
 from __future__ import annotations
 
@@ -16,7 +24,8 @@ from typing import List, Union
 import torch
 
 from . import _ops, costs
-from ._checks import Problem, check_cost_matrix, make_window, prepare, prepare_cost, run_checked
+from ._checks import (Problem, Span, check_cost_matrix, make_window, prepare, prepare_cost, route_by_range,
+                      run_checked)
 from .backends import FUSED_COSTS
 
 __all__ = [
@@ -44,9 +53,13 @@ def _run(p: Problem, cost, memory: str) -> torch.Tensor:
                                   p.x.dtype, p.x.device)
         return _ops.fused_value(p.x, p.y, p.gamma, cost, p.x_lengths, p.y_lengths, p.window, mem, p.backend)
     # Under autocast the cost may come back in half precision; the DP always runs in the compute dtype.
-    # A callable's output is checked like a precomputed C: numbers or +inf (forbidden cells), no NaN.
+    # A callable's output is checked like a precomputed C: numbers or +inf (forbidden cells), no NaN; and
+    # costs past what the backend's kernels hold exactly run on the reference backend.
     C = check_cost_matrix(costs.pairwise_cost(cost, p.x, p.y), B, N, M, device=p.x.device, cost=cost)
-    return _run_cost(C.to(p.x.dtype).contiguous(), p, memory)
+    C = C.to(p.x.dtype).contiguous()
+    if not isinstance(cost, str):
+        p = p._replace(backend=route_by_range([C.detach()], p.gamma, Span("C", 0, N, M), p.backend))
+    return _run_cost(C, p, memory)
 
 
 def _finish(value: torch.Tensor, p: Problem) -> torch.Tensor:
@@ -68,8 +81,10 @@ def soft_dtw(x, y, gamma: Union[float, torch.Tensor] = 1.0, *, cost="sqeuclidean
         y: `(B, M, D)` float tensor (or `(M, D)`); M may differ from N.
         gamma: smoothing >= 0, in the units of the cost (squared units of x for "sqeuclidean");
             a float or a 0-d tensor that may require grad (learnable gamma). 0 gives hard DTW.
-        cost: "sqeuclidean" (default), "l1", "cosine", or a callable (x, y) -> `(B, N, M)`.
-        bandwidth: Sakoe–Chiba radius (tslearn's `sakoe_chiba_radius`), per pair of lengths; None = no band.
+        cost: "sqeuclidean" (default), "l1", "cosine", or a callable (x, y) -> `(B, N, M)` (+inf marks
+            a forbidden cell; NaN raises).
+        bandwidth: Sakoe–Chiba radius (tslearn's `sakoe_chiba_radius`, fractional radii included),
+            per pair of lengths; None = no band (a radius past both lengths is no band either).
         itakura_max_slope: Itakura parallelogram slope (tslearn's `itakura_max_slope`); None = none.
         x_lengths: `(B,)` int valid lengths of x (default: all N).
         y_lengths: `(B,)` int valid lengths of y (default: all M).
@@ -79,6 +94,7 @@ def soft_dtw(x, y, gamma: Union[float, torch.Tensor] = 1.0, *, cost="sqeuclidean
     Returns:
         `(B,)` soft-DTW values, same dtype as x (a 0-d tensor for unbatched inputs). Not normalised
         by path length; can be negative (use :func:`soft_dtw_divergence` for a non-negative loss).
+        +inf (with a zero gradient) for a pair with no finite path or whose value overflows the dtype.
 
     Devices: CPU, CUDA. Differentiable in: x, y, gamma.
 
@@ -90,7 +106,7 @@ def soft_dtw(x, y, gamma: Union[float, torch.Tensor] = 1.0, *, cost="sqeuclidean
     """
     p = prepare(x, y, gamma, cost=cost, bandwidth=bandwidth, itakura_max_slope=itakura_max_slope,
                 x_lengths=x_lengths, y_lengths=y_lengths, memory=memory, backend=backend, defer=True)
-    return _finish(run_checked(p, lambda: _run(p, cost, memory)), p)
+    return _finish(run_checked(p, lambda q: _run(q, cost, memory)), p)
 
 
 def soft_dtw_divergence(x, y, gamma: Union[float, torch.Tensor] = 1.0, *, cost="sqeuclidean", bandwidth=None,
@@ -118,13 +134,15 @@ def soft_dtw_divergence(x, y, gamma: Union[float, torch.Tensor] = 1.0, *, cost="
     p = prepare(x, y, gamma, cost=cost, bandwidth=bandwidth, itakura_max_slope=itakura_max_slope,
                 x_lengths=x_lengths, y_lengths=y_lengths, memory=memory, backend=backend, defer=True)
     N, M = p.x.shape[1], p.y.shape[1]
-    pxx = p._replace(y=p.x, y_lengths=p.x_lengths,
-                     window=make_window(p.x_lengths, p.x_lengths, N, N, bandwidth, itakura_max_slope))
-    pyy = p._replace(x=p.y, x_lengths=p.y_lengths,
-                     window=make_window(p.y_lengths, p.y_lengths, M, M, bandwidth, itakura_max_slope))
-    value = run_checked(p, lambda: _run(p, cost, memory) - 0.5 * _run(pxx, cost, memory)
-                        - 0.5 * _run(pyy, cost, memory))
-    return _finish(value, p)
+    wxx = make_window(p.x_lengths, p.x_lengths, N, N, bandwidth, itakura_max_slope)
+    wyy = make_window(p.y_lengths, p.y_lengths, M, M, bandwidth, itakura_max_slope)
+
+    def run(q: Problem) -> torch.Tensor:
+        qxx = q._replace(y=q.x, y_lengths=q.x_lengths, window=wxx)
+        qyy = q._replace(x=q.y, x_lengths=q.y_lengths, window=wyy)
+        return _run(q, cost, memory) - 0.5 * _run(qxx, cost, memory) - 0.5 * _run(qyy, cost, memory)
+
+    return _finish(run_checked(p, run), p)
 
 
 def soft_dtw_from_cost(C, gamma: Union[float, torch.Tensor] = 1.0, *, bandwidth=None, itakura_max_slope=None,
@@ -133,11 +151,13 @@ def soft_dtw_from_cost(C, gamma: Union[float, torch.Tensor] = 1.0, *, bandwidth=
 
     Args:
         C: `(B, N, M)` (or `(N, M)`) float tensor of costs; entries past the lengths are ignored.
+            +inf marks a forbidden cell (no path uses it); NaN and -inf raise.
         gamma, bandwidth, itakura_max_slope, x_lengths, y_lengths, memory, backend: as :func:`soft_dtw`
             (x_lengths count rows of C, y_lengths columns).
 
     Returns:
-        `(B,)` values (0-d for a 2-D C), same dtype as C. Devices: CPU, CUDA. Differentiable in: C, gamma.
+        `(B,)` values (0-d for a 2-D C), same dtype as C; +inf (zero gradient) where every path crosses
+        a forbidden cell. Devices: CPU, CUDA. Differentiable in: C, gamma.
 
     Example:
         >>> import torch, softdtw
@@ -146,7 +166,7 @@ def soft_dtw_from_cost(C, gamma: Union[float, torch.Tensor] = 1.0, *, bandwidth=
     """
     p = prepare_cost(C, gamma, bandwidth=bandwidth, itakura_max_slope=itakura_max_slope, x_lengths=x_lengths,
                      y_lengths=y_lengths, memory=memory, backend=backend, defer=True)
-    return _finish(run_checked(p, lambda: _run_cost(p.x, p, memory)), p)
+    return _finish(run_checked(p, lambda q: _run_cost(q.x, q, memory)), p)
 
 
 def _alignment(p: Problem, cost) -> torch.Tensor:
@@ -156,6 +176,8 @@ def _alignment(p: Problem, cost) -> torch.Tensor:
         M = p.y.shape[1]
         C = check_cost_matrix(costs.pairwise_cost(cost, p.x, p.y), B, N, M, device=p.x.device, cost=cost)
         C = C.to(p.x.dtype).contiguous()
+        if not isinstance(cost, str):
+            p = p._replace(backend=route_by_range([C], p.gamma, Span("C", 0, N, M), p.backend))
         gamma = p.gamma.detach()
         value, saved = _ops.forward_cost(C, gamma, p.x_lengths, p.y_lengths, p.window, "store", p.backend)
         ones = torch.ones_like(value)

@@ -87,8 +87,12 @@ def _from_diagonals(Td: torch.Tensor, M: int) -> torch.Tensor:
     return Td.transpose(1, 2).gather(2, d.unsqueeze(0).expand(B, N, M))
 
 
-def _table(C: torch.Tensor, gamma: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """The accumulated table R `(B, N, M)` in C's dtype; invalid cells hold +inf. Differentiable."""
+def _table(C: torch.Tensor, gamma: torch.Tensor, valid: torch.Tensor, ends=None) -> torch.Tensor:
+    """The accumulated table R `(B, N, M)` in C's dtype; invalid cells hold +inf. Differentiable.
+
+    ends: (x_lengths, y_lengths) to keep only each pair's end value R[n-1, m-1] `(B,)` (memory O(B·N)
+    besides C instead of a table).
+    """
     B, N, M = C.shape
     _, inside = _skew_index(N, M, C.device)
     Cd = _to_diagonals(torch.where(valid, C, torch.zeros_like(C)))
@@ -97,6 +101,10 @@ def _table(C: torch.Tensor, gamma: torch.Tensor, valid: torch.Tensor) -> torch.T
     prev2 = None  # diagonal d - 2
     prev1 = C.new_full((B, N), _INF)  # diagonal d - 1 (d = -1: all border)
     diagonals = []
+    if ends is not None:
+        end_d = ends[0] + ends[1] - 2
+        end_i = (ends[0] - 1).unsqueeze(1)
+        value = C.new_full((B,), _INF)
     for d in range(N + M - 1):
         up = torch.cat([wall, prev1[:, :-1]], dim=1)  # R[i-1, j]
         left = prev1  # R[i, j-1] (j - 1 < 0 is off the diagonal, so +inf)
@@ -106,8 +114,13 @@ def _table(C: torch.Tensor, gamma: torch.Tensor, valid: torch.Tensor) -> torch.T
             corner = torch.cat([wall, prev2[:, :-1]], dim=1)  # R[i-1, j-1]
         r = Cd[:, d] + _softmin3(corner, up, left, gamma)
         r = torch.where(Vd[:, d], r, torch.full_like(r, _INF))
-        diagonals.append(r)
+        if ends is None:
+            diagonals.append(r)
+        else:
+            value = torch.where(end_d == d, r.gather(1, end_i).squeeze(1), value)
         prev2, prev1 = prev1, r
+    if ends is not None:
+        return value
     return _from_diagonals(torch.stack(diagonals, dim=1), M)
 
 
@@ -218,10 +231,12 @@ def _prepare(C, x_lengths, y_lengths, window):
 
 def forward_cost(C, gamma, x_lengths, y_lengths, window, memory):
     Cw, valid = _prepare(C, x_lengths, y_lengths, window)
+    if memory == "none":  # values only: no table
+        value = _table(Cw, gamma.to(Cw.dtype), valid, (x_lengths, y_lengths))
+        return value.to(C.dtype), C.new_empty((0,))
     R = _table(Cw, gamma.to(Cw.dtype), valid)
     value = _end_values(R, x_lengths, y_lengths).to(C.dtype)  # +inf where the value overflows C's dtype
-    saved = R if memory != "none" else C.new_empty((0,))
-    return value, saved
+    return value, R
 
 
 def backward_cost(grad, C, gamma, x_lengths, y_lengths, window, value, saved, memory):
