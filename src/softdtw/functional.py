@@ -24,8 +24,8 @@ from typing import List, Union
 import torch
 
 from . import _ops, costs
-from ._checks import (Problem, Span, check_cost_matrix, make_window, prepare, prepare_cost, route_by_range,
-                      run_checked)
+from ._checks import (Problem, Span, _value_checks_enabled, check_cost_matrix, cost_name, make_window, prepare,
+                      prepare_cost, route_by_range, run_checked)
 from .backends import FUSED_COSTS
 
 __all__ = [
@@ -142,7 +142,17 @@ def soft_dtw_divergence(x, y, gamma: Union[float, torch.Tensor] = 1.0, *, cost="
         qyy = q._replace(x=q.y, x_lengths=q.y_lengths, window=wyy)
         return _run(q, cost, memory) - 0.5 * _run(qxx, cost, memory) - 0.5 * _run(qyy, cost, memory)
 
-    return _finish(run_checked(p, run), p)
+    value = run_checked(p, run)
+    # With the named costs a series against itself has a path of cost 0 (the diagonal): the self terms are
+    # finite, and the divergence is +inf only when sdtw(x, y) is. A callable may forbid that path.
+    if not isinstance(cost, str) and _value_checks_enabled() and bool(torch.isnan(value).any()):
+        b = int(torch.isnan(value).nonzero()[0, 0])
+        raise ValueError(
+            f"the soft-DTW divergence of pair {b} is undefined (inf - inf): {cost_name(cost)} gives +inf costs "
+            f"that block every path of a series against itself, so sdtw(x, x) or sdtw(y, y) is +inf. A cost "
+            f"used with the divergence must leave the diagonal of a series against itself finite."
+        )
+    return _finish(value, p)
 
 
 def soft_dtw_from_cost(C, gamma: Union[float, torch.Tensor] = 1.0, *, bandwidth=None, itakura_max_slope=None,
@@ -169,8 +179,8 @@ def soft_dtw_from_cost(C, gamma: Union[float, torch.Tensor] = 1.0, *, bandwidth=
     return _finish(run_checked(p, lambda q: _run_cost(q.x, q, memory)), p)
 
 
-def _alignment(p: Problem, cost) -> torch.Tensor:
-    """E `(B, N, M)` of a validated problem (no autograd graph)."""
+def _alignment(p: Problem, cost) -> tuple[torch.Tensor, torch.Tensor]:
+    """(E `(B, N, M)`, values `(B,)`) of a validated problem (no autograd graph)."""
     with torch.no_grad():
         B, N, D = p.x.shape
         M = p.y.shape[1]
@@ -183,7 +193,7 @@ def _alignment(p: Problem, cost) -> torch.Tensor:
         ones = torch.ones_like(value)
         E, _ = _ops.backward_cost(ones, C, gamma, p.x_lengths, p.y_lengths, p.window, value, saved, "store",
                                   p.backend)
-    return E
+    return E, value
 
 
 def soft_dtw_alignment(x, y, gamma: Union[float, torch.Tensor] = 1.0, *, cost="sqeuclidean", bandwidth=None,
@@ -195,7 +205,8 @@ def soft_dtw_alignment(x, y, gamma: Union[float, torch.Tensor] = 1.0, *, cost="s
     optimal path. Arguments as :func:`soft_dtw`.
 
     Returns:
-        `(B, N, M)` (or `(N, M)`), same dtype as x; zero past the lengths and outside a band.
+        `(B, N, M)` (or `(N, M)`), same dtype as x; zero past the lengths, outside a band and on
+        forbidden (+inf cost) cells; all zeros for a pair with no finite path.
         Devices: CPU, CUDA. Not differentiable (detached).
 
     Example:
@@ -206,7 +217,7 @@ def soft_dtw_alignment(x, y, gamma: Union[float, torch.Tensor] = 1.0, *, cost="s
     """
     p = prepare(x, y, gamma, cost=cost, bandwidth=bandwidth, itakura_max_slope=itakura_max_slope,
                 x_lengths=x_lengths, y_lengths=y_lengths, memory="auto", backend=backend)
-    E = _alignment(p, cost).to(p.out_dtype)
+    E = _alignment(p, cost)[0].to(p.out_dtype)
     return E[0] if p.unbatched else E
 
 
@@ -245,6 +256,15 @@ def dtw_path(x, y, *, cost="sqeuclidean", bandwidth=None, itakura_max_slope=None
     """
     p = prepare(x, y, 0.0, cost=cost, bandwidth=bandwidth, itakura_max_slope=itakura_max_slope,
                 x_lengths=x_lengths, y_lengths=y_lengths, memory="auto", backend=backend)
-    on_path = _alignment(p, cost) > 0.5
+    E, value = _alignment(p, cost)
+    blocked = torch.isinf(value)
+    if bool(blocked.any()):
+        b = int(blocked.nonzero()[0, 0])
+        raise ValueError(
+            f"pair {b} has no warping path of finite cost: every path crosses a +inf cost (a forbidden cell"
+            f"{' of ' + cost_name(cost) if callable(cost) else ''}), or its DTW cost overflows "
+            f"{p.out_dtype}. Allow at least one path (fewer +inf cells, a wider band) or rescale the inputs."
+        )
+    on_path = E > 0.5
     paths = [torch.nonzero(on_path[b]) for b in range(on_path.shape[0])]  # row-major = path order
     return paths[0] if p.unbatched else paths

@@ -593,6 +593,33 @@ def _cell_weights_soft(r, c, inv, d, u, l):
 
 
 @njit(**_INLINE)
+def _cell_weights_exact(d, u, l, like):
+    """(w_diag, w_up, w_left, ent) as :func:`_cell_weights_soft`, from the predecessors alone:
+    w_p = 2^(lo - R'[p]) / Z with lo = min(d, u, l), Z = sum_p 2^(lo - R'[p]) in [1, 3], and
+    ent = sum_p w_p (lo - R'[p]) - log2 Z (two sums of one sign).
+
+    For problems whose R' is so large that S' = r - c inv loses the soft-min to rounding (|R'| past
+    ~1e8 in float64: costs of 1e22 at gamma = 1e-8 gave E = 0 on all but the last row). Only
+    differences of neighbours, never of R' and C'; the fast form (no division, no log2) serves
+    wherever that loss cannot happen.
+    """
+    t = type(like)
+    flush = flush_exponent(like)
+    zero = t(0.0)
+    lo = min(d, min(u, l))
+    ed = t(max(min(lo - d, type(d)(0.0)), type(d)(flush)))
+    eu = t(max(min(lo - u, type(d)(0.0)), type(d)(flush)))
+    el = t(max(min(lo - l, type(d)(0.0)), type(d)(flush)))
+    ad = exp2_neg(ed) if ed > flush else zero
+    au = exp2_neg(eu) if eu > flush else zero
+    al = exp2_neg(el) if el > flush else zero
+    z = ad + au + al
+    iz = t(1.0) / z
+    wd, wu, wl = ad * iz, au * iz, al * iz
+    return wd, wu, wl, wd * ed + wu * eu + wl * el - log2_1to3(z)
+
+
+@njit(**_INLINE)
 def _cell_weights_hard(d, u, l, like):
     """One-hot weights of the argmin of (d, u, l); ties go to diagonal, then up, then left."""
     zero, one = type(like)(0.0), type(like)(1.0)
@@ -602,9 +629,17 @@ def _cell_weights_hard(d, u, l, like):
 
 
 @njit(**_JIT)
-def _weights_soft(a, b, rup, rcur, crow, inv, wd, wu, wl, ent):
-    """Soft weights (see _cell_weights_soft) of the cells of row i, j in [a, b), all lanes."""
+def _weights_soft(a, b, rup, rcur, crow, inv, wd, wu, wl, ent, exact):
+    """Soft weights (see _cell_weights_soft; _cell_weights_exact if ``exact``) of the cells of row i,
+    j in [a, b), all lanes."""
     L = crow.shape[1]
+    like = wd.dtype.type(0.0)
+    if exact:
+        for j in range(a, b):
+            for k in range(L):
+                wd[j + 1, k], wu[j + 1, k], wl[j + 1, k], ent[j + 1, k] = _cell_weights_exact(
+                    rup[j, k], rup[j + 1, k], rcur[j, k], like)
+        return
     for j in range(a, b):
         for k in range(L):
             wd[j + 1, k], wu[j + 1, k], wl[j + 1, k], ent[j + 1, k] = _cell_weights_soft(
@@ -677,7 +712,7 @@ def _grad_row(a, b, cost_kind, e_cur, xrow, ys, ent, dxrow, dys, e_ent):
 @njit(**_JIT)
 def _backward_group(g, lanes, x, y, C, cost_kind, N, M, gamma, x_lengths, y_lengths, window,
                     has_window, r0, r1, first, grad, values, R_rows, carry, carry_i, carry_y,
-                    e_ent, dx, dy, dC, dgamma):
+                    e_ent, dx, dy, dC, dgamma, exact):
     """Rows [r0, r1) (bottom-up) of the backward of pairs [g * lanes, g * lanes + lanes); see
     backward_kernel. State dtype R_rows', data dtype values'."""
     B = x_lengths.shape[0]
@@ -742,7 +777,7 @@ def _backward_group(g, lanes, x, y, C, cost_kind, N, M, gamma, x_lengths, y_leng
         if hard:
             _weights_hard(a, b, rup, rcur, wd_cur, wu_cur, wl_cur)
         else:
-            _weights_soft(a, b, rup, rcur, crow, inv, wd_cur, wu_cur, wl_cur, ent)
+            _weights_soft(a, b, rup, rcur, crow, inv, wd_cur, wu_cur, wl_cur, ent, exact)
         _reset_outside(e_cur, cur_lo, cur_hi, a + 1, b + 1, 0)
         cur_lo, cur_hi = a + 1, b + 1
         _alignment_row(a, b, lo, hi, end_col, e_next, wd_next, wu_next, e_cur, wl_cur)
@@ -783,7 +818,7 @@ def _backward_group(g, lanes, x, y, C, cost_kind, N, M, gamma, x_lengths, y_leng
 @njit(parallel=True, **_JIT)
 def backward_kernel(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, has_window, r0, r1,
                     first, by_pair, lanes, grad, values, R_rows, carry, carry_i, carry_y, e_ent,
-                    dx, dy, dC, dgamma):
+                    dx, dy, dC, dgamma, exact):
     """Rows [r0, r1) of the backward of sum_b grad[b] * value[b], bottom-up.
 
     R_rows[b, i - first] holds row i of R in natural units (state dtype; float64 for float32
@@ -805,7 +840,9 @@ def backward_kernel(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, has
     The call with r0 == 0 writes dy and dgamma. Fused costs write dx `(B, N, D)` and dy
     `(B, M, D)`; COST_GIVEN writes dC `(B, N, M)`. All three must be zero-filled by the caller
     (padded steps and cells are not written). dgamma `(B,)`. by_pair: one pair at a time,
-    vectorised along each row (small batches), else groups of ``lanes`` pairs.
+    vectorised along each row (small batches), else groups of ``lanes`` pairs. exact: take each
+    cell's weights from its predecessors alone (_cell_weights_exact), for R' too large for
+    S' = R' - C' (cpu.py decides from a bound on R').
     """
     B = x_lengths.shape[0]
     if cost_kind == COST_GIVEN:
@@ -816,13 +853,13 @@ def backward_kernel(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, has
         for b in prange(B):
             _backward_pair(b, x, y, C, cost_kind, M, gamma, x_lengths, y_lengths, window,
                            has_window, r0, r1, first, grad, values, R_rows, carry, carry_i,
-                           carry_y, e_ent, dx, dy, dC, dgamma)
+                           carry_y, e_ent, dx, dy, dC, dgamma, exact)
         return
     groups = (B + lanes - 1) // lanes
     for g in prange(groups):
         _backward_group(g, lanes, x, y, C, cost_kind, N, M, gamma, x_lengths, y_lengths, window,
                         has_window, r0, r1, first, grad, values, R_rows, carry, carry_i, carry_y,
-                        e_ent, dx, dy, dC, dgamma)
+                        e_ent, dx, dy, dC, dgamma, exact)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1023,7 +1060,7 @@ def _pair_load_R_row(b, i, first, lo, hi, R_rows, inv, big, out):
 @njit(**_JIT)
 def _backward_pair(b, x, y, C, cost_kind, M, gamma, x_lengths, y_lengths, window, has_window,
                    r0, r1, first, grad, values, R_rows, carry, carry_i, carry_y, e_ent, dx, dy,
-                   dC, dgamma):
+                   dC, dgamma, exact):
     """Rows [r0, r1) of the backward of pair b, one row at a time (the lanes version's steps,
     vectorised along j); the arguments as in backward_kernel."""
     dt = values.dtype
@@ -1078,6 +1115,9 @@ def _backward_pair(b, x, y, C, cost_kind, M, gamma, x_lengths, y_lengths, window
         if hard:
             for q in range(w):
                 wd_v[q], wu_v[q], wl_v[q] = _cell_weights_hard(u_l[q], u_v[q], r_l[q], zero)
+        elif exact:
+            for q in range(w):
+                wd_v[q], wu_v[q], wl_v[q], ent_v[q] = _cell_weights_exact(u_l[q], u_v[q], r_l[q], zero)
         else:
             for q in range(w):
                 wd_v[q], wu_v[q], wl_v[q], ent_v[q] = _cell_weights_soft(

@@ -344,14 +344,33 @@ def _carry(by_pair: bool, lanes: int, B: int, M: int, D: int, fused: bool, dtype
             np.zeros(B))
 
 
+#: float64 data past this bound on |R'|: the backward takes each cell's weights from its predecessors
+#: alone (their differences) instead of S' = R' - C', whose rounding, ulp(|R'|), then reaches 1e-8 of a
+#: weight (costs of 1e22 at gamma = 1e-8 gave E = 0 on all rows but the last).
+_EXACT_WEIGHTS_REACH = float(1 << 26)
+
+
+def _exact_weights(x, y, C, cost_kind, gamma, N, M, dtype) -> bool:
+    """Whether the backward uses _cpu_kernels._cell_weights_exact (torch x, y or C; quick bound).
+
+    Always for float32 data: its weights normalised by their own sum keep E's mass (float32 gradients
+    within 2.7e-6 of float64 at B = 64, N = M = 256, gamma = 0.1, and 1.8e-6 at N = M = 1500, where
+    2^(S' - R'[p]) with S' from the forward's float32 log2 drifted by 1.7e-7 a cell: 3.5e-5 and 1.8e-4),
+    for 7-20 % more backward time (2 cores). float64 data only when |R'| may pass
+    _EXACT_WEIGHTS_REACH (its fast weights are within 2e-10 of the exact ones there)."""
+    if dtype == torch.float32:
+        return True
+    return _reach(_quick_cost_bound(x, y, C, cost_kind), N, M, _gamma(gamma)) > _EXACT_WEIGHTS_REACH
+
+
 def _run_backward(grad, x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, value, saved,
-                  memory, B, N, M, D, dtype, outputs):
+                  memory, B, N, M, D, dtype, outputs, exact=False):
     """Call the backward kernel (per band for checkpoints); recompute R first when a storing
     forward saved nothing."""
     dx, dy, dC = outputs
     dgamma = torch.empty(B, dtype=dtype)
     win, has_win = _window_args(window)
-    args = (cost_kind, _gamma(gamma), _view(x_lengths), _view(y_lengths), win, has_win)
+    args = (cost_kind, _gamma(gamma), _view(x_lengths), _view(y_lengths), win, has_win, exact)
     grad, value = _view(grad.to(dtype)), _view(value.to(dtype))
     if memory == "checkpoint":
         _backward_bands(x, y, C, args, grad, value, saved, B, N, M, D, dtype,
@@ -363,8 +382,8 @@ def _run_backward(grad, x, y, C, cost_kind, gamma, x_lengths, y_lengths, window,
     by_pair, lanes = _plan(B, M, D, dtype, _MAX_LANES[dtype])
     none = _placeholder(dtype, 4)  # one call over all rows: no state to hand on
     kernels.backward_kernel(
-        x, y, C, *args, 0, N, 0, by_pair, lanes, grad, value, _view(saved),
-        none, np.zeros((0, 5), np.int64), none, np.zeros(0), dx, dy, dC, dgamma.numpy(),
+        x, y, C, *args[:-1], 0, N, 0, by_pair, lanes, grad, value, _view(saved),
+        none, np.zeros((0, 5), np.int64), none, np.zeros(0), dx, dy, dC, dgamma.numpy(), exact,
     )
     return dgamma
 
@@ -382,7 +401,7 @@ def _backward_bands(x, y, C, args, grad, value, saved, B, N, M, D, dtype, output
     recomputed by the forward kernel from its checkpoint, then run by the backward kernel."""
     th, K = _checkpoints(N)
     checkpoints = saved.view(B, K, M).numpy()
-    cost_kind, gamma, x_lengths, y_lengths, win, has_win = args
+    cost_kind, gamma, x_lengths, y_lengths, win, has_win, exact = args
     fused = cost_kind != kernels.COST_GIVEN
     chunk = _band_chunk(B, N, M)
     band = _allocate((chunk, th + 1, M), np.float64, "the checkpointed backward's recomputed band", B, N, M)
@@ -410,7 +429,7 @@ def _backward_bands(x, y, C, args, grad, value, saved, B, N, M, D, dtype, output
             )
             kernels.backward_kernel(
                 xc, yc, Cc, cost_kind, gamma, xl, yl, wc, has_win, r0, r0 + th, r0 - 1,
-                *bwd_plan, grad[part], value[part], band[:n], *carry, *outs,
+                *bwd_plan, grad[part], value[part], band[:n], *carry, *outs, exact,
             )
 
 
@@ -434,9 +453,10 @@ def backward(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved
     dx = torch.zeros_like(x)
     dy = torch.zeros_like(y)
     empty = _placeholder(x.dtype)
+    exact = _exact_weights(x, y, None, _COST_KIND[cost], gamma, N, M, x.dtype)
     dgamma = _run_backward(grad, _view(x), _view(y), empty, _COST_KIND[cost], gamma, x_lengths,
                            y_lengths, window, value, saved, memory, B, N, M, D, x.dtype,
-                           (dx.numpy(), dy.numpy(), empty))
+                           (dx.numpy(), dy.numpy(), empty), exact)
     return _zero_where_infinite(value, dx, dy, dgamma)
 
 
@@ -445,7 +465,8 @@ def backward_cost(grad, C, gamma, x_lengths, y_lengths, window, value, saved, me
     B, N, M = C.shape
     dC = torch.zeros_like(C)
     empty = _placeholder(C.dtype)
+    exact = _exact_weights(None, None, C, kernels.COST_GIVEN, gamma, N, M, C.dtype)
     dgamma = _run_backward(grad, empty, empty, _view(C), kernels.COST_GIVEN, gamma, x_lengths,
                            y_lengths, window, value, saved, memory, B, N, M, 0, C.dtype,
-                           (empty, empty, dC.numpy()))
+                           (empty, empty, dC.numpy()), exact)
     return _zero_where_infinite(value, dC, dgamma)
