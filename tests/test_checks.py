@@ -1,4 +1,6 @@
 """Every bad input gets a clear error: what was wrong, what was expected, how to fix it."""
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -160,3 +162,50 @@ def test_numpy_inputs_are_accepted_and_callers_tensors_untouched(xy):
     v2 = softdtw.soft_dtw(x.numpy(), y.numpy())
     assert torch.allclose(v1, v2)
     assert torch.equal(x, x_before) and torch.equal(y, y_before)
+
+
+def test_inputs_past_a_backends_range_run_on_the_reference(monkeypatch):
+    """The range guard: a bound on |R'| from the inputs' magnitude picks the exact reference backend when
+    the backend's kernels could not hold it (here a tiny limit stands in for the cpu kernels' 2.5e299)."""
+    from softdtw import _checks
+    from softdtw.backends import reference
+
+    x, y = case(2, 6, 5, 2)
+    want = softdtw.soft_dtw(x, y, 0.5, backend="reference")
+    calls = []
+    forward = reference.forward
+    monkeypatch.setattr(reference, "forward", lambda *a: calls.append(1) or forward(*a))
+    softdtw.soft_dtw(x, y, 0.5, backend="cpu")
+    assert not calls
+    monkeypatch.setitem(_checks.REACH_LIMIT, ("cpu", torch.float64), 1.0)
+    assert torch.equal(softdtw.soft_dtw(x, y, 0.5, backend="cpu"), want) and calls
+    span = _checks.Span("sqeuclidean", 2, 6, 5)
+    assert _checks.reach(3.0, 0.5, span) == pytest.approx(11 * (2 * 36 / (0.5 * math.log(2)) + 2))
+    assert _checks.reach(1e200, 1.0, span) == float("inf")
+    assert _checks.reach(0.0, 1e-320, span) == float("inf")  # 1 / gamma itself past the range
+
+
+def test_deferred_range_check_reruns_on_the_reference():
+    """What the cuda path does after its kernels are queued (simulated on the CPU): a bound past the range
+    discards the result and runs the problem again on the reference backend."""
+    from softdtw import _checks
+
+    class Done:
+        def ok(self):
+            return True
+
+        def synchronize(self):
+            pass
+
+    x, y = case(1, 4, 4, 1)
+    p = _checks.prepare(x, y, 1.0, cost="sqeuclidean", bandwidth=None, itakura_max_slope=None, x_lengths=None,
+                        y_lengths=None, memory="auto", backend="cpu")
+    pending = object.__new__(_checks._Pending)
+    pending.check, pending.event, pending.span, pending.dtype = Done(), Done(), _checks.Span("sqeuclidean", 1, 4, 4), torch.float64
+    seen = []
+    for v, backend in ((1.0, "cpu"), (1e200, "reference")):
+        pending.host = torch.tensor([v, v, 1.0], dtype=torch.float64)
+        out = _checks.run_checked(p._replace(backend="cuda", pending=pending),
+                                  lambda q: seen.append(q.backend) or q.backend)
+        assert out == ("cuda" if backend == "cpu" else "reference")
+    assert seen == ["cuda", "cuda", "reference"]

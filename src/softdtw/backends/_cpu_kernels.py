@@ -20,9 +20,15 @@ shifted by its minimum ("median trick"): smin(a, b, c) = lo - log2(1 + 2^(lo - m
 two exp2 and one log2, every exponent <= 0. exp2 and log2 are polynomials written here (Numba has
 no vector libm without Intel SVML, and a call to libm stops the vectoriser); their relative error
 is ~2.5e-7 in float32 and ~1e-15 in float64. +inf is replaced by a large finite sentinel, so no
-inf - inf or NaN appears. The backward uses the normalised weights of Cuturi & Blondel's
+inf - inf or NaN appears: every cell's R' saturates at it (a +inf cost, a forbidden cell, or a
+cell cut off from every finite path holds the sentinel), and an end value from half of it on is
++inf (_end_value). cpu.py runs only problems whose finite R' stay within a quarter of the
+sentinel (_check_range: a float64 state otherwise, and float64 data past it goes to the reference
+backend). The backward uses the normalised weights of Cuturi & Blondel's
 Algorithm 2: each cell s stores the weights of its three predecessors inside its own soft-min,
-w = 2^(S'[s] - R'[p]) <= 1 with S' = R' - C' the soft-min value of s, and E[p] = sum_s E[s] w(p->s).
+w = 2^(S'[s] - R'[p]) <= 1 with S' = R' - C' the soft-min value of s, and E[p] = sum_s E[s] w(p->s);
+or, from the predecessors alone, w = 2^(lo - R'[p]) / Z (_cell_weights_exact: float32 data, and
+R' too large for S' = R' - C' to keep the soft-min).
 
 Two dtypes
 ----------

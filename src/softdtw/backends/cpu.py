@@ -36,6 +36,10 @@ kernels; the arithmetic lives in ``_cpu_kernels.py``.
   banded pair costs its band: two pairs 2^18 x (2^18 - 100) with a band of radius 128, 24 s
   (190 s when every recomputed row was written across all M columns).
 - gamma == 0 is hard DTW; its backward follows the argmin path (ties: diagonal, up, left).
+- Non-finite and extreme numbers: C may hold +inf (a forbidden cell); a pair with no finite path, or
+  whose value overflows the data dtype, gets +inf and a zero gradient. Costs over gamma past what a
+  float32 state holds run with a float64 state; float64 data past 2.5e299 in log2 units raises here
+  (the public functions send such problems to the reference backend first: _checks.REACH_LIMIT).
 
 The first call compiles the kernels (measured on a 2-core CI-class machine: ~40 s for float32,
 ~30 s for float64, forward and backward); Numba caches them on disk (``cache=True``) next to this
