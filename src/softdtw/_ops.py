@@ -382,9 +382,11 @@ def resolve_memory(memory: str, needs_grad: bool, backend: str, kind: str, B: in
             f"smaller batch (or shorter series), or compute values only under torch.no_grad()."
         )
     if memory not in modes:
+        routed = (" Inputs too large for the cpu or cuda kernels to hold exactly run on the reference backend "
+                  "(softdtw._checks.REACH_LIMIT)." if backend == "reference" else "")
         raise NotImplementedError(
             f"memory={memory!r} is not available on the {backend} backend yet (it supports "
-            f"{tuple(m for m in modes if m != 'none')}); use memory='auto'."
+            f"{tuple(m for m in modes if m != 'none')}); use memory='auto'.{routed}"
         )
     need = _mode_bytes(module, memory, kind, B, N, M, D, dtype)
     if need > _SMALL_TABLE and need > _total_bytes(device):
