@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from . import backends
+from ._packed import unpack
 from ._windows import build_window, window_has_path
 from .costs import NAMED_COSTS
 
@@ -391,8 +392,11 @@ def prepare(x, y, gamma, *, cost, bandwidth, itakura_max_slope, x_lengths, y_len
 
     defer: on the cuda backend with default lengths, check the values (NaN, Inf, gamma >= 0) in a kernel
     whose result is read after the caller's kernels are launched: the caller must pass the problem to
-    :func:`run_checked` (or call :func:`finish_check`).
+    :func:`run_checked` (or call :func:`finish_check`). x and y may be PackedSequences (read as a
+    padded batch with its lengths, :mod:`softdtw._packed`).
     """
+    x, x_lengths = unpack(x, x_lengths, "x", "x_lengths")
+    y, y_lengths = unpack(y, y_lengths, "y", "y_lengths")
     x = as_tensor(x, "x")
     y = as_tensor(y, "y")
     unbatched = check_pair(x, y)

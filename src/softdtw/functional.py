@@ -63,8 +63,10 @@ def soft_dtw(x, y, gamma: Union[float, torch.Tensor] = 1.0, *, cost="sqeuclidean
     over the warping paths A from (0, 0) to (n - 1, m - 1).
 
     Args:
-        x: `(B, N, D)` float tensor (or `(N, D)`); steps past `x_lengths` are ignored.
-        y: `(B, M, D)` float tensor (or `(M, D)`); M may differ from N.
+        x: `(B, N, D)` float tensor (or `(N, D)`); steps past `x_lengths` are ignored. A
+            ``torch.nn.utils.rnn.PackedSequence`` is read as its padded batch with its lengths (pairs
+            keep the packing order, also for ``enforce_sorted=False``); x_lengths must then be None.
+        y: `(B, M, D)` float tensor (or `(M, D)`, or a PackedSequence as x); M may differ from N.
         gamma: smoothing >= 0, in the units of the cost (squared units of x for "sqeuclidean");
             a float or a 0-d tensor that may require grad (learnable gamma). 0 gives hard DTW.
         cost: "sqeuclidean" (default), "l1", "cosine", or a callable (x, y) -> `(B, N, M)`.
@@ -140,7 +142,7 @@ def soft_dtw_from_cost(C, gamma: Union[float, torch.Tensor] = 1.0, *, bandwidth=
 
     Example:
         >>> import torch, softdtw
-        >>> softdtw.soft_dtw_from_cost(torch.eye(3), gamma=0.0)
+        >>> softdtw.soft_dtw_from_cost(1.0 - torch.eye(3), gamma=0.0)  # zero cost along the diagonal
         tensor(0.)
     """
     p = prepare_cost(C, gamma, bandwidth=bandwidth, itakura_max_slope=itakura_max_slope, x_lengths=x_lengths,
@@ -176,8 +178,9 @@ def soft_dtw_alignment(x, y, gamma: Union[float, torch.Tensor] = 1.0, *, cost="s
 
     Example:
         >>> import torch, softdtw
+        >>> _ = torch.manual_seed(0)
         >>> E = softdtw.soft_dtw_alignment(torch.randn(5, 1), torch.randn(7, 1), gamma=0.1)
-        >>> E.shape, float(E[0, 0]), float(E[-1, -1])
+        >>> E.shape, round(float(E[0, 0]), 5), round(float(E[-1, -1]), 5)
         (torch.Size([5, 7]), 1.0, 1.0)
     """
     p = prepare(x, y, gamma, cost=cost, bandwidth=bandwidth, itakura_max_slope=itakura_max_slope,
