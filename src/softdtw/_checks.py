@@ -125,6 +125,44 @@ def check_finite(t: torch.Tensor, name: str) -> None:
         )
 
 
+def nan_padding(t: torch.Tensor, name: str, lengths, lengths_name: str):
+    """Read NaN padding as lengths: trailing steps whose features are all NaN (tslearn's
+    ``to_time_series_dataset`` writes unequal lengths this way) end each series.
+
+    t: `(B, T, D)`. Returns ``(t, lengths)``: unchanged when t has no NaN; otherwise a copy with the
+    padding set to 0 (the caller's tensor and autograd graph are kept) and `(B,)` int64 lengths.
+    NaN inside a series, a series of NaN only, or NaN padding together with explicit lengths raise.
+    """
+    nan = torch.isnan(t)
+    if not bool(nan.any()):
+        return t, lengths
+    B, T, D = t.shape
+    observed = ~nan.all(-1)  # (B, T): steps with at least one value
+    steps = torch.arange(1, T + 1, device=t.device)
+    n = (observed * steps).amax(-1)  # 1 + the last observed step; 0 for an all-NaN series
+    if bool((n == 0).any()):
+        b = int((n == 0).nonzero()[0, 0])
+        raise ValueError(f"series {b} of {name} is NaN at every step; every series needs at least one "
+                         f"observed step. Remove it from the batch.")
+    inside = nan & (steps <= n.unsqueeze(1)).unsqueeze(-1)
+    if bool(inside.any()):
+        b, i, d = (int(v) for v in inside.nonzero()[0])
+        where = f"step {i}" + (f", feature {d}" if D > 1 else "")
+        raise ValueError(
+            f"{name} contains NaN values inside series {b} ({where}, before its last observed step "
+            f"{int(n[b]) - 1}). NaN is read only as padding (whole steps at the end of a series, as tslearn's "
+            f"to_time_series_dataset writes them), which gives {lengths_name}; impute missing values first "
+            f"(e.g. linear interpolation)."
+        )
+    if lengths is not None:
+        raise ValueError(
+            f"{name} is NaN-padded (its trailing all-NaN steps give each series its length) and "
+            f"{lengths_name} was given too; pass one of them: drop {lengths_name}, or fill the padding "
+            f"with any finite value."
+        )
+    return torch.where(nan, torch.zeros((), dtype=t.dtype, device=t.device), t), n.to(torch.int64)
+
+
 def check_pair(x: torch.Tensor, y: torch.Tensor, xname: str = "x", yname: str = "y") -> bool:
     """Shapes, devices and dtypes of a pair of batches. Returns True if the inputs were unbatched."""
     for t, name in ((x, xname), (y, yname)):
@@ -368,6 +406,13 @@ def finish_check(p: Problem) -> None:
     same = p.y is p.x  # prepare_cost keeps C in both
     for t, name in ((p.x, "C" if same else "x"), (None if same else p.y, "y")):
         if t is not None:
+            if not same and bool(torch.isnan(t).any()):
+                nan_padding(t, name, None, f"{name}_lengths")  # NaN that is not padding: its own message
+                raise ValueError(
+                    f"{name} contains NaN. NaN padding (whole steps at the end of a series) is read as lengths "
+                    f"everywhere except by soft_dtw / soft_dtw_divergence / SoftDTW on CUDA tensors, which check "
+                    f"values without waiting for the GPU: there pass {name}_lengths and fill the padding with 0."
+                )
             check_finite(t, name)
     _check_gamma_value(float(p.gamma.detach()))
 
@@ -408,6 +453,9 @@ def prepare(x, y, gamma, *, cost, bandwidth, itakura_max_slope, x_lengths, y_len
     check_band(bandwidth, itakura_max_slope)
     check_memory(memory)
     backend = resolve_backend(backend, x.device)
+    if _value_checks_enabled() and not (defer and backend == "cuda"):  # the deferred check cannot look
+        x, x_lengths = nan_padding(x, "x", x_lengths, "x_lengths")
+        y, y_lengths = nan_padding(y, "y", y_lengths, "y_lengths")
     dtype = compute_dtype(x.dtype)
     out_dtype = x.dtype
     B, N, _ = x.shape

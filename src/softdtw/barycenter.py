@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from .functional import soft_dtw
-from .pairwise import as_series_set, as_set_lengths
+from .pairwise import as_padded_set, as_set_lengths
 
 __all__ = ["soft_dtw_barycenter", "BarycenterResult"]
 
@@ -87,7 +87,8 @@ def soft_dtw_barycenter(X, gamma: float = 1.0, *, weights=None, groups=None, n_g
         init: "mean" / None (default: the weighted mean of each group's series, each resampled to
             ``length`` steps) or a tensor `(L, D)` (one barycenter) / `(K, L, D)` (groups).
         length: L, steps of the barycenter (default: the init's, else the longest series).
-        x_lengths: optional `(P,)` int valid lengths of the series of X.
+        x_lengths: optional `(P,)` int valid lengths of the series of X (or NaN padding: trailing
+            all-NaN steps end a series).
         max_iter: iterations (L-BFGS iterations, each with a strong-Wolfe line search; or Adam steps).
         tol: stop when (F_prev - F) / max(|F_prev|, |F|, 1) <= tol (scipy's ftol criterion).
         method: "lbfgs" (default) or "adam".
@@ -118,7 +119,7 @@ def soft_dtw_barycenter(X, gamma: float = 1.0, *, weights=None, groups=None, n_g
         >>> res.barycenter.shape, bool(res.losses[-1].sum() <= res.losses[0].sum())
         (torch.Size([3, 64, 1]), True)
     """
-    X = as_series_set(X, "X")
+    X, x_lengths = as_padded_set(X, "X", x_lengths, "x_lengths")  # NaN padding -> lengths
     P, T, D = X.shape
     device = X.device
     dtype = torch.float32 if X.dtype in (torch.float16, torch.bfloat16) else X.dtype

@@ -193,8 +193,9 @@ def dtw(x, y, *, cost="sqeuclidean", bandwidth=None, itakura_max_slope=None, x_l
         memory: str = "auto", backend=None) -> torch.Tensor:
     """Hard DTW: the cost summed along the optimal path (soft-DTW with gamma = 0).
 
-    With the default cost this is the *squared* Euclidean cost summed along the path — tslearn's
-    ``dtw`` returns the square root of this. Arguments as :func:`soft_dtw`.
+    With the default cost this is the sum of *squared* Euclidean distances along the path: tslearn's
+    ``dtw`` squared (``tslearn.metrics.dtw(a, b) == softdtw.dtw(a, b).sqrt()``). Arguments as
+    :func:`soft_dtw`.
 
     Returns:
         `(B,)` values (0-d for unbatched inputs), same dtype as x. Devices: CPU, CUDA.
