@@ -45,6 +45,7 @@ class SoftDTW(nn.Module):
 
     Example:
         >>> import torch, softdtw
+        >>> _ = torch.manual_seed(0)
         >>> loss_fn = softdtw.SoftDTW(gamma=0.1, normalize=True, reduction="mean")
         >>> pred = torch.randn(4, 20, 3, requires_grad=True)
         >>> loss = loss_fn(pred, torch.randn(4, 25, 3))
@@ -94,6 +95,7 @@ class SoftDTWDivergence(SoftDTW):
 
     Example:
         >>> import torch, softdtw
+        >>> _ = torch.manual_seed(0)
         >>> x = torch.randn(2, 8, 1)
         >>> softdtw.SoftDTWDivergence(gamma=0.5)(x, x)
         tensor([0., 0.])
