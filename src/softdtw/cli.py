@@ -372,12 +372,18 @@ def _cmd_bench(args) -> int:
               f"{', '.join(sorted(p.name for p in (root / 'benchmarks').glob('*.py'))) or 'none'}.")
         return 1
     extra = [a for a in args.args if a != "--"]
-    print(f"running {script.relative_to(root)} ({'CUDA' if script_name == 'gpu.py' else 'CPU'}) "
-          f"{' '.join(extra)}".rstrip(), flush=True)
+    kind = "gpu" if script_name == "gpu.py" else "cpu"
+    # Results go where the user says, else to a new file in the working directory: never over the
+    # tracked headline results in benchmarks/results/.
+    out = Path(args.out) if args.out else Path(f"softdtw-bench-{kind}-{time.strftime('%Y%m%d-%H%M%S')}.json")
+    out = out.resolve()
+    print(f"running {script.relative_to(root)} ({kind.upper()}) {' '.join(extra)}".rstrip() +
+          f"; results to {out} (and .md)", flush=True)
     env = dict(os.environ)
     src = str(root / "src")
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return subprocess.call([sys.executable, str(script), *extra], cwd=str(root), env=env)
+    env.setdefault("PYTHONUNBUFFERED", "1")  # rows appear as they are measured
+    return subprocess.call([sys.executable, str(script), "--out", str(out), *extra], cwd=os.getcwd(), env=env)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -447,8 +453,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", help="run the benchmark for this device (benchmarks/gpu.py or cpu.py)",
                        description="Runs benchmarks/gpu.py when CUDA is available, else benchmarks/cpu.py, from the "
-                                   "source checkout this softdtw was installed from; further arguments are passed "
+                                   "source checkout this softdtw was installed from, printing each row as it is "
+                                   "measured; further arguments (e.g. --quick, or --smoke on the CPU) are passed "
                                    "to the script.")
+    p.add_argument("--out", default=None,
+                   help="JSON file for the results, a .md table next to it (default: a new "
+                        "softdtw-bench-cpu|gpu-YYYYmmdd-HHMMSS.json in the working directory)")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the benchmark script")
     p.set_defaults(func=_cmd_bench)
     return parser
