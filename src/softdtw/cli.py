@@ -294,11 +294,26 @@ def _read_set(path: str):
     return torch.from_numpy(arr), None, None
 
 
+def _feature_list(spec: Optional[str], D: int) -> Optional[List[int]]:
+    """--features "0,3,5" -> [0, 3, 5] (checked against D); None -> None (the figure picks)."""
+    if spec is None:
+        return None
+    try:
+        feats = [int(v) for v in spec.split(",") if v.strip()]
+    except ValueError:
+        feats = []
+    if not feats or any(not 0 <= f < D for f in feats):
+        raise CLIError(f"--features {spec}: expected comma-separated feature indices in [0, {D}) (the series have "
+                       f"{D} features), e.g. --features 0,1.")
+    return feats
+
+
 def _cmd_cluster(args) -> int:
     from .clustering import adjusted_rand_index, soft_dtw_kmeans
 
     X, labels, lengths = _read_set(args.file)
     P = X.shape[0]
+    feats = _feature_list(args.features, X.shape[2])  # checked before the clustering runs
     if not 1 <= args.k <= P:
         raise CLIError(f"-k {args.k}: the number of clusters must be between 1 and the number of series ({P}).")
     dev = _device(args.device)
@@ -341,6 +356,7 @@ def _cmd_cluster(args) -> int:
         else:
             from .plotting import plot_clusters
             written.append(_save(plot_clusters(Xd, res.labels, res.centers, x_lengths=lengths,
+                                               features=feats,
                                                title=f"soft-DTW k-means, K={args.k}, γ={args.gamma:g}"),
                                  out / "centers.png"))
     print("wrote: " + ", ".join(str(p) for p in written))
@@ -448,6 +464,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto", help="auto (GPU when present), cpu, cuda or cuda:N")
     p.add_argument("--out", default="softdtw-cluster", help="output directory (default ./softdtw-cluster)")
     p.add_argument("--no-figure", action="store_true", help="do not write centers.png")
+    p.add_argument("--features", default=None, metavar="I,J,...",
+                   help="features to draw in centers.png, one panel each (default: all up to 4, else a heatmap "
+                        "of each centre)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=_cmd_cluster)
 
