@@ -1,4 +1,6 @@
 """The softdtw command line end to end: every command runs and writes its files."""
+import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -201,10 +203,60 @@ def test_bench_runs_the_script_for_the_device(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(cli, "_checkout_root", lambda: tmp_path)
     calls = []
     monkeypatch.setattr(cli.subprocess, "call", lambda cmd, **kw: calls.append((cmd, kw)) or 0)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
     assert cli.main(["bench", "--quick"]) == 0
     cmd, kw = calls[0]
-    assert cmd[0] == sys.executable and cmd[1].endswith(("cpu.py", "gpu.py")) and cmd[2:] == ["--quick"]
-    assert kw["cwd"] == str(tmp_path)
+    assert cmd[0] == sys.executable and cmd[1].endswith(("cpu.py", "gpu.py")) and cmd[-1] == "--quick"
+    # Default: a new timestamped file in the working directory, not benchmarks/results/.
+    out = Path(cmd[cmd.index("--out") + 1])
+    assert out.parent == work and re.fullmatch(r"softdtw-bench-(cpu|gpu)-\d{8}-\d{6}\.json", out.name)
+    assert kw["cwd"] == str(work)
+    assert "results to " + str(out) in capsys.readouterr().out
+    # --out, relative to the working directory.
+    assert cli.main(["bench", "--out", "mine/b.json", "--smoke"]) == 0
+    cmd, _ = calls[1]
+    assert cmd[cmd.index("--out") + 1] == str(work / "mine" / "b.json") and cmd[-1] == "--smoke"
+
+
+def _load_cpu_bench(monkeypatch, tslearn_installed):
+    """benchmarks/cpu.py as a fresh module (tslearn hidden when not tslearn_installed)."""
+    import importlib.util
+
+    if not tslearn_installed:
+        for name in [m for m in sys.modules if m == "tslearn" or m.startswith("tslearn.")]:
+            monkeypatch.delitem(sys.modules, name)
+        monkeypatch.setitem(sys.modules, "tslearn", None)
+        monkeypatch.setitem(sys.modules, "tslearn.metrics", None)
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "cpu.py"
+    spec = importlib.util.spec_from_file_location("_bench_cpu_under_test", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("tslearn_installed", [True, False])
+def test_cpu_bench_smoke_run_writes_where_asked_and_shows_rows(monkeypatch, tmp_path, capsys, tslearn_installed):
+    if tslearn_installed:
+        pytest.importorskip("tslearn")
+    bench = _load_cpu_bench(monkeypatch, tslearn_installed)
+    out = tmp_path / "r" / "cpu.json"
+    bench.main(["--smoke", "--out", str(out)])
+    text = capsys.readouterr().out
+    rows = json.loads(out.read_text())["rows"]
+    assert out.with_suffix(".md").is_file()
+    impls = {r["impl"] for r in rows}
+    assert "softdtw.soft_dtw (cpu backend)" in impls and "softdtw backends.cpu forward(memory='none')" in impls
+    assert ("tslearn cdist_soft_dtw" in impls) == tslearn_installed
+    # Each row is printed as it is measured, before the final table.
+    assert text.index("softdtw backends.cpu forward+backward") < text.index("# CPU benchmark")
+    missing = "tslearn is not available"
+    assert (missing in text) != tslearn_installed
+    if not tslearn_installed:
+        line = next(t for t in text.splitlines() if missing in t)
+        assert "pip install tslearn" in line and "Traceback" not in text
+        assert all(r["ratio_vs_tslearn"] is None for r in rows)
 
 
 def test_python_dash_m_softdtw():

@@ -346,6 +346,20 @@ def _read_set(path: str):
     return X, None, lengths
 
 
+def _feature_list(spec: Optional[str], D: int) -> Optional[List[int]]:
+    """--features "0,3,5" -> [0, 3, 5] (checked against D); None -> None (the figure picks)."""
+    if spec is None:
+        return None
+    try:
+        feats = [int(v) for v in spec.split(",") if v.strip()]
+    except ValueError:
+        feats = []
+    if not feats or any(not 0 <= f < D for f in feats):
+        raise CLIError(f"--features {spec}: expected comma-separated feature indices in [0, {D}) (the series have "
+                       f"{D} features), e.g. --features 0,1.")
+    return feats
+
+
 def _cmd_cluster(args) -> int:
     from sklearn.metrics import adjusted_rand_score
 
@@ -354,6 +368,7 @@ def _cmd_cluster(args) -> int:
 
     X, labels, lengths = _read_set(args.file)
     P = X.shape[0]
+    feats = _feature_list(args.features, X.shape[2])  # checked before the clustering runs
     if not 1 <= args.k <= P:
         raise CLIError(f"-k {args.k}: the number of clusters must be between 1 and the number of series ({P}).")
     dev = _device(args.device)
@@ -400,6 +415,7 @@ def _cmd_cluster(args) -> int:
         else:
             from .plotting import plot_clusters
             written.append(_save(plot_clusters(Xd, res.labels, res.centers, x_lengths=lengths,
+                                               features=feats,
                                                title=f"soft-DTW k-means, K={args.k}, {_gamma_text(g, args.gamma)}"),
                                  out / "centers.png"))
     print("wrote: " + ", ".join(str(p) for p in written))
@@ -431,12 +447,18 @@ def _cmd_bench(args) -> int:
               f"{', '.join(sorted(p.name for p in (root / 'benchmarks').glob('*.py'))) or 'none'}.")
         return 1
     extra = [a for a in args.args if a != "--"]
-    print(f"running {script.relative_to(root)} ({'CUDA' if script_name == 'gpu.py' else 'CPU'}) "
-          f"{' '.join(extra)}".rstrip(), flush=True)
+    kind = "gpu" if script_name == "gpu.py" else "cpu"
+    # Results go where the user says, else to a new file in the working directory: never over the
+    # tracked headline results in benchmarks/results/.
+    out = Path(args.out) if args.out else Path(f"softdtw-bench-{kind}-{time.strftime('%Y%m%d-%H%M%S')}.json")
+    out = out.resolve()
+    print(f"running {script.relative_to(root)} ({kind.upper()}) {' '.join(extra)}".rstrip() +
+          f"; results to {out} (and .md)", flush=True)
     env = dict(os.environ)
     src = str(root / "src")
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return subprocess.call([sys.executable, str(script), *extra], cwd=str(root), env=env)
+    env.setdefault("PYTHONUNBUFFERED", "1")  # rows appear as they are measured
+    return subprocess.call([sys.executable, str(script), "--out", str(out), *extra], cwd=os.getcwd(), env=env)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -507,13 +529,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto", help="auto (GPU when present), cpu, cuda or cuda:N")
     p.add_argument("--out", default="softdtw-cluster", help="output directory (default ./softdtw-cluster)")
     p.add_argument("--no-figure", action="store_true", help="do not write centers.png")
+    p.add_argument("--features", default=None, metavar="I,J,...",
+                   help="features to draw in centers.png, one panel each (default: all up to 4, else a heatmap "
+                        "of each centre)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=_cmd_cluster)
 
     p = sub.add_parser("bench", help="run the benchmark for this device (benchmarks/gpu.py or cpu.py)",
                        description="Runs benchmarks/gpu.py when CUDA is available, else benchmarks/cpu.py, from the "
-                                   "source checkout this softdtw was installed from; further arguments are passed "
+                                   "source checkout this softdtw was installed from, printing each row as it is "
+                                   "measured; further arguments (e.g. --quick, or --smoke on the CPU) are passed "
                                    "to the script.")
+    p.add_argument("--out", default=None,
+                   help="JSON file for the results, a .md table next to it (default: a new "
+                        "softdtw-bench-cpu|gpu-YYYYmmdd-HHMMSS.json in the working directory)")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the benchmark script")
     p.set_defaults(func=_cmd_bench)
     return parser

@@ -149,6 +149,7 @@ def pairwise_soft_dtw(X, Y=None, gamma: Union[float, torch.Tensor] = 1.0, *, div
     Example:
         >>> import torch
         >>> from softdtw.pairwise import pairwise_soft_dtw
+        >>> _ = torch.manual_seed(0)
         >>> X = torch.randn(5, 20, 2)
         >>> K = pairwise_soft_dtw(X, gamma=0.1, divergence=True)
         >>> K.shape, bool(K.diagonal().abs().max() < 1e-4)
