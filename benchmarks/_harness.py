@@ -1,7 +1,9 @@
 """Small helpers shared by the benchmark scripts: wall-clock timing, machine facts, result files.
 
-Results go to ``benchmarks/results/<name>.json`` ({"device", "torch", "numba", "git_sha", ...,
-"rows": [...]}, as in STYLE.md) and a Markdown table next to it (same name, ``.md``).
+Results go to a JSON file ({"device", "torch", "numba", "git_sha", ..., "rows": [...]}, as in
+STYLE.md) and a Markdown table next to it (same name, ``.md``): by default a new timestamped file in
+the working directory (:func:`default_out`); the headline results in ``benchmarks/results/`` are
+refreshed only on purpose, with ``--out benchmarks/results/<name>.json``.
 """
 from __future__ import annotations
 
@@ -9,7 +11,9 @@ import json
 import os
 import platform
 import subprocess
+import sys
 import time
+from datetime import datetime
 from pathlib import Path
 from statistics import median
 from typing import Callable, Mapping, Sequence
@@ -17,22 +21,46 @@ from typing import Callable, Mapping, Sequence
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def interleaved_median_ms(fns: Mapping[str, Callable[[], object]], reps: int, warmup: int = 1) -> dict:
+def default_out(name: str) -> Path:
+    """``./softdtw-bench-<name>-YYYYmmdd-HHMMSS.json`` in the working directory (never a tracked file)."""
+    return Path.cwd() / f"softdtw-bench-{name}-{datetime.now():%Y%m%d-%H%M%S}.json"
+
+
+def interleaved_median_ms(fns: Mapping[str, Callable[[], object]], reps: int, warmup: int = 1,
+                          desc: str = "") -> dict:
     """Median wall-clock ms of each function, timed in alternation.
 
     Every function is warmed up first; then each repetition runs all of them once, in turn, so a
     burst of load from other processes on a shared machine hits every implementation alike and
-    the ratios stay meaningful even when the absolute times move.
+    the ratios stay meaningful even when the absolute times move. With ``desc``, a progress bar
+    (tqdm, on stderr) counts the calls.
     """
-    for fn in fns.values():
-        for _ in range(warmup):
-            fn()
-    times = {name: [] for name in fns}
-    for _ in range(reps):
+    bar = None
+    if desc:
+        from tqdm import tqdm
+        bar = tqdm(total=(warmup + reps) * len(fns), desc=desc, unit="call", leave=False, file=sys.stderr,
+                   dynamic_ncols=True)
+    try:
         for name, fn in fns.items():
-            start = time.perf_counter()
-            fn()
-            times[name].append((time.perf_counter() - start) * 1e3)
+            for _ in range(warmup):
+                if bar is not None:
+                    bar.set_postfix_str(f"warm-up: {name}")
+                fn()
+                if bar is not None:
+                    bar.update(1)
+        times = {name: [] for name in fns}
+        for _ in range(reps):
+            for name, fn in fns.items():
+                if bar is not None:
+                    bar.set_postfix_str(name)
+                start = time.perf_counter()
+                fn()
+                times[name].append((time.perf_counter() - start) * 1e3)
+                if bar is not None:
+                    bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
     return {name: median(t) for name, t in times.items()}
 
 

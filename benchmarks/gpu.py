@@ -355,7 +355,7 @@ def tiny(quick: bool):
     ms = wall_ms(backend_step(x, y, gamma, full_lengths(1, 16, 16), "store"), calls)
     rows.append(row("softdtw-backend", "forward_backward", 1, 16, 16, 1, "store", ms, note="wall clock per call"))
     # What PyTorch's autograd alone costs per call on this machine, for the API row to be read against: one
-    # multiply forward, its backward through the engine's device thread (results/h100_api_split.json).
+    # multiply forward, its backward through the engine's device thread (results/ab/h100_api_split.json).
     ms = wall_ms(autograd_floor_step(x), calls)
     rows.append(row(AUTOGRAD_FLOOR, "forward_backward", 1, 16, 16, 1, "-", ms,
                     note="wall clock per call: xc = x.clone().requires_grad_(); (xc * 2).sum().backward()"))

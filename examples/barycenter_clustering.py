@@ -15,9 +15,10 @@ import time
 from pathlib import Path
 
 import torch
+from sklearn.metrics import adjusted_rand_score
 
 from softdtw.barycenter import soft_dtw_barycenter
-from softdtw.clustering import SoftDTWKMeans, adjusted_rand_index
+from softdtw.clustering import SoftDTWKMeans
 from softdtw.datasets import CBF_CLASSES, make_cbf
 
 
@@ -56,11 +57,11 @@ def main():
     # 2. k-means ----------------------------------------------------------------------------------
     t = time.perf_counter()
     km = SoftDTWKMeans(3, gamma=1.0, random_state=0, max_iter=10, barycenter_max_iter=min(10, args.max_iter)).fit(X)
-    ari_sdtw = adjusted_rand_index(y, km.labels_)
+    ari_sdtw = adjusted_rand_score(y.cpu().numpy(), km.labels_)
     print(f"\nsoft-DTW k-means: ARI {ari_sdtw:.3f}, inertia {km.inertia_:.1f} after {km.n_iter_} rounds "
           f"({time.perf_counter() - t:.1f} s); inertia per round: "
           + ", ".join(f"{v:.0f}" for v in km.losses_.tolist()))
-    ari_euc = adjusted_rand_index(y, euclidean_kmeans(X.cpu(), 3))
+    ari_euc = adjusted_rand_score(y.cpu().numpy(), euclidean_kmeans(X.cpu(), 3).numpy())
     print(f"Euclidean k-means: ARI {ari_euc:.3f}")
 
     try:
@@ -87,7 +88,7 @@ def main():
                 ax.set_ylabel(CBF_CLASSES[k])
     fig.suptitle("Class averages of Cylinder-Bell-Funnel: Euclidean mean vs soft-DTW barycenters", fontsize="medium")
     fig.savefig(out / "barycenters.png", dpi=100)
-    plot_clusters(Xc, km.labels_, km.cluster_centers_.cpu(),
+    plot_clusters(Xc, torch.from_numpy(km.labels_), torch.from_numpy(km.cluster_centers_),
                   title=f"soft-DTW k-means (ARI {ari_sdtw:.2f}; Euclidean k-means {ari_euc:.2f})"
                   ).savefig(out / "clusters.png", dpi=100)
     print(f"\nfigures: {out / 'barycenters.png'}, {out / 'clusters.png'}")

@@ -1,4 +1,6 @@
 """soft_dtw_barycenter: objective vs tslearn, batching, lengths, weights, methods, errors."""
+import math
+
 import pytest
 import torch
 
@@ -147,3 +149,29 @@ def test_cuda_batched_barycenters_match_cpu():
     torch.testing.assert_close(gpu.losses[0], cpu.losses[0], rtol=1e-4, atol=1e-3)
     assert float(gpu.losses[-1].sum()) <= float(cpu.losses[0].sum())
     assert float(gpu.losses[-1].sum()) == pytest.approx(float(cpu.losses[-1].sum()), rel=2e-2)
+
+
+@pytest.mark.parametrize("phi, t0", [
+    (lambda t: ((t - 2.0) ** 2, 2.0 * (t - 2.0)), 1e-3),        # extrapolates to the minimum at 2
+    (lambda t: ((t - 2.0) ** 2, 2.0 * (t - 2.0)), 50.0),        # zooms back from far beyond it
+    (lambda t: (math.cos(3 * t) - t, -3 * math.sin(3 * t) - 1) if t < 1.5 else (math.inf, math.nan), 1.0),
+    (lambda t: ((t - 1.0) ** 4, 4 * (t - 1.0) ** 3) if t < 5 else (math.inf, math.nan), 100.0),  # inf past 5
+])
+def test_line_search_returns_a_strong_wolfe_step(phi, t0):
+    from softdtw.barycenter import _strong_wolfe
+    f0, g0 = phi(0.0)
+    t, f, payload = _strong_wolfe(lambda t: (*phi(t), t), f0, g0, t0, xtol=1e-12)
+    assert t > 0 and payload == t and f == phi(t)[0]
+    assert f <= f0 + 1e-4 * t * g0                     # sufficient decrease
+    assert abs(phi(t)[1]) <= 0.9 * abs(g0)             # curvature (strong)
+
+
+def test_line_search_on_an_ascent_direction_gives_up_without_a_step():
+    from softdtw.barycenter import _strong_wolfe
+    assert _strong_wolfe(lambda t: (t, 1.0, None), 0.0, -1.0, 1.0, xtol=1e-9) == (0.0, 0.0, None)
+
+
+def test_no_private_torch_optimizer_api():
+    import softdtw.barycenter as mod
+    source = open(mod.__file__).read()
+    assert "torch.optim" not in source and "_strong_wolfe(" in source

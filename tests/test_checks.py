@@ -56,7 +56,7 @@ def test_nan_or_inf_values(xy, bad):
         assert torch.isfinite(v[0]) and v[1] == float("inf")
     else:
         kind = "NaN" if bad != bad else "-inf"
-        with pytest.raises(ValueError, match=rf"C contains {kind} at 5 of 60 cells \(the first at index "
+        with pytest.raises(ValueError, match=rf"C contains {kind} values at 5 of 60 cells \(the first at index "
                                              rf"\(1, 2, 0\)\).*\+inf marks a forbidden cell"):
             softdtw.soft_dtw_from_cost(C, 1.0)
 
@@ -66,7 +66,7 @@ def test_cost_callable_output_is_checked(xy):
         C = torch.cdist(a, b) ** 2
         return torch.where(C > 2.0, C, torch.full_like(C, float("nan")))
 
-    with pytest.raises(ValueError, match=r"the output of the cost callable 'broken' contains NaN at \d+ of 60"):
+    with pytest.raises(ValueError, match=r"the output of the cost callable 'broken' contains NaN values at \d+ of 60"):
         softdtw.soft_dtw(*xy, cost=broken)
     with pytest.raises(ValueError, match=r"'<lambda>' contains -inf"):
         softdtw.soft_dtw(*xy, cost=lambda a, b: torch.full((2, 6, 5), -float("inf")))

@@ -1,4 +1,6 @@
 """The softdtw command line end to end: every command runs and writes its files."""
+import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -81,12 +83,70 @@ def test_align_csv_npy_and_ucr_line(tmp_path, capsys):
     (["align", f"{DATA / 'uni_equal.ts'}:7", f"{DATA / 'uni_equal.ts'}:0"], "index 7 out of range; the file has 3"),
     (["cluster", str(DATA / "uni_equal.ts"), "-k", "5"], "between 1 and the number of series"),
     (["cluster", "missing.tsv", "-k", "2"], "no such file"),
+    (["cluster", str(DATA), "-k", "2"], r"data: is a directory; give one file"),
+    (["align", str(DATA), str(DATA / "uni_equal.ts")], r"data: is a directory; give one file"),
 ])
 def test_errors_are_one_line_with_status_2(args, match, capsys):
     assert cli.main(args) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"softdtw {args[0]}: error:")
     assert __import__("re").search(match, err), err
+
+
+@pytest.mark.parametrize("make, args, match", [
+    (lambda d: (d / "x.ts").write_bytes(b"\x93NUMPY\x82\x00"), ["cluster", "{d}/x.ts", "-k", "2"],
+     r"x.ts: not a text file \(byte 0x93 is not UTF-8\)"),
+    (lambda d: (d / "x.csv").write_bytes(b"\x82\xff\x00"), ["cluster", "{d}/x.csv", "-k", "2"],
+     r"x.csv: not a text file"),
+    (lambda d: (d / "x.npy").write_bytes(b"garbage, not numpy"), ["align", "{d}/x.npy", "{d}/x.npy"],
+     r"x.npy: not a readable .npy array"),
+    (lambda d: np.save(d / "o.npy", np.array([{"a": 1}], dtype=object)), ["align", "{d}/o.npy", "{d}/o.npy"],
+     r"o.npy: not a readable .npy array"),
+    (lambda d: None, ["align", "a", "b", "--gamma", "sharp"], r"argument --gamma: expected a number >= 0 or 'auto'"),
+])
+def test_unreadable_inputs_are_named(tmp_path, capsys, make, args, match):
+    make(tmp_path)
+    args = [a.format(d=tmp_path) for a in args]
+    if "--gamma" in args:
+        with pytest.raises(SystemExit):
+            cli.main(args)
+    else:
+        assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert __import__("re").search(match, err), err
+
+
+def _printed(text, pattern):
+    import re
+    return float(re.search(pattern + r" = (\S+)", text).group(1))
+
+
+def test_align_gamma_auto_keeps_soft_dtw_near_dtw(tmp_path, capsys):
+    # Two warped smooth curves, z-normalised by --standardize: the case where gamma = 1 gives
+    # soft-DTW = -243 beside DTW = 0.94 (the entropy of the ~10^100 paths dominates).
+    t = np.linspace(0, 1, 150)
+    a = np.exp(-((t - 0.4) / 0.1) ** 2) + 0.3 * np.sin(6 * t)
+    b = np.exp(-((t ** 1.3 - 0.45) / 0.1) ** 2) + 0.3 * np.sin(6 * t ** 1.1)
+    np.save(tmp_path / "a.npy", a)
+    np.save(tmp_path / "b.npy", b)
+    assert cli.main(["align", str(tmp_path / "a.npy"), str(tmp_path / "b.npy"), "--standardize", "--no-figure"]) == 0
+    text = capsys.readouterr().out
+    assert "(auto)" in text
+    sd, dtw = _printed(text, r"soft-DTW \(.*?\)"), _printed(text, "   DTW")
+    assert 0 < dtw and (1 - 0.11) * dtw <= sd <= dtw, text
+    assert cli.main(["align", str(tmp_path / "a.npy"), str(tmp_path / "b.npy"), "--standardize", "--no-figure",
+                     "--gamma", "1"]) == 0
+    assert _printed(capsys.readouterr().out, r"soft-DTW \(γ=1\)") < -100
+
+
+def test_cluster_and_demo_take_gamma_auto(tmp_path, capsys):
+    out = tmp_path / "cl"
+    assert cli.main(["cluster", str(DATA / "uni_unequal_missing.ts"), "-k", "2", "--max-iter", "2",
+                     "--barycenter-iter", "2", "--out", str(out), "--no-progress", "--no-figure",
+                     "--gamma", "auto"]) == 0
+    assert "gamma auto: " in capsys.readouterr().out
+    assert cli.main(SMALL_DEMO + ["--no-figures", "--gamma", "auto"]) == 0
+    assert "(auto)" in capsys.readouterr().out
 
 
 def test_cluster_ucr_file_writes_labels_centers_and_png(tmp_path, capsys):
@@ -114,6 +174,22 @@ def test_cluster_npy_without_labels(tmp_path, capsys):
     assert np.loadtxt(out / "labels.csv", delimiter=",", skiprows=1).shape == (12, 2)
 
 
+def test_cluster_nan_padded_npy(tmp_path, capsys):
+    from softdtw.datasets import make_cbf
+    X, _ = make_cbf(12, 24, seed=0)
+    arr = X.numpy().copy()
+    arr[::2, 16:] = np.nan  # tslearn's to_time_series_dataset layout: half the series have 16 steps
+    np.save(tmp_path / "x.npy", arr)
+    out = tmp_path / "cl"
+    assert cli.main(["cluster", str(tmp_path / "x.npy"), "-k", "2", "--max-iter", "2", "--barycenter-iter", "2",
+                     "--out", str(out), "--no-figure", "--standardize", "--no-progress"]) == 0
+    assert np.isfinite(np.load(out / "centers.npy")).all()
+    arr[1, 3, 0] = np.nan
+    np.save(tmp_path / "bad.npy", arr)
+    assert cli.main(["cluster", str(tmp_path / "bad.npy"), "-k", "2"]) == 2
+    assert "bad.npy contains NaN values inside series 1 (step 3" in capsys.readouterr().err
+
+
 def test_bench_outside_a_checkout_says_so(monkeypatch, capsys):
     monkeypatch.setattr(cli, "_checkout_root", lambda: None)
     assert cli.main(["bench"]) == 1
@@ -127,10 +203,60 @@ def test_bench_runs_the_script_for_the_device(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(cli, "_checkout_root", lambda: tmp_path)
     calls = []
     monkeypatch.setattr(cli.subprocess, "call", lambda cmd, **kw: calls.append((cmd, kw)) or 0)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
     assert cli.main(["bench", "--quick"]) == 0
     cmd, kw = calls[0]
-    assert cmd[0] == sys.executable and cmd[1].endswith(("cpu.py", "gpu.py")) and cmd[2:] == ["--quick"]
-    assert kw["cwd"] == str(tmp_path)
+    assert cmd[0] == sys.executable and cmd[1].endswith(("cpu.py", "gpu.py")) and cmd[-1] == "--quick"
+    # Default: a new timestamped file in the working directory, not benchmarks/results/.
+    out = Path(cmd[cmd.index("--out") + 1])
+    assert out.parent == work and re.fullmatch(r"softdtw-bench-(cpu|gpu)-\d{8}-\d{6}\.json", out.name)
+    assert kw["cwd"] == str(work)
+    assert "results to " + str(out) in capsys.readouterr().out
+    # --out, relative to the working directory.
+    assert cli.main(["bench", "--out", "mine/b.json", "--smoke"]) == 0
+    cmd, _ = calls[1]
+    assert cmd[cmd.index("--out") + 1] == str(work / "mine" / "b.json") and cmd[-1] == "--smoke"
+
+
+def _load_cpu_bench(monkeypatch, tslearn_installed):
+    """benchmarks/cpu.py as a fresh module (tslearn hidden when not tslearn_installed)."""
+    import importlib.util
+
+    if not tslearn_installed:
+        for name in [m for m in sys.modules if m == "tslearn" or m.startswith("tslearn.")]:
+            monkeypatch.delitem(sys.modules, name)
+        monkeypatch.setitem(sys.modules, "tslearn", None)
+        monkeypatch.setitem(sys.modules, "tslearn.metrics", None)
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "cpu.py"
+    spec = importlib.util.spec_from_file_location("_bench_cpu_under_test", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("tslearn_installed", [True, False])
+def test_cpu_bench_smoke_run_writes_where_asked_and_shows_rows(monkeypatch, tmp_path, capsys, tslearn_installed):
+    if tslearn_installed:
+        pytest.importorskip("tslearn")
+    bench = _load_cpu_bench(monkeypatch, tslearn_installed)
+    out = tmp_path / "r" / "cpu.json"
+    bench.main(["--smoke", "--out", str(out)])
+    text = capsys.readouterr().out
+    rows = json.loads(out.read_text())["rows"]
+    assert out.with_suffix(".md").is_file()
+    impls = {r["impl"] for r in rows}
+    assert "softdtw.soft_dtw (cpu backend)" in impls and "softdtw backends.cpu forward(memory='none')" in impls
+    assert ("tslearn cdist_soft_dtw" in impls) == tslearn_installed
+    # Each row is printed as it is measured, before the final table.
+    assert text.index("softdtw backends.cpu forward+backward") < text.index("# CPU benchmark")
+    missing = "tslearn is not available"
+    assert (missing in text) != tslearn_installed
+    if not tslearn_installed:
+        line = next(t for t in text.splitlines() if missing in t)
+        assert "pip install tslearn" in line and "Traceback" not in text
+        assert all(r["ratio_vs_tslearn"] is None for r in rows)
 
 
 def test_python_dash_m_softdtw():

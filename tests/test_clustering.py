@@ -1,9 +1,11 @@
-"""soft-DTW k-means: reproducible, inertia non-increasing, the scikit-learn API, ARI, errors."""
+"""soft-DTW k-means: reproducible, inertia non-increasing, the scikit-learn API, NaN padding, errors."""
 import numpy as np
 import pytest
 import torch
+from sklearn.exceptions import NotFittedError
+from sklearn.metrics import adjusted_rand_score
 
-from softdtw.clustering import KMeansResult, SoftDTWKMeans, adjusted_rand_index, soft_dtw_kmeans
+from softdtw.clustering import KMeansResult, SoftDTWKMeans, soft_dtw_kmeans
 from softdtw.datasets import make_cbf
 from softdtw.pairwise import pairwise_soft_dtw
 
@@ -44,7 +46,7 @@ def test_labels_inertia_and_centers_agree(cbf):
 def test_recovers_the_cbf_classes(cbf):
     X, y = cbf
     km = SoftDTWKMeans(3, gamma=1.0, random_state=0, max_iter=10, barycenter_max_iter=10).fit(X)
-    assert adjusted_rand_index(y, km.labels_) > 0.5
+    assert adjusted_rand_score(y.numpy(), km.labels_) > 0.5
 
 
 def test_raw_soft_dtw_variant(cbf):
@@ -78,30 +80,66 @@ def test_estimator_api(cbf):
     X, _ = cbf
     km = SoftDTWKMeans(3, random_state=0, max_iter=3, barycenter_max_iter=3)
     labels = km.fit_predict(X)
-    assert torch.equal(labels, km.labels_) and km.labels_.dtype == torch.int64
-    assert km.cluster_centers_.shape == (3, 48, 1)
+    assert isinstance(labels, np.ndarray) and labels.dtype == np.int64
+    assert np.array_equal(labels, km.labels_)
+    assert isinstance(km.cluster_centers_, np.ndarray) and km.cluster_centers_.shape == (3, 48, 1)
     assert isinstance(km.inertia_, float) and isinstance(km.n_iter_, int) and isinstance(km.converged_, bool)
+    assert km.n_features_in_ == 1 and km.gamma_ == 1.0
     T = km.transform(X[:5])
-    assert T.shape == (5, 3)
-    assert torch.equal(km.predict(X[:5]), T.argmin(1).cpu())
-    assert torch.equal(km.predict(X), km.labels_)
+    assert isinstance(T, np.ndarray) and T.shape == (5, 3)
+    assert np.array_equal(km.predict(X[:5]), T.argmin(1))
+    assert np.array_equal(km.predict(X), km.labels_)
     assert km.score(X) == pytest.approx(-km.inertia_, rel=1e-5)
     assert km.get_params()["n_clusters"] == 3
     assert "n_clusters=3" in repr(km)
 
 
-def test_adjusted_rand_index_known_values():
-    assert adjusted_rand_index([0, 0, 1, 1], [1, 1, 0, 0]) == 1.0
-    assert adjusted_rand_index([0, 0, 0, 0], [0, 0, 0, 0]) == 1.0
-    assert adjusted_rand_index([0, 0, 1, 2], [0, 0, 1, 1]) == pytest.approx(0.5714285714285715)
-    assert adjusted_rand_index(["a", "a", "b", "b"], [0, 1, 0, 1]) == pytest.approx(-0.5)
-    metrics = pytest.importorskip("sklearn.metrics")
-    rng = np.random.default_rng(0)
-    for _ in range(5):
-        a, b = rng.integers(0, 4, 50), rng.integers(0, 3, 50)
-        assert adjusted_rand_index(a, b) == pytest.approx(metrics.adjusted_rand_score(a, b), abs=1e-12)
-    with pytest.raises(ValueError, match="same length"):
-        adjusted_rand_index([0, 1], [0])
+def test_estimator_matches_the_function(cbf):
+    X, _ = cbf
+    # The estimator draws its torch seed from check_random_state(random_state), as scikit-learn does.
+    seed = int(np.random.RandomState(5).randint(np.iinfo(np.int32).max))
+    km = SoftDTWKMeans(3, random_state=np.random.RandomState(5), max_iter=3, barycenter_max_iter=3).fit(X.numpy())
+    res = soft_dtw_kmeans(X, 3, 1.0, random_state=seed, max_iter=3, barycenter_max_iter=3)
+    np.testing.assert_array_equal(km.labels_, res.labels.numpy())
+    np.testing.assert_allclose(km.cluster_centers_, res.centers.numpy(), rtol=1e-6)
+    assert km.inertia_ == pytest.approx(res.inertia, rel=1e-6)
+
+
+def test_numpy_random_state_in_the_function(cbf):
+    X, _ = cbf
+    a = soft_dtw_kmeans(X, 3, 1.0, random_state=np.random.RandomState(3), max_iter=2, barycenter_max_iter=2)
+    b = soft_dtw_kmeans(X, 3, 1.0, random_state=np.random.RandomState(3), max_iter=2, barycenter_max_iter=2)
+    c = soft_dtw_kmeans(X, 3, 1.0, random_state=np.random.default_rng(3), max_iter=2, barycenter_max_iter=2)
+    assert torch.equal(a.labels, b.labels) and c.labels.shape == (45,)
+
+
+def test_nan_padded_set_equals_explicit_lengths(cbf):
+    X, _ = cbf
+    lengths = torch.randint(30, 49, (45,), generator=torch.Generator().manual_seed(1))
+    Xpad, Xnan = X.clone(), X.clone()
+    for p, n in enumerate(lengths):
+        Xpad[p, n:] = 0.0
+        Xnan[p, n:] = float("nan")
+    ref = soft_dtw_kmeans(Xpad, 3, 1.0, x_lengths=lengths, random_state=0, max_iter=2, barycenter_max_iter=2)
+    got = soft_dtw_kmeans(Xnan, 3, 1.0, random_state=0, max_iter=2, barycenter_max_iter=2)
+    assert torch.equal(ref.labels, got.labels)
+    torch.testing.assert_close(ref.centers, got.centers)
+    km_ref = SoftDTWKMeans(3, random_state=0, max_iter=2, barycenter_max_iter=2).fit(Xpad, x_lengths=lengths)
+    km = SoftDTWKMeans(3, random_state=0, max_iter=2, barycenter_max_iter=2).fit(Xnan.numpy())
+    np.testing.assert_array_equal(km.labels_, km_ref.labels_)
+    np.testing.assert_allclose(km.transform(Xnan[:6].numpy()), km_ref.transform(Xpad[:6], x_lengths=lengths[:6]),
+                               rtol=1e-5, atol=1e-5)
+    assert torch.isnan(Xnan).any()  # the caller's array is untouched
+
+
+def test_gamma_auto(cbf):
+    from softdtw import gamma_heuristic
+    X, y = cbf
+    km = SoftDTWKMeans(3, gamma="auto", random_state=0, max_iter=5, barycenter_max_iter=5).fit(X)
+    assert km.gamma_ == pytest.approx(gamma_heuristic(X))
+    assert adjusted_rand_score(y.numpy(), km.labels_) > 0.5
+    with pytest.raises(ValueError, match="gamma must be a number >= 0 or 'auto'"):
+        SoftDTWKMeans(2, gamma="median").fit(X)
 
 
 @pytest.mark.parametrize("kw, match", [
@@ -110,7 +148,7 @@ def test_adjusted_rand_index_known_values():
     (dict(n_clusters=2, init="kmeans"), "init must be one of"),
     (dict(n_clusters=2, init=torch.zeros(3, 10, 1)), r"init as a tensor must have shape \(2, L, 1\)"),
     (dict(n_clusters=2, init=torch.zeros(2, 10, 1), n_init=2), "n_init=2 with an explicit init tensor"),
-    (dict(n_clusters=2, random_state="seed"), "random_state must be an int"),
+    (dict(n_clusters=2, random_state="seed"), "random_state must be an int, a torch.Generator, a numpy"),
     (dict(n_clusters=2, max_iter=-1), "max_iter must be an integer >= 0"),
 ])
 def test_errors(cbf, kw, match):
@@ -121,7 +159,7 @@ def test_errors(cbf, kw, match):
 
 def test_unfitted_estimator(cbf):
     X, _ = cbf
-    with pytest.raises(RuntimeError, match="not fitted yet"):
+    with pytest.raises(NotFittedError, match="not fitted yet"):
         SoftDTWKMeans(2).predict(X)
 
 
@@ -132,4 +170,11 @@ def test_cuda_kmeans_matches_cpu_labels():
     gpu = soft_dtw_kmeans(X.cuda(), 3, 1.0, random_state=0, max_iter=5, barycenter_max_iter=5)
     assert gpu.centers.device.type == "cuda"
     assert (gpu.losses[1:] <= gpu.losses[:-1] * (1 + 1e-4)).all()
-    assert adjusted_rand_index(cpu.labels, gpu.labels) > 0.9
+    assert adjusted_rand_score(cpu.labels.numpy(), gpu.labels.cpu().numpy()) > 0.9
+
+
+@pytest.mark.cuda
+def test_cuda_estimator_keeps_a_tensor_on_its_device():
+    X, _ = make_cbf(30, length=32, seed=1)
+    km = SoftDTWKMeans(3, random_state=0, max_iter=2, barycenter_max_iter=2).fit(X.cuda())
+    assert isinstance(km.labels_, np.ndarray) and km.predict(X.cuda()).shape == (30,)

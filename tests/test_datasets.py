@@ -1,11 +1,15 @@
-"""softdtw.datasets: the CBF generator, the train/test split and the UCR/UEA loader (hand-written fixtures)."""
+"""softdtw.datasets: the CBF generator and the UCR/UEA loader (hand-written fixtures, files written to the
+format's spec, and a hypothesis round trip)."""
+import pickle
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from softdtw.datasets import CBF_CLASSES, UCRFormatError, load_ucr, make_cbf, train_test_split
+from softdtw.datasets import CBF_CLASSES, UCRData, UCRFormatError, load_ucr, make_cbf
 
 DATA = Path(__file__).parent / "data"
 
@@ -58,44 +62,6 @@ def test_cbf_shapes_are_what_the_classes_say():
 def test_cbf_bad_arguments(kwargs, match):
     with pytest.raises((ValueError, TypeError), match=match):
         make_cbf(**kwargs)
-
-
-# -- train_test_split -------------------------------------------------------------------------------
-
-def test_split_sizes_reproducible_and_disjoint():
-    X, y = make_cbf(40, 16, seed=0)
-    idx = torch.arange(40)
-    X_tr, X_te, y_tr, y_te, i_tr, i_te = train_test_split(X, y, idx, test_size=0.25, seed=1)
-    assert len(X_tr) == 30 and len(X_te) == 10
-    assert set(i_tr.tolist()).isdisjoint(i_te.tolist())
-    assert torch.equal(X_te, X[i_te]) and torch.equal(y_tr, y[i_tr])
-    again = train_test_split(X, y, idx, test_size=0.25, seed=1)
-    assert torch.equal(again[5], i_te)
-
-
-def test_split_stratified_keeps_the_proportions():
-    X, y = make_cbf(60, 16, seed=0)
-    _, _, y_tr, y_te = train_test_split(X, y, test_size=30, stratify=y)
-    assert y_te.bincount().tolist() == [10, 10, 10]
-    assert y_tr.bincount().tolist() == [10, 10, 10]
-
-
-def test_split_numpy_arrays():
-    a = np.arange(10)
-    tr, te = train_test_split(a, test_size=3, seed=0)
-    assert isinstance(tr, np.ndarray) and len(te) == 3 and sorted(np.concatenate([tr, te])) == list(range(10))
-
-
-@pytest.mark.parametrize("args, kwargs, match", [
-    ((), {}, "needs at least one array"),
-    ((np.arange(5), np.arange(4)), {}, "same first dimension"),
-    ((np.arange(5),), dict(test_size=1.5), "test_size must be a fraction"),
-    ((np.arange(5),), dict(test_size=5), "test_size must be a fraction"),
-    ((np.arange(1),), {}, "at least 2 rows"),
-])
-def test_split_bad_arguments(args, kwargs, match):
-    with pytest.raises(ValueError, match=match):
-        train_test_split(*args, **kwargs)
 
 
 # -- load_ucr: the fixtures -------------------------------------------------------------------------
@@ -166,7 +132,21 @@ _HEADER = "@problemName T\n@univariate true\n@equalLength false\n@classLabel tru
     (_HEADER + "1,2,3\n", r"bad.ts, line 6: .*found no ':'"),
     ("@problemName T\n@classLabel true a\n", r"bad.ts: no @data line found"),
     ("@problemName T\n@data\n1,2:a\n", r"bad.ts, line 2: @data reached without a @classLabel line"),
-    ("@problemName T\n@timeStamps true\n@classLabel true a\n@data\n(1,2):a\n", r"@timeStamps true is not supported"),
+    ("@problemName T\n@classLabel true a\n@data\n(1,2):a\n",
+     r"bad.ts, line 4: time-stamped values .* no '@timeStamps true'"),
+    ("@timeStamps true\n@classLabel true a\n@data\n(1,2),(1,3):a\n",
+     r"bad.ts, line 4: dimension 0: the time stamps are not increasing"),
+    ("@timeStamps true\n@classLabel true a\n@data\n(1,2),(2,3):(1,2),(3,3):a\n",
+     r"bad.ts, line 4: dimension 1 has other time stamps than dimension 0"),
+    ("@timeStamps true\n@classLabel true a\n@data\n(x,2):a\n",
+     r"bad.ts, line 4: dimension 0: time stamp 'x' is neither"),
+    ("@timeStamps true\n@classLabel true a\n@data\n(1,2)(2,3):a\n", r"bad.ts, line 4: dimension 0: expected ','"),
+    ("@timeStamps true\n@classLabel true a\n@data\n(1,2:a\n", r"bad.ts, line 4: unclosed '\('"),
+    (_HEADER + "1,inf,3:a\n", r"bad.ts, line 6: dimension 0, value 2: 'inf' is not a finite number"),
+    (_HEADER + "1,1e999,3:a\n", r"bad.ts, line 6: dimension 0, value 2: '1e999' is not a finite number"),
+    ("@targetLabel true\n@data\n1,2:abc\n", r"bad.ts, line 3: regression target 'abc' is not a finite number"),
+    ("@targetLabel true\n@classLabel true a\n@data\n1,2:a\n",
+     r"bad.ts, line 3: .*both @classLabel true and @targetLabel"),
     ("@problemName T\n@univariate maybe\n", r"bad.ts, line 2: @univariate must be followed by true or false"),
     ("hello\n@data\n", r"bad.ts, line 1: expected a header line starting with '@'"),
     ("@equalLength true\n@seriesLength 3\n@classLabel true a\n@data\n1,2:a\n",
@@ -185,6 +165,7 @@ def test_ts_errors_name_file_line_and_reason(tmp_path, text, match):
     ("1\t1\t2\n2\t1\tabc\n", r"bad.tsv, line 2: value 2: 'abc' is not a number"),
     ("1\t1\t2\n3\n", r"bad.tsv, line 2: expected a class label followed by at least one value"),
     ("1\tNaN\tNaN\n", r"bad.tsv, line 1: the series has no observed value"),
+    ("1\t1\t2\n2\t-Infinity\t1\n", r"bad.tsv, line 2: value 1: '-Infinity' is not a finite number"),
     ("NaN\t1\t2\n", r"bad.tsv, line 1: the class label \(first field\) is missing"),
     ("\n\n", r"bad.tsv: no data rows found"),
 ])
@@ -200,6 +181,10 @@ def test_loader_bad_arguments(tmp_path):
         load_ucr(tmp_path / "nope.ts")
     with pytest.raises(ValueError, match="missing must be one of"):
         load_ucr(DATA / "uni_equal.ts", missing="drop")
+    with pytest.raises(ValueError, match="timestamps must be one of"):
+        load_ucr(DATA / "uni_equal.ts", timestamps="drop")
+    with pytest.raises(ValueError, match="padding must be one of"):
+        load_ucr(DATA / "uni_equal.ts", padding=-1)
     (tmp_path / "x.arff").write_text("@relation x\n")
     with pytest.raises(ValueError, match=".arff files are not supported"):
         load_ucr(tmp_path / "x.arff")
@@ -213,3 +198,188 @@ def test_loader_sniffs_unknown_extensions(tmp_path):
     q.write_text("1,0.5,0.25\n2,1.5,2.5\n")
     X, y, lengths = load_ucr(q)
     assert X[:, :, 0].tolist() == [[0.5, 0.25], [1.5, 2.5]] and y.tolist() == [1, 2]
+
+
+# -- load_ucr: what the .ts format allows -----------------------------------------------------------
+
+def test_class_names_beside_integer_labels(tmp_path):
+    data = load_ucr(DATA / "multi_unequal.ts")
+    assert isinstance(data, UCRData) and len(data) == 3  # still unpacks as X, y, lengths
+    assert data.classes == ("walking", "running") and data.task == "classification"
+    assert [data.classes[i] for i in data.y] == ["running", "walking", "running"]
+    assert data.labels.tolist() == ["running", "walking", "running"]
+    uni = load_ucr(DATA / "uni_equal.ts")
+    assert uni.y.tolist() == [1, 2, 1] and uni.classes == ("1", "2") and uni.labels.tolist() == ["1", "2", "1"]
+    # "1.0" labels keep their text; y stays the integer (UCR files label classes 1, 2, ... or -1, 1).
+    p = tmp_path / "floats.ts"
+    p.write_text("@classLabel true 1.0 2.0\n@data\n1,2:1.0\n3,4:2.0\n5,6:1\n")
+    d = load_ucr(p)
+    assert d.y.tolist() == [1, 2, 1] and d.labels.tolist() == ["1.0", "2.0", "1"] and d.classes == ("1.0", "2.0")
+    q = tmp_path / "floats.tsv"
+    q.write_text("2.5\t1\t2\n-1.0\t3\t4\n2.5\t5\t6\n")
+    d = load_ucr(q)
+    assert d.classes == ("-1.0", "2.5") and d.y.tolist() == [1, 0, 1] and d.labels.tolist() == ["2.5", "-1.0", "2.5"]
+
+
+def test_comments_with_percent_and_hash(tmp_path):
+    p = tmp_path / "c.ts"
+    p.write_text("% ARFF-style comment\n# sktime-style comment\n@problemName C\n%another\n@classLabel true a b\n"
+                 "@data\n% a comment among the data\n1,2,3:a\n#\n4,5:b\n")
+    X, y, lengths = load_ucr(p)
+    assert lengths.tolist() == [3, 2] and y.tolist() == [0, 1] and X[1, :2, 0].tolist() == [4, 5]
+    q = tmp_path / "c.tsv"
+    q.write_text("% comment\n1\t1\t2\n# comment\n2\t3\t4\n")
+    assert load_ucr(q).y.tolist() == [1, 2]
+
+
+def test_target_label_regression_file(tmp_path):
+    p = tmp_path / "reg.ts"
+    p.write_text("@problemName Reg\n@timeStamps false\n@missing false\n@univariate false\n@dimensions 2\n"
+                 "@equalLength true\n@seriesLength 3\n@classLabel false\n@targetLabel true\n@data\n"
+                 "1,2,3:4,5,6:0.25\n7,8,9:1,2,3:-1.5e2\n")
+    d = load_ucr(p)
+    assert d.task == "regression" and d.classes is None
+    assert d.y.dtype == torch.float64 and d.y.tolist() == [0.25, -150.0]
+    assert d.labels.tolist() == ["0.25", "-1.5e2"]
+    assert d.X.shape == (2, 3, 2) and d.X[1, :, 1].tolist() == [1, 2, 3]
+
+
+def test_unlabelled_file(tmp_path):
+    p = tmp_path / "u.ts"
+    p.write_text("@classLabel false\n@data\n1,2,3\n4,5\n")
+    d = load_ucr(p)
+    assert d.task == "unlabelled" and d.y.tolist() == [-1, -1] and d.labels is None and d.classes is None
+
+
+def test_timestamps_are_parsed(tmp_path):
+    p = tmp_path / "stamps.ts"
+    p.write_text("@problemName S\n@timeStamps true\n@univariate false\n@dimensions 2\n@equalLength false\n"
+                 "@classLabel true lo hi\n@data\n"
+                 "(2007-01-01 00:00:00,241.97),(2007-01-01 00:01:00,?),(2007-01-01 00:03:00,3):"
+                 "(2007-01-01 00:00:00,1),(2007-01-01 00:01:00,2),(2007-01-01 00:03:00,4):hi\n"
+                 "(0, 1.5), (2, 2.5):(0,1),(2,2):lo\n")
+    d = load_ucr(p, dtype=torch.float64)
+    assert d.lengths.tolist() == [3, 2] and d.y.tolist() == [1, 0]
+    t0 = 1167609600.0  # 2007-01-01 00:00:00 UTC in seconds
+    np.testing.assert_array_equal(d.timestamps[0], [t0, t0 + 60, t0 + 180])
+    np.testing.assert_array_equal(d.timestamps[1], [0.0, 2.0, np.nan])
+    assert d.X[0, :, 0].tolist() == pytest.approx([241.97, (241.97 + 3) / 2, 3.0])  # '?' interpolated by index
+    assert d.X[1, :2].tolist() == [[1.5, 1.0], [2.5, 2.0]]
+    with pytest.raises(UCRFormatError, match=r"stamps.ts, line 7: @timeStamps true: .*timestamps='raise'; pass "
+                                              r"timestamps='keep'"):
+        load_ucr(p, timestamps="raise")
+    assert load_ucr(DATA / "uni_equal.ts").timestamps is None
+
+
+def test_nan_padding_option_feeds_the_estimators():
+    from softdtw import SoftDTWKNeighborsClassifier, soft_dtw
+    d = load_ucr(DATA / "multi_unequal.ts", padding="nan", dtype=torch.float64)
+    assert torch.isnan(d.X[0, 3]).all() and not torch.isnan(d.X[2]).any()
+    ref = load_ucr(DATA / "multi_unequal.ts", dtype=torch.float64)
+    torch.testing.assert_close(soft_dtw(d.X, d.X.flip(0)),
+                               soft_dtw(ref.X, ref.X.flip(0), x_lengths=ref.lengths, y_lengths=ref.lengths.flip(0)))
+    clf = SoftDTWKNeighborsClassifier(progress=False).fit(d.X.numpy(), np.array(d.labels))
+    assert clf.predict(d.X.numpy()).tolist() == ["running", "walking", "running"]
+
+
+def test_binary_files_and_directories_are_named(tmp_path):
+    b = tmp_path / "data.ts"
+    b.write_bytes(b"\x93NUMPY\x01\x00v\x00{'descr': '<f8'}\x82\xff\x00")
+    with pytest.raises(UCRFormatError, match=r"data.ts: not a text file \(byte 0x93 is not UTF-8\)"):
+        load_ucr(b)
+    c = tmp_path / "data.tsv"
+    c.write_bytes(b"1\t2\t3\n\x82\x00\x01")
+    with pytest.raises(UCRFormatError, match=r"data.tsv: not a text file \(byte 0x82"):
+        load_ucr(c)
+    d = tmp_path / "GunPoint"
+    d.mkdir()
+    (d / "GunPoint_TRAIN.ts").write_text("@classLabel false\n@data\n1,2\n")
+    with pytest.raises(IsADirectoryError, match=r"GunPoint is a directory \(it holds GunPoint_TRAIN.ts\); load_ucr "
+                                                r"reads one file"):
+        load_ucr(d)
+
+
+def test_ucrdata_pickles_with_its_attributes():
+    d = load_ucr(DATA / "multi_unequal.ts")
+    e = pickle.loads(pickle.dumps(d))
+    assert e.classes == d.classes and e.labels.tolist() == d.labels.tolist() and torch.equal(e.X, d.X)
+    assert d._replace(y=d.y + 1).task == "classification"  # _replace keeps the type; attributes fall back
+
+
+# -- round trip: random data written in .ts and .tsv, read back equal ---------------------------------
+
+def _write_ts(path, series, labels, classes):
+    D = series[0].shape[1]
+    lines = ["@problemName RoundTrip", "@timeStamps false", "@missing false",
+             f"@univariate {'true' if D == 1 else 'false'}", f"@dimensions {D}",
+             f"@equalLength {'true' if len({len(s) for s in series}) == 1 else 'false'}",
+             "@classLabel true " + " ".join(classes), "@data"]
+    for s, lab in zip(series, labels):
+        lines.append(":".join(",".join(repr(float(v)) for v in s[:, d]) for d in range(D)) + ":" + lab)
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _write_tsv(path, series, labels):
+    T = max(len(s) for s in series)
+    rows = [lab + "\t" + "\t".join([repr(float(v)) for v in s[:, 0]] + ["NaN"] * (T - len(s)))
+            for s, lab in zip(series, labels)]
+    path.write_text("\n".join(rows) + "\n")
+
+
+_finite = st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False, width=64)
+
+
+@st.composite
+def _datasets(draw, univariate=False):
+    D = 1 if univariate else draw(st.integers(1, 3))
+    P = draw(st.integers(1, 6))
+    classes = draw(st.lists(st.sampled_from(["a", "b", "standing", "1", "2", "1.0", "-1", "x_y"]),
+                            min_size=1, max_size=4, unique=True))
+    series, labels = [], []
+    for _ in range(P):
+        T = draw(st.integers(1, 8))
+        series.append(np.array(draw(st.lists(_finite, min_size=T * D, max_size=T * D))).reshape(T, D))
+        labels.append(draw(st.sampled_from(classes)))
+    return series, labels, classes
+
+
+def _int(label):
+    try:
+        v = float(label)
+    except ValueError:
+        return None
+    return int(v) if v.is_integer() else None
+
+
+def _check_round_trip(d, series, labels):
+    assert d.lengths.tolist() == [len(s) for s in series]
+    for p, s in enumerate(series):
+        np.testing.assert_array_equal(d.X[p, :len(s)].numpy(), s)
+        assert (d.X[p, len(s):] == 0).all()
+    assert d.labels.tolist() == labels
+    if all(_int(c) is not None for c in labels + list(d.classes)):  # integer labels stay integers
+        assert d.y.tolist() == [_int(c) for c in labels]
+    else:  # otherwise y indexes the class names
+        assert [d.classes[i] for i in d.y.tolist()] == labels
+
+
+@settings(max_examples=40, deadline=None)
+@given(_datasets())
+def test_ts_round_trip(tmp_path_factory, data):
+    series, labels, classes = data
+    path = tmp_path_factory.mktemp("rt") / "data.ts"
+    _write_ts(path, series, labels, classes)
+    d = load_ucr(path, dtype=torch.float64)
+    assert d.classes == tuple(classes)
+    _check_round_trip(d, series, labels)
+
+
+@settings(max_examples=40, deadline=None)
+@given(_datasets(univariate=True))
+def test_tsv_round_trip(tmp_path_factory, data):
+    series, labels, _ = data
+    path = tmp_path_factory.mktemp("rt") / "data.tsv"
+    _write_tsv(path, series, labels)
+    d = load_ucr(path, dtype=torch.float64)
+    assert set(d.classes) == set(labels)
+    _check_round_trip(d, series, labels)

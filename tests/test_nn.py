@@ -20,9 +20,9 @@ def test_maghoumi_and_pysdtw_keywords():
     with pytest.warns(UserWarning, match=r"use_cuda=\.\.\.\) is ignored"):
         loss = softdtw.SoftDTW(use_cuda=False, gamma=0.1, normalize=True, bandwidth=2)
     assert torch.allclose(loss(x, y), softdtw.soft_dtw_divergence(x, y, 0.1, bandwidth=2))
-    with pytest.warns(UserWarning, match="ignored"):
-        positional = softdtw.SoftDTW(True)  # Maghoumi's SoftDTW(use_cuda, ...)
-    assert positional.gamma == 1.0
+    # Maghoumi's positional SoftDTW(use_cuda, ...) is not softdtw's: it raises and names the adapter.
+    with pytest.raises(TypeError, match=r"softdtw\.compat\.maghoumi import SoftDTW"):
+        softdtw.SoftDTW(True)
 
     def dist_func(a, b):
         return (a.unsqueeze(2) - b.unsqueeze(1)).abs().sum(-1)
@@ -60,3 +60,47 @@ def test_training_step_reduces_the_loss():
         loss.backward()
         opt.step()
     assert loss.item() < 0.2 * first
+
+
+@pytest.mark.parametrize("cls", [softdtw.SoftDTW, softdtw.SoftDTWDivergence])
+def test_only_gamma_is_positional(cls):
+    x, y = case(2, 6, 7, 2)
+    assert torch.equal(cls(0.3)(x, y), cls(gamma=0.3)(x, y))
+    with pytest.raises(TypeError, match=r"takes only gamma positionally .* by keyword"):
+        cls(0.3, 2)
+    with pytest.raises(TypeError, match="gamma is a number, not a bool"):
+        cls(gamma=False)
+    # The keyword-only arguments still work as keywords.
+    v = cls(0.3, bandwidth=1, reduction="sum", cost="l1")(x, y)
+    ref = softdtw.soft_dtw_divergence if cls is softdtw.SoftDTWDivergence else softdtw.soft_dtw
+    assert torch.allclose(v, ref(x, y, 0.3, bandwidth=1, cost="l1").sum())
+
+
+def test_help_shows_the_real_signature():
+    import inspect
+
+    params = inspect.signature(softdtw.SoftDTW.__init__).parameters
+    assert params["gamma"].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for n, p in params.items() if n not in ("self", "gamma"))
+
+
+def test_packed_sequence_input():
+    from torch.nn.utils.rnn import pack_sequence
+
+    torch.manual_seed(0)
+    xs = [torch.randn(n, 2, dtype=torch.float64) for n in (5, 9, 3)]
+    y = torch.randn(3, 7, 2, dtype=torch.float64)
+    packed = pack_sequence(xs, enforce_sorted=False)
+    padded = torch.nn.utils.rnn.pad_sequence(xs, batch_first=True)
+    loss = softdtw.SoftDTW(gamma=0.5, normalize=True)
+    assert torch.allclose(loss(packed, y), loss(padded, y, x_lengths=[5, 9, 3]), rtol=1e-12)
+
+
+def test_bandwidth_zero_is_refused_by_the_module():
+    # bandwidth <= 0 is "no band" for Maghoumi, pysdtw and sdtw-cuda-torch, the diagonal for tslearn.
+    for bw in (0, 0.0, -1):
+        with pytest.raises(ValueError, match=r"bandwidth=None for no band.*soft_dtw\(x, y, gamma, bandwidth=0\)"):
+            softdtw.SoftDTW(gamma=0.1, bandwidth=bw)
+    x, y = case(2, 6, 6, 1)
+    # A fractional radius is tslearn's (ceil on one side, floor on the other: issue 26 item 7), as in soft_dtw.
+    assert torch.allclose(softdtw.SoftDTW(gamma=0.1, bandwidth=0.5)(x, y), softdtw.soft_dtw(x, y, 0.1, bandwidth=0.5))

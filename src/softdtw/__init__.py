@@ -3,7 +3,8 @@
 Functions: :func:`soft_dtw`, :func:`soft_dtw_divergence`, :func:`soft_dtw_from_cost`,
 :func:`soft_dtw_alignment`, :func:`dtw`, :func:`dtw_path`. Modules: :class:`SoftDTW`,
 :class:`SoftDTWDivergence`. Toolkit: :func:`pairwise_soft_dtw`, :func:`soft_dtw_barycenter`,
-:class:`SoftDTWKMeans`, :class:`SoftDTWKNeighborsClassifier`, :mod:`softdtw.datasets`; the ``softdtw``
+:class:`SoftDTWKMeans`, :class:`SoftDTWKNeighborsClassifier` (scikit-learn estimators),
+:func:`gamma_heuristic`, :mod:`softdtw.datasets`; the ``softdtw``
 command line (``softdtw demo``).
 """
 from .functional import (
@@ -17,8 +18,9 @@ from .functional import (
 from .nn import SoftDTW, SoftDTWDivergence
 from .pairwise import pairwise_soft_dtw
 from .barycenter import BarycenterResult, soft_dtw_barycenter
-from .clustering import KMeansResult, SoftDTWKMeans, adjusted_rand_index, soft_dtw_kmeans
+from .clustering import KMeansResult, SoftDTWKMeans, soft_dtw_kmeans
 from .neighbors import SoftDTWKNeighborsClassifier
+from ._gamma import gamma_heuristic
 from . import datasets
 
 __version__ = "0.1.0"
@@ -26,6 +28,6 @@ __version__ = "0.1.0"
 __all__ = [
     "soft_dtw", "soft_dtw_divergence", "soft_dtw_from_cost", "soft_dtw_alignment", "dtw", "dtw_path",
     "SoftDTW", "SoftDTWDivergence", "pairwise_soft_dtw", "soft_dtw_barycenter", "BarycenterResult",
-    "SoftDTWKMeans", "soft_dtw_kmeans", "KMeansResult", "adjusted_rand_index", "SoftDTWKNeighborsClassifier",
+    "SoftDTWKMeans", "soft_dtw_kmeans", "KMeansResult", "SoftDTWKNeighborsClassifier", "gamma_heuristic",
     "datasets", "__version__",
 ]

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from . import backends
+from ._packed import unpack
 from ._windows import build_window, window_has_path
 from .costs import NAMED_COSTS
 
@@ -114,7 +115,8 @@ def ragged_hint(t, name: str, lengths_name: str) -> str:
         f"{name} is a list of {len(sizes)} series of different lengths ({shown}), which no tensor can "
         f"hold as is. Pad them to the longest and pass the lengths: "
         f"{name} = torch.nn.utils.rnn.pad_sequence([torch.as_tensor(s, dtype=torch.float32) for s in "
-        f"{name}], batch_first=True) and {lengths_name}=[len(s) for s in {name}] (padded steps are ignored)."
+        f"{name}], batch_first=True) and {lengths_name}=[len(s) for s in {name}] (padded steps are ignored), "
+        f"or pad with NaN: trailing all-NaN steps are read as the lengths."
     )
 
 
@@ -154,7 +156,7 @@ def check_cost_values(C: torch.Tensor, name: str) -> None:
     kind = "NaN" if bad is nan else "-inf"
     where = tuple(int(v) for v in bad.nonzero()[0])
     raise ValueError(
-        f"{name} contains {kind} at {int(bad.sum())} of {bad.numel()} cells (the first at index {where}); "
+        f"{name} contains {kind} values at {int(bad.sum())} of {bad.numel()} cells (the first at index {where}); "
         f"a cost must be a number or +inf (+inf marks a forbidden cell that no warping path may use). "
         f"Find where it comes from (0/0, inf - inf, the log or sqrt of a negative number) and fix it or "
         f"mask the cell with +inf."
@@ -168,6 +170,44 @@ def check_finite(t: torch.Tensor, name: str) -> None:
             f"{name} contains {bad} values; soft-DTW needs finite inputs. Remove or impute them "
             f"(for padded series pass x_lengths / y_lengths and fill the padding with any finite value)."
         )
+
+
+def nan_padding(t: torch.Tensor, name: str, lengths, lengths_name: str):
+    """Read NaN padding as lengths: trailing steps whose features are all NaN (tslearn's
+    ``to_time_series_dataset`` writes unequal lengths this way) end each series.
+
+    t: `(B, T, D)`. Returns ``(t, lengths)``: unchanged when t has no NaN; otherwise a copy with the
+    padding set to 0 (the caller's tensor and autograd graph are kept) and `(B,)` int64 lengths.
+    NaN inside a series, a series of NaN only, or NaN padding together with explicit lengths raise.
+    """
+    nan = torch.isnan(t)
+    if not bool(nan.any()):
+        return t, lengths
+    B, T, D = t.shape
+    observed = ~nan.all(-1)  # (B, T): steps with at least one value
+    steps = torch.arange(1, T + 1, device=t.device)
+    n = (observed * steps).amax(-1)  # 1 + the last observed step; 0 for an all-NaN series
+    if bool((n == 0).any()):
+        b = int((n == 0).nonzero()[0, 0])
+        raise ValueError(f"series {b} of {name} is NaN at every step; every series needs at least one "
+                         f"observed step. Remove it from the batch.")
+    inside = nan & (steps <= n.unsqueeze(1)).unsqueeze(-1)
+    if bool(inside.any()):
+        b, i, d = (int(v) for v in inside.nonzero()[0])
+        where = f"step {i}" + (f", feature {d}" if D > 1 else "")
+        raise ValueError(
+            f"{name} contains NaN values inside series {b} ({where}, before its last observed step "
+            f"{int(n[b]) - 1}). NaN is read only as padding (whole steps at the end of a series, as tslearn's "
+            f"to_time_series_dataset writes them), which gives {lengths_name}; impute missing values first "
+            f"(e.g. linear interpolation)."
+        )
+    if lengths is not None:
+        raise ValueError(
+            f"{name} is NaN-padded (its trailing all-NaN steps give each series its length) and "
+            f"{lengths_name} was given too; pass one of them: drop {lengths_name}, or fill the padding "
+            f"with any finite value."
+        )
+    return torch.where(nan, torch.zeros((), dtype=t.dtype, device=t.device), t), n.to(torch.int64)
 
 
 def check_pair(x: torch.Tensor, y: torch.Tensor, xname: str = "x", yname: str = "y") -> bool:
@@ -540,9 +580,15 @@ def finish_check(p: Problem) -> None:
         return
     if p.y is p.x:  # prepare_cost keeps C in both; +inf is a forbidden cell there, not an error
         check_cost_values(p.x, "C")
-    else:
-        check_finite(p.x, "x")
-        check_finite(p.y, "y")
+    for t, name in (() if p.y is p.x else ((p.x, "x"), (p.y, "y"))):
+        if bool(torch.isnan(t).any()):
+            nan_padding(t, name, None, f"{name}_lengths")  # NaN that is not padding: its own message
+            raise ValueError(
+                f"{name} contains NaN. NaN padding (whole steps at the end of a series) is read as lengths "
+                f"everywhere except by soft_dtw / soft_dtw_divergence / SoftDTW on CUDA tensors, which check "
+                f"values without waiting for the GPU: there pass {name}_lengths and fill the padding with 0."
+            )
+        check_finite(t, name)
     _check_gamma_value(float(p.gamma.detach()))
 
 
@@ -575,8 +621,11 @@ def prepare(x, y, gamma, *, cost, bandwidth, itakura_max_slope, x_lengths, y_len
 
     defer: on the cuda backend with default lengths, check the values (NaN, Inf, gamma >= 0) in a kernel
     whose result is read after the caller's kernels are launched: the caller must pass the problem to
-    :func:`run_checked` (or call :func:`finish_check`).
+    :func:`run_checked` (or call :func:`finish_check`). x and y may be PackedSequences (read as a
+    padded batch with its lengths, :mod:`softdtw._packed`).
     """
+    x, x_lengths = unpack(x, x_lengths, "x", "x_lengths")
+    y, y_lengths = unpack(y, y_lengths, "y", "y_lengths")
     x = as_tensor(x, "x")
     y = as_tensor(y, "y")
     unbatched = check_pair(x, y)
@@ -588,6 +637,9 @@ def prepare(x, y, gamma, *, cost, bandwidth, itakura_max_slope, x_lengths, y_len
     check_band(bandwidth, itakura_max_slope)
     check_memory(memory)
     backend = resolve_backend(backend, x.device)
+    if _value_checks_enabled() and not (defer and backend == "cuda"):  # the deferred check cannot look
+        x, x_lengths = nan_padding(x, "x", x_lengths, "x_lengths")
+        y, y_lengths = nan_padding(y, "y", y_lengths, "y_lengths")
     dtype = compute_dtype(x.dtype)
     out_dtype = x.dtype
     B, N, _ = x.shape

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from .functional import soft_dtw
-from .pairwise import as_series_set, as_set_lengths
+from .pairwise import as_padded_set, as_set_lengths
 
 __all__ = ["soft_dtw_barycenter", "BarycenterResult"]
 
@@ -87,7 +87,8 @@ def soft_dtw_barycenter(X, gamma: float = 1.0, *, weights=None, groups=None, n_g
         init: "mean" / None (default: the weighted mean of each group's series, each resampled to
             ``length`` steps) or a tensor `(L, D)` (one barycenter) / `(K, L, D)` (groups).
         length: L, steps of the barycenter (default: the init's, else the longest series).
-        x_lengths: optional `(P,)` int valid lengths of the series of X.
+        x_lengths: optional `(P,)` int valid lengths of the series of X (or NaN padding: trailing
+            all-NaN steps end a series).
         max_iter: iterations (L-BFGS iterations, each with a strong-Wolfe line search; or Adam steps).
         tol: stop when (F_prev - F) / max(|F_prev|, |F|, 1) <= tol (scipy's ftol criterion).
         method: "lbfgs" (default) or "adam".
@@ -118,7 +119,7 @@ def soft_dtw_barycenter(X, gamma: float = 1.0, *, weights=None, groups=None, n_g
         >>> res.barycenter.shape, bool(res.losses[-1].sum() <= res.losses[0].sum())
         (torch.Size([3, 64, 1]), True)
     """
-    X = as_series_set(X, "X")
+    X, x_lengths = as_padded_set(X, "X", x_lengths, "x_lengths")  # NaN padding -> lengths
     P, T, D = X.shape
     device = X.device
     dtype = torch.float32 if X.dtype in (torch.float16, torch.bfloat16) else X.dtype
@@ -313,16 +314,110 @@ def soft_dtw_barycenter(X, gamma: float = 1.0, *, weights=None, groups=None, n_g
     return BarycenterResult(bary, loss_t, converged, n_iter)
 
 
+def _cubic_minimizer(a: float, fa: float, ga: float, b: float, fb: float, gb: float, lo: float, hi: float) -> float:
+    """Minimiser of the cubic through (a, fa) and (b, fb) with slopes ga and gb, clipped to [lo, hi]
+    (Nocedal & Wright, eq. 3.59); the middle of [lo, hi] when the cubic has no finite minimiser."""
+    if a != b and all(math.isfinite(v) for v in (fa, ga, fb, gb)):
+        d1 = ga + gb - 3.0 * (fa - fb) / (a - b)
+        disc = d1 * d1 - ga * gb
+        if disc >= 0.0:
+            d2 = math.copysign(math.sqrt(disc), b - a)
+            den = gb - ga + 2.0 * d2
+            if den != 0.0:
+                t = b - (b - a) * (gb + d2 - d1) / den
+                if math.isfinite(t):
+                    return min(max(t, lo), hi)
+    return 0.5 * (lo + hi)
+
+
+def _strong_wolfe(phi, f0: float, g0: float, t: float, xtol: float, c1: float = 1e-4, c2: float = 0.9,
+                  max_evals: int = 25):
+    """A step t > 0 satisfying the strong Wolfe conditions along a descent direction:
+
+        phi(t) <= f0 + c1 t g0   and   |phi'(t)| <= c2 |g0|
+
+    Nocedal & Wright, Numerical Optimization (2006), Algorithms 3.5 (bracketing, with extrapolation by
+    cubic interpolation into [t + 0.01 (t - t_prev), 10 t]) and 3.6 (zoom by cubic interpolation; a
+    trial within 0.1 of the bracket's width from an end is taken once in a row, then moved 0.1 inside,
+    so the bracket keeps shrinking). The constants are those of scipy's and PyTorch's L-BFGS.
+
+    Args:
+        phi: t -> (value, slope phi'(t), payload) along the direction.
+        f0, g0: value and slope (< 0) at t = 0.
+        t: first trial step.
+        xtol: the zoom stops when the bracket is narrower than this (in units of t).
+        max_evals: evaluations of phi at most.
+
+    Returns:
+        (t, value, payload) of the accepted step. When the evaluations run out, the lowest point found
+        that satisfies the first (sufficient decrease) condition; (0.0, f0, None) if there is none.
+    """
+    n_evals = 0
+
+    def evaluate(t):
+        nonlocal n_evals
+        n_evals += 1
+        f, g, payload = phi(t)
+        if not math.isfinite(f):  # too far (overflow): treated as a failed sufficient decrease
+            f, g = math.inf, math.nan
+        return f, g, payload
+
+    def decrease(t, f):
+        return f <= f0 + c1 * t * g0
+
+    def zoom(lo, f_lo, g_lo, p_lo, hi, f_hi, g_hi):
+        # Invariants: lo satisfies sufficient decrease with the lowest value seen in the bracket, and
+        # g_lo * (hi - lo) < 0, so a strong-Wolfe point lies between lo and hi.
+        near_end = False
+        while n_evals < max_evals and abs(hi - lo) > xtol:
+            a, b = min(lo, hi), max(lo, hi)
+            margin = 0.1 * (b - a)
+            t = _cubic_minimizer(lo, f_lo, g_lo, hi, f_hi, g_hi, a, b)
+            if min(b - t, t - a) < margin:
+                # Near an end of the bracket: allowed once in a row (the cubic is often right there),
+                # then moved 0.1 of the bracket inside, so the bracket keeps shrinking.
+                if near_end or t in (a, b):
+                    t = b - margin if b - t < t - a else a + margin
+                    near_end = False
+                else:
+                    near_end = True
+            else:
+                near_end = False
+            f, g, payload = evaluate(t)
+            if not decrease(t, f) or f >= f_lo:
+                hi, f_hi, g_hi = t, f, g
+                continue
+            if abs(g) <= -c2 * g0:
+                return t, f, payload
+            if g * (hi - lo) >= 0:
+                hi, f_hi, g_hi = lo, f_lo, g_lo
+            lo, f_lo, g_lo, p_lo = t, f, g, payload
+        return (lo, f_lo, p_lo) if lo > 0 else (0.0, f0, None)
+
+    t_prev, f_prev, g_prev, p_prev = 0.0, f0, g0, None
+    while n_evals < max_evals:
+        f, g, payload = evaluate(t)
+        if not decrease(t, f) or (n_evals > 1 and f >= f_prev):
+            return zoom(t_prev, f_prev, g_prev, p_prev, t, f, g)
+        if abs(g) <= -c2 * g0:
+            return t, f, payload
+        if g >= 0:
+            return zoom(t, f, g, payload, t_prev, f_prev, g_prev)
+        t_next = _cubic_minimizer(t_prev, f_prev, g_prev, t, f, g, t + 0.01 * (t - t_prev), 10.0 * t)
+        t_prev, f_prev, g_prev, p_prev = t, f, g, payload
+        t = t_next
+    # Still descending after max_evals extrapolations: the last point (it satisfies sufficient decrease).
+    return (t_prev, f_prev, p_prev) if t_prev > 0 else (0.0, f0, None)
+
+
 def _lbfgs_iterations(evaluate, x, f, g, pg, lr, history_size: int = 20):
     """L-BFGS with a strong-Wolfe line search; yields (x, f, per_group, stalled) after each iteration.
 
     ``evaluate(x) -> (f, grad, per_group)``. The two-loop recursion of Nocedal & Wright (Alg. 7.4)
-    and PyTorch's strong-Wolfe line search (the one torch.optim.LBFGS uses).
+    and the line search of :func:`_strong_wolfe` (Alg. 3.5 and 3.6, with the constants of scipy's
+    and PyTorch's L-BFGS: c1 = 1e-4, c2 = 0.9, at most 25 evaluations).
     """
-    from torch.optim.lbfgs import _strong_wolfe
-
     s_hist, y_hist, rho_hist = [], [], []
-    evals = {}
     x = x.clone()
     while True:
         if float(g.abs().max()) <= 1e-12:
@@ -341,24 +436,22 @@ def _lbfgs_iterations(evaluate, x, f, g, pg, lr, history_size: int = 20):
             b = rho * y_k.dot(q)
             q += (a - b) * s_k
         d = q
-        gtd = g.dot(d)
-        if not float(gtd) < 0:  # not a descent direction: restart from steepest descent
+        gtd = float(g.dot(d))
+        if not gtd < 0:  # not a descent direction: restart from steepest descent
             s_hist, y_hist, rho_hist = [], [], []
             d = -g
-            gtd = g.dot(d)
+            gtd = float(g.dot(d))
         t0 = lr if s_hist else min(1.0, 1.0 / float(g.abs().sum())) * lr
-        evals.clear()
 
-        def obj_func(x0, t, d_):
-            fv, gv, pgv = evaluate(x0 + t * d_)
-            evals[float(t)] = pgv
-            return fv, gv
+        def phi(t, x=x, d=d):
+            fv, gv, pgv = evaluate(x + t * d)
+            return fv, float(gv.dot(d)), (gv, pgv)
 
-        f_new, g_new, t, _ = _strong_wolfe(obj_func, x, t0, d, f, g, gtd)
-        t = float(t)
-        if t == 0.0 or f_new > f:
+        t, f_new, payload = _strong_wolfe(phi, f, gtd, t0, xtol=1e-9 / max(float(d.abs().max()), 1e-300))
+        if payload is None or not f_new < f:
             yield x, f, pg, True  # the line search found no decrease: converged or stuck
             continue
+        g_new, pg = payload
         step = t * d
         y_k = g_new - g
         ys = float(y_k.dot(step))
@@ -370,9 +463,6 @@ def _lbfgs_iterations(evaluate, x, f, g, pg, lr, history_size: int = 20):
             rho_hist.append(1.0 / ys)
         x = x + step
         f, g = float(f_new), g_new
-        pg = evals.get(t)
-        if pg is None:
-            f, g, pg = evaluate(x)
         yield x, f, pg, False
 
 

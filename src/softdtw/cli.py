@@ -26,6 +26,23 @@ class CLIError(Exception):
     """An error to print as one line (no traceback) with exit status 2."""
 
 
+def _gamma_arg(text: str):
+    """--gamma: a number >= 0, or "auto" (softdtw.gamma_heuristic of the data)."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        g = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0 or 'auto'; got {text!r}") from None
+    if not np.isfinite(g) or g < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0 or 'auto'; got {text!r}")
+    return g
+
+
+def _gamma_text(g: float, requested) -> str:
+    return f"γ={g:.4g}{' (auto)' if requested == 'auto' else ''}"
+
+
 def _device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -96,9 +113,13 @@ def _sync(dev: torch.device) -> None:
 # ---------------------------------------------------------------------------------------------
 
 def _cmd_demo(args) -> int:
+    from sklearn.metrics import adjusted_rand_score
+    from sklearn.model_selection import train_test_split
+
+    from ._gamma import gamma_heuristic
     from .barycenter import soft_dtw_barycenter
-    from .clustering import adjusted_rand_index, soft_dtw_kmeans
-    from .datasets import CBF_CLASSES, make_cbf, train_test_split
+    from .clustering import soft_dtw_kmeans
+    from .datasets import CBF_CLASSES, make_cbf
     from .neighbors import SoftDTWKNeighborsClassifier
 
     dev = _device(args.device)
@@ -107,20 +128,21 @@ def _cmd_demo(args) -> int:
     if args.n_train < 3 or args.n_test < 3:
         raise CLIError("--n-train and --n-test must each be at least 3 (one series per class).")
     X, y = make_cbf(n, args.length, seed=args.seed)
-    X_tr, X_te, y_tr, y_te = train_test_split(X, y, test_size=args.n_test, seed=args.seed, stratify=y)
+    X_tr, X_te, y_tr, y_te = train_test_split(X, y, test_size=args.n_test, random_state=args.seed,
+                                              stratify=y.numpy())
     X_tr, X_te = X_tr.to(dev), X_te.to(dev)
-    g = args.gamma
+    g = gamma_heuristic(X_tr) if args.gamma == "auto" else args.gamma
     print(f"softdtw demo: Cylinder-Bell-Funnel (embedded, seed {args.seed}), {len(X_tr)} train / {len(X_te)} "
-          f"test series of length {args.length}, on {_device_text(dev)}")
+          f"test series of length {args.length}, on {_device_text(dev)}, {_gamma_text(g, args.gamma)}")
     table = _Table(["task", "method", "result", "time"])
     t_all = time.perf_counter()
 
     # 1-NN classification under three dissimilarities.
-    for label, kw in ((f"soft-DTW divergence, γ={g:g}", dict(gamma=g)),
+    for label, kw in ((f"soft-DTW divergence, γ={g:.4g}", dict(gamma=g)),
                       ("DTW (γ=0)", dict(gamma=0.0)),
                       ("Euclidean", dict(metric="euclidean"))):
         t = time.perf_counter()
-        clf = SoftDTWKNeighborsClassifier(1, progress=progress, **kw).fit(X_tr, y_tr)
+        clf = SoftDTWKNeighborsClassifier(1, progress=progress, device=dev, **kw).fit(X_tr, y_tr)
         acc = clf.score(X_te, y_te)
         _sync(dev)
         table.add("1-NN classification", label, f"accuracy {acc:.1%}", _fmt_time(time.perf_counter() - t))
@@ -129,7 +151,7 @@ def _cmd_demo(args) -> int:
     t = time.perf_counter()
     bary = soft_dtw_barycenter(X_tr, g, groups=y_tr.to(dev), n_groups=3, max_iter=args.barycenter_iter)
     _sync(dev)
-    table.add("class barycenters", f"soft-DTW, γ={g:g}, L-BFGS",
+    table.add("class barycenters", f"soft-DTW, γ={g:.4g}, L-BFGS",
               f"3 in one batch, {bary.n_iter} it, objective {float(bary.losses[0].sum()):.4g} -> "
               f"{float(bary.losses[-1].sum()):.4g}", _fmt_time(time.perf_counter() - t))
 
@@ -138,8 +160,8 @@ def _cmd_demo(args) -> int:
     km = soft_dtw_kmeans(X_te, 3, g, random_state=args.seed, max_iter=args.kmeans_iter,
                          barycenter_max_iter=args.barycenter_iter // 2 or 1, progress=progress)
     _sync(dev)
-    ari = adjusted_rand_index(y_te, km.labels)
-    table.add(f"k-means (K=3, {len(X_te)} series)", f"soft-DTW divergence, γ={g:g}, k-means++",
+    ari = adjusted_rand_score(y_te.numpy(), km.labels.numpy())
+    table.add(f"k-means (K=3, {len(X_te)} series)", f"soft-DTW divergence, γ={g:.4g}, k-means++",
               f"ARI {ari:.3f}, {km.n_iter} rounds", _fmt_time(time.perf_counter() - t))
     total = time.perf_counter() - t_all
 
@@ -159,7 +181,7 @@ def _cmd_demo(args) -> int:
     out = Path(args.out)
     written = [
         _save(plot_barycenters(X_tr, y_tr, bary.barycenter, names=list(CBF_CLASSES),
-                               title=f"soft-DTW barycenters of the CBF classes (γ={g:g})"), out / "barycenters.png"),
+                               title=f"soft-DTW barycenters of the CBF classes (γ={g:.4g})"), out / "barycenters.png"),
         _save(plot_clusters(X_te, km.labels, km.centers,
                             title=f"soft-DTW k-means on the test series (ARI {ari:.2f})"), out / "kmeans.png"),
     ]
@@ -185,15 +207,41 @@ def _split_index(spec: str):
     return spec, None
 
 
+def _check_file(spec: str, path: str, what: str) -> None:
+    """A clear error for a missing path or a directory (``what`` says which files are read)."""
+    if os.path.isdir(path):
+        raise CLIError(f"{spec}: is a directory; give one file: {what}.")
+    if not os.path.isfile(path):
+        raise CLIError(f"{spec}: no such file. Give {what}.")
+
+
+def _load_npy(path: str) -> np.ndarray:
+    try:
+        return np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as e:
+        raise CLIError(f"{path}: not a readable .npy array of numbers ({e}). Save one with numpy.save(path, "
+                       f"array) from a float array.") from None
+
+
 def _read_csv(path: str) -> np.ndarray:
     for skip in (0, 1):
         try:
             arr = np.loadtxt(path, delimiter=",", skiprows=skip, ndmin=2)
             return arr
+        except UnicodeDecodeError:
+            raise CLIError(f"{path}: not a text file (not UTF-8); expected a CSV of numbers, a .npy array or a "
+                           f"UCR .ts/.tsv file.") from None
         except ValueError:
             continue
     raise CLIError(f"{path}: could not read numbers from this CSV (comma-separated values, at most one header "
                    f"line expected).")
+
+
+def _as_float(arr: np.ndarray, spec: str, dtype) -> np.ndarray:
+    try:
+        return np.asarray(arr, dtype=dtype)
+    except (TypeError, ValueError):
+        raise CLIError(f"{spec}: expected an array of numbers; got dtype {arr.dtype}.") from None
 
 
 def _read_series(spec: str) -> np.ndarray:
@@ -201,9 +249,7 @@ def _read_series(spec: str) -> np.ndarray:
     from .datasets import load_ucr
 
     path, index = _split_index(spec)
-    if not os.path.isfile(path):
-        raise CLIError(f"{spec}: no such file. Give a .csv or .npy series, or FILE:INDEX for series INDEX "
-                       f"(0-based) of a UCR .ts/.tsv file.")
+    _check_file(spec, path, "a .csv or .npy series, or FILE:INDEX for series INDEX (0-based) of a UCR .ts/.tsv file")
     ext = os.path.splitext(path)[1].lower()
     if index is not None or ext in (".ts", ".tsv"):
         if index is None:
@@ -213,12 +259,12 @@ def _read_series(spec: str) -> np.ndarray:
             raise CLIError(f"{spec}: index {index} out of range; the file has {len(X)} series (0 to {len(X) - 1}).")
         return X[index, : int(lengths[index])].double().numpy()
     if ext == ".npy":
-        arr = np.load(path)
+        arr = _load_npy(path)
     else:
         arr = _read_csv(path)
         if arr.shape[0] == 1:  # a single row is one univariate series
             arr = arr.T
-    arr = np.asarray(arr, dtype=np.float64)
+    arr = _as_float(arr, spec, np.float64)
     if arr.ndim == 1:
         arr = arr[:, None]
     if arr.ndim != 2 or arr.size == 0:
@@ -231,6 +277,7 @@ def _read_series(spec: str) -> np.ndarray:
 
 def _cmd_align(args) -> int:
     from . import functional as F
+    from ._gamma import gamma_heuristic
 
     xa, ya = _read_series(args.a), _read_series(args.b)
     if xa.shape[1] != ya.shape[1]:
@@ -240,13 +287,13 @@ def _cmd_align(args) -> int:
         xa = (xa - xa.mean(0)) / np.where(xa.std(0) > 0, xa.std(0), 1)
         ya = (ya - ya.mean(0)) / np.where(ya.std(0) > 0, ya.std(0), 1)
     x, y = torch.from_numpy(xa), torch.from_numpy(ya)
-    g = args.gamma
+    g = gamma_heuristic(x[None], y[None]) if args.gamma == "auto" else args.gamma
     sd = float(F.soft_dtw(x, y, g))
     div = float(F.soft_dtw_divergence(x, y, g))
     hd = float(F.dtw(x, y))
     path = F.dtw_path(x, y)
     print(f"x: {args.a} ({xa.shape[0]} steps, {xa.shape[1]} feature(s));  y: {args.b} ({ya.shape[0]} steps)")
-    print(f"soft-DTW (γ={g:g}) = {sd:.6g}   divergence = {div:.6g}   DTW = {hd:.6g}   "
+    print(f"soft-DTW ({_gamma_text(g, args.gamma)}) = {sd:.6g}   divergence = {div:.6g}   DTW = {hd:.6g}   "
           f"DTW path length = {len(path)}")
     if args.path_csv:
         Path(args.path_csv).parent.mkdir(parents=True, exist_ok=True)
@@ -274,31 +321,54 @@ def _read_set(path: str):
     """(X (P, T, D), labels or None, lengths or None) from a UCR file, .npy or CSV (one series per row)."""
     from .datasets import load_ucr
 
-    if not os.path.isfile(path):
-        raise CLIError(f"{path}: no such file. Give a UCR .ts/.tsv file, a .npy array (P, T) or (P, T, D), or a "
-                       f"CSV with one univariate series per row.")
+    _check_file(path, path, "a UCR .ts/.tsv file, a .npy array (P, T) or (P, T, D), or a CSV with one "
+                            "univariate series per row")
     ext = os.path.splitext(path)[1].lower()
     if ext in (".ts", ".tsv"):
         X, y, lengths = load_ucr(path)
         labels = None if bool((y < 0).all()) else y
         has_lengths = bool((lengths != X.shape[1]).any())
         return X, labels, lengths if has_lengths else None
-    arr = np.load(path) if ext == ".npy" else _read_csv(path)
-    arr = np.asarray(arr, dtype=np.float32)
+    arr = _load_npy(path) if ext == ".npy" else _read_csv(path)
+    arr = _as_float(arr, path, np.float32)
     if arr.ndim == 2:
         arr = arr[..., None]
     if arr.ndim != 3:
         raise CLIError(f"{path}: expected an array of series (P, T) or (P, T, D); got shape {arr.shape}.")
-    if not np.isfinite(arr).all():
-        raise CLIError(f"{path}: contains NaN or Inf; for unequal lengths use a UCR .ts/.tsv file.")
-    return torch.from_numpy(arr), None, None
+    if np.isinf(arr).any():
+        raise CLIError(f"{path}: contains Inf; soft-DTW needs finite values.")
+    from ._checks import nan_padding
+
+    try:  # trailing all-NaN steps are padding (tslearn's to_time_series_dataset): they give the lengths
+        X, lengths = nan_padding(torch.from_numpy(arr), path, None, "lengths")
+    except ValueError as e:
+        raise CLIError(str(e)) from None
+    return X, None, lengths
+
+
+def _feature_list(spec: Optional[str], D: int) -> Optional[List[int]]:
+    """--features "0,3,5" -> [0, 3, 5] (checked against D); None -> None (the figure picks)."""
+    if spec is None:
+        return None
+    try:
+        feats = [int(v) for v in spec.split(",") if v.strip()]
+    except ValueError:
+        feats = []
+    if not feats or any(not 0 <= f < D for f in feats):
+        raise CLIError(f"--features {spec}: expected comma-separated feature indices in [0, {D}) (the series have "
+                       f"{D} features), e.g. --features 0,1.")
+    return feats
 
 
 def _cmd_cluster(args) -> int:
-    from .clustering import adjusted_rand_index, soft_dtw_kmeans
+    from sklearn.metrics import adjusted_rand_score
+
+    from ._gamma import gamma_heuristic
+    from .clustering import soft_dtw_kmeans
 
     X, labels, lengths = _read_set(args.file)
     P = X.shape[0]
+    feats = _feature_list(args.features, X.shape[2])  # checked before the clustering runs
     if not 1 <= args.k <= P:
         raise CLIError(f"-k {args.k}: the number of clusters must be between 1 and the number of series ({P}).")
     dev = _device(args.device)
@@ -314,7 +384,10 @@ def _cmd_cluster(args) -> int:
     print(f"clustering {P} series of up to {X.shape[1]} steps, {X.shape[2]} feature(s) from {args.file} into "
           f"{args.k} clusters on {_device_text(dev)}")
     t = time.perf_counter()
-    res = soft_dtw_kmeans(Xd, args.k, args.gamma, x_lengths=lengths, max_iter=args.max_iter, n_init=args.n_init,
+    g = gamma_heuristic(Xd, x_lengths=lengths) if args.gamma == "auto" else args.gamma
+    if args.gamma == "auto":
+        print(f"gamma auto: {g:.4g}")
+    res = soft_dtw_kmeans(Xd, args.k, g, x_lengths=lengths, max_iter=args.max_iter, n_init=args.n_init,
                           random_state=args.seed, barycenter_max_iter=args.barycenter_iter,
                           progress=not args.no_progress)
     _sync(dev)
@@ -323,7 +396,8 @@ def _cmd_cluster(args) -> int:
     print(f"inertia {res.inertia:.6g} after {res.n_iter} rounds ({'converged' if res.converged else 'max_iter reached'}), "
           f"cluster sizes {sizes}, {_fmt_time(took)}")
     if labels is not None:
-        print(f"adjusted Rand index against the file's class labels: {adjusted_rand_index(labels, res.labels):.4f}")
+        ari = adjusted_rand_score(labels.numpy(), res.labels.numpy())
+        print(f"adjusted Rand index against the file's class labels: {ari:.4f}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     cols = [np.arange(P), res.labels.numpy()]
@@ -341,7 +415,8 @@ def _cmd_cluster(args) -> int:
         else:
             from .plotting import plot_clusters
             written.append(_save(plot_clusters(Xd, res.labels, res.centers, x_lengths=lengths,
-                                               title=f"soft-DTW k-means, K={args.k}, γ={args.gamma:g}"),
+                                               features=feats,
+                                               title=f"soft-DTW k-means, K={args.k}, {_gamma_text(g, args.gamma)}"),
                                  out / "centers.png"))
     print("wrote: " + ", ".join(str(p) for p in written))
     return 0
@@ -372,12 +447,18 @@ def _cmd_bench(args) -> int:
               f"{', '.join(sorted(p.name for p in (root / 'benchmarks').glob('*.py'))) or 'none'}.")
         return 1
     extra = [a for a in args.args if a != "--"]
-    print(f"running {script.relative_to(root)} ({'CUDA' if script_name == 'gpu.py' else 'CPU'}) "
-          f"{' '.join(extra)}".rstrip(), flush=True)
+    kind = "gpu" if script_name == "gpu.py" else "cpu"
+    # Results go where the user says, else to a new file in the working directory: never over the
+    # tracked headline results in benchmarks/results/.
+    out = Path(args.out) if args.out else Path(f"softdtw-bench-{kind}-{time.strftime('%Y%m%d-%H%M%S')}.json")
+    out = out.resolve()
+    print(f"running {script.relative_to(root)} ({kind.upper()}) {' '.join(extra)}".rstrip() +
+          f"; results to {out} (and .md)", flush=True)
     env = dict(os.environ)
     src = str(root / "src")
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return subprocess.call([sys.executable, str(script), *extra], cwd=str(root), env=env)
+    env.setdefault("PYTHONUNBUFFERED", "1")  # rows appear as they are measured
+    return subprocess.call([sys.executable, str(script), "--out", str(out), *extra], cwd=os.getcwd(), env=env)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -402,7 +483,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n-train", type=int, default=60, help="training series (default 60)")
     p.add_argument("--n-test", type=int, default=240, help="test series (default 240)")
     p.add_argument("--length", type=int, default=128, help="steps per series (default 128)")
-    p.add_argument("--gamma", type=float, default=1.0, help="soft-DTW smoothing (default 1.0)")
+    p.add_argument("--gamma", type=_gamma_arg, default=1.0,
+                   help="soft-DTW smoothing, or 'auto' for softdtw.gamma_heuristic of the training series "
+                        "(default 1.0)")
     p.add_argument("--seed", type=int, default=0, help="data and k-means seed (default 0)")
     p.add_argument("--barycenter-iter", type=int, default=30, help="L-BFGS iterations for barycenters (default 30)")
     p.add_argument("--kmeans-iter", type=int, default=10, help="k-means rounds (default 10)")
@@ -419,7 +502,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "(T,) or (T, D), or FILE:INDEX for series INDEX (0-based) of a UCR .ts/.tsv file.")
     p.add_argument("a", help="first series (rows of the matrix)")
     p.add_argument("b", help="second series (columns)")
-    p.add_argument("--gamma", type=float, default=1.0, help="soft-DTW smoothing (default 1.0)")
+    p.add_argument("--gamma", type=_gamma_arg, default="auto",
+                   help="soft-DTW smoothing, or 'auto' (default): a tenth of the pair's DTW cost per step "
+                        "(softdtw.gamma_heuristic), so soft-DTW stays within 11%% of DTW")
     p.add_argument("--standardize", action="store_true", help="z-normalise each series (per feature) first")
     p.add_argument("--out", default="alignment.png", help="PNG to write (default alignment.png)")
     p.add_argument("--path-csv", default=None, help="also write the DTW path as CSV (i,j)")
@@ -429,11 +514,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("cluster", help="soft-DTW k-means of a file of series: labels CSV and a PNG of the centres",
                        description="k-means under the soft-DTW divergence (k-means++ seeding, batched barycenter "
                                    "updates). FILE is a UCR/UEA .ts or .tsv file (unequal lengths allowed; the ARI "
-                                   "against its labels is printed), a .npy array (P, T) or (P, T, D), or a CSV with "
-                                   "one univariate series per row. Writes labels.csv, centers.npy and centers.png.")
+                                   "against its labels is printed), a .npy array (P, T) or (P, T, D) (NaN-padded "
+                                   "for unequal lengths), or a CSV with one univariate series per row. Writes "
+                                   "labels.csv, centers.npy and centers.png.")
     p.add_argument("file", help="the series to cluster")
     p.add_argument("-k", "--k", type=int, required=True, help="number of clusters")
-    p.add_argument("--gamma", type=float, default=1.0, help="soft-DTW smoothing (default 1.0)")
+    p.add_argument("--gamma", type=_gamma_arg, default=1.0,
+                   help="soft-DTW smoothing, or 'auto' for softdtw.gamma_heuristic of the series (default 1.0)")
     p.add_argument("--max-iter", type=int, default=20, help="k-means rounds (default 20)")
     p.add_argument("--barycenter-iter", type=int, default=20, help="L-BFGS iterations per update (default 20)")
     p.add_argument("--n-init", type=int, default=1, help="restarts; the lowest inertia wins (default 1)")
@@ -442,13 +529,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto", help="auto (GPU when present), cpu, cuda or cuda:N")
     p.add_argument("--out", default="softdtw-cluster", help="output directory (default ./softdtw-cluster)")
     p.add_argument("--no-figure", action="store_true", help="do not write centers.png")
+    p.add_argument("--features", default=None, metavar="I,J,...",
+                   help="features to draw in centers.png, one panel each (default: all up to 4, else a heatmap "
+                        "of each centre)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=_cmd_cluster)
 
     p = sub.add_parser("bench", help="run the benchmark for this device (benchmarks/gpu.py or cpu.py)",
                        description="Runs benchmarks/gpu.py when CUDA is available, else benchmarks/cpu.py, from the "
-                                   "source checkout this softdtw was installed from; further arguments are passed "
+                                   "source checkout this softdtw was installed from, printing each row as it is "
+                                   "measured; further arguments (e.g. --quick, or --smoke on the CPU) are passed "
                                    "to the script.")
+    p.add_argument("--out", default=None,
+                   help="JSON file for the results, a .md table next to it (default: a new "
+                        "softdtw-bench-cpu|gpu-YYYYmmdd-HHMMSS.json in the working directory)")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the benchmark script")
     p.set_defaults(func=_cmd_bench)
     return parser
@@ -470,7 +564,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except CLIError as e:
         print(f"softdtw {args.command}: error: {e}", file=sys.stderr)
         return 2
-    except (ValueError, TypeError, FileNotFoundError, ImportError) as e:
+    except (ValueError, TypeError, FileNotFoundError, IsADirectoryError, ImportError) as e:
         print(f"softdtw {args.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # pragma: no cover

@@ -21,11 +21,15 @@ from typing import NamedTuple, Optional, Union
 import numpy as np
 import torch
 
-from ._estimator import BaseEstimator
-from .barycenter import _resample, soft_dtw_barycenter
-from .pairwise import as_series_set, as_set_lengths, pairwise_soft_dtw
+from sklearn.base import BaseEstimator, ClusterMixin, TransformerMixin
+from sklearn.utils import check_random_state
+from sklearn.utils.validation import check_is_fitted
 
-__all__ = ["soft_dtw_kmeans", "SoftDTWKMeans", "KMeansResult", "adjusted_rand_index"]
+from ._estimator import check_int, resolve_gamma, validate_series
+from .barycenter import _resample, soft_dtw_barycenter
+from .pairwise import as_padded_set, as_set_lengths, pairwise_soft_dtw
+
+__all__ = ["soft_dtw_kmeans", "SoftDTWKMeans", "KMeansResult"]
 
 _INITS = ("k-means++", "random")
 
@@ -49,51 +53,6 @@ class KMeansResult(NamedTuple):
     n_iter: int
     converged: bool
     losses: torch.Tensor
-
-
-def adjusted_rand_index(labels_true, labels_pred) -> float:
-    r"""Adjusted Rand index (Hubert & Arabie 1985) between two labelings of the same items.
-
-    .. math:: \mathrm{ARI} = \frac{\sum_{ij}\binom{n_{ij}}{2} - \sum_i\binom{a_i}{2}\sum_j\binom{b_j}{2}/\binom{n}{2}}
-              {\tfrac12[\sum_i\binom{a_i}{2} + \sum_j\binom{b_j}{2}] - \sum_i\binom{a_i}{2}\sum_j\binom{b_j}{2}/\binom{n}{2}}
-
-    1 for identical partitions (up to renaming), about 0 for independent ones, possibly negative.
-    Same values as ``sklearn.metrics.adjusted_rand_score``.
-
-    Args:
-        labels_true, labels_pred: `(P,)` labels of any kind (tensor, array or list).
-
-    Returns:
-        float.
-
-    Example:
-        >>> adjusted_rand_index([0, 0, 1, 1], [1, 1, 0, 0])
-        1.0
-    """
-    a = np.asarray(labels_true.cpu() if isinstance(labels_true, torch.Tensor) else labels_true).reshape(-1)
-    b = np.asarray(labels_pred.cpu() if isinstance(labels_pred, torch.Tensor) else labels_pred).reshape(-1)
-    if a.shape != b.shape:
-        raise ValueError(f"labels_true and labels_pred must have the same length; got {a.shape[0]} and {b.shape[0]}.")
-    n = a.shape[0]
-    if n < 2:
-        return 1.0
-    _, ia = np.unique(a, return_inverse=True)
-    _, ib = np.unique(b, return_inverse=True)
-    table = np.zeros((ia.max() + 1, ib.max() + 1), dtype=np.int64)
-    np.add.at(table, (ia.reshape(-1), ib.reshape(-1)), 1)
-
-    def comb2(v):
-        v = v.astype(np.float64)
-        return v * (v - 1) / 2
-
-    index = comb2(table).sum()
-    sum_a = comb2(table.sum(1)).sum()
-    sum_b = comb2(table.sum(0)).sum()
-    expected = sum_a * sum_b / comb2(np.array(n))
-    maximum = 0.5 * (sum_a + sum_b)
-    if maximum == expected:
-        return 1.0
-    return float((index - expected) / (maximum - expected))
 
 
 class _Dissimilarity:
@@ -176,10 +135,22 @@ def _kmeans_plus_plus(X, lengths, K, L, dissim: _Dissimilarity, gen: torch.Gener
     return torch.tensor(chosen, dtype=torch.int64)
 
 
-def _check_int(value, name: str, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}; got {value!r}.")
-    return int(value)
+def _generator(random_state) -> torch.Generator:
+    """A torch.Generator from an int seed, a torch / NumPy generator or None (fresh entropy)."""
+    if isinstance(random_state, torch.Generator):
+        return random_state
+    if isinstance(random_state, np.random.RandomState):
+        seed = int(random_state.randint(np.iinfo(np.int32).max))
+    elif isinstance(random_state, np.random.Generator):
+        seed = int(random_state.integers(2**63 - 1))
+    elif random_state is None:
+        seed = int(torch.seed() % 2**63)
+    elif isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool):
+        seed = int(random_state)
+    else:
+        raise ValueError(f"random_state must be an int, a torch.Generator, a numpy.random.RandomState / "
+                         f"Generator or None; got {random_state!r}.")
+    return torch.Generator().manual_seed(seed)
 
 
 def soft_dtw_kmeans(X, n_clusters: int, gamma: float = 1.0, *, x_lengths=None, max_iter: int = 50,
@@ -195,7 +166,8 @@ def soft_dtw_kmeans(X, n_clusters: int, gamma: float = 1.0, *, x_lengths=None, m
     or soft-DTW, by alternating assignment and batched barycenter updates.
 
     Args:
-        X: `(P, T, D)` float tensor / array (`(P, T)` means univariate), padded past ``x_lengths``.
+        X: `(P, T, D)` float tensor / array (`(P, T)` means univariate), padded past ``x_lengths``
+            or NaN-padded (trailing all-NaN steps end a series, as tslearn pads).
         n_clusters: K, 1 <= K <= P.
         gamma: soft-DTW smoothing > 0.
         x_lengths: optional `(P,)` int valid lengths.
@@ -203,7 +175,8 @@ def soft_dtw_kmeans(X, n_clusters: int, gamma: float = 1.0, *, x_lengths=None, m
         n_init: runs from different seedings; the one of lowest inertia is returned.
         init: "k-means++" (default; greedy k-means++ under the soft-DTW divergence), "random" (K
             distinct series) or a `(K, L, D)` tensor of initial centres.
-        random_state: int seed (or a torch.Generator) for reproducible results; None for fresh entropy.
+        random_state: int seed, torch.Generator, ``numpy.random.RandomState`` / ``Generator`` (a seed
+            is drawn from it) for reproducible results; None for fresh entropy.
         tol: stop when the relative decrease of the inertia is <= tol (or when no label changes).
         divergence: use the soft-DTW divergence (default; inertia >= 0 and non-increasing) or raw
             soft-DTW values (tslearn's choice; can be negative). Seeding always uses the divergence.
@@ -219,22 +192,22 @@ def soft_dtw_kmeans(X, n_clusters: int, gamma: float = 1.0, *, x_lengths=None, m
 
     Example:
         >>> from softdtw.datasets import make_cbf
-        >>> from softdtw.clustering import soft_dtw_kmeans, adjusted_rand_index
+        >>> from softdtw.clustering import soft_dtw_kmeans
         >>> X, y = make_cbf(30, length=64, seed=0)
         >>> res = soft_dtw_kmeans(X, 3, gamma=1.0, random_state=0, max_iter=5)
         >>> res.centers.shape, bool((res.losses[1:] <= res.losses[:-1] * (1 + 1e-4)).all())
         (torch.Size([3, 64, 1]), True)
     """
-    X = as_series_set(X, "X")
+    X, x_lengths = as_padded_set(X, "X", x_lengths, "x_lengths")
     P, T, D = X.shape
     if X.dtype in (torch.float16, torch.bfloat16):
         X = X.float()
-    K = _check_int(n_clusters, "n_clusters", 1)
+    K = check_int(n_clusters, "n_clusters", 1)
     if K > P:
         raise ValueError(f"n_clusters={K} is larger than the number of series P={P}; use at most {P} clusters.")
-    max_iter = _check_int(max_iter, "max_iter", 0)
-    n_init = _check_int(n_init, "n_init", 1)
-    barycenter_max_iter = _check_int(barycenter_max_iter, "barycenter_max_iter", 0)
+    max_iter = check_int(max_iter, "max_iter", 0)
+    n_init = check_int(n_init, "n_init", 1)
+    barycenter_max_iter = check_int(barycenter_max_iter, "barycenter_max_iter", 0)
     if not isinstance(tol, numbers.Real) or isinstance(tol, bool) or not tol >= 0:
         raise ValueError(f"tol must be a number >= 0; got {tol!r}.")
     user_lengths, lengths = as_set_lengths(x_lengths, "x_lengths", P, T)
@@ -251,14 +224,7 @@ def soft_dtw_kmeans(X, n_clusters: int, gamma: float = 1.0, *, x_lengths=None, m
         C_init = None
     else:
         raise ValueError(f"init must be one of {_INITS} or a ({K}, L, {D}) tensor of centres; got {init!r}.")
-    if isinstance(random_state, torch.Generator):
-        gen = random_state
-    else:
-        if random_state is not None and (isinstance(random_state, bool)
-                                         or not isinstance(random_state, numbers.Integral)):
-            raise ValueError(f"random_state must be an int, a torch.Generator or None; got {random_state!r}.")
-        seed = int(random_state) if random_state is not None else int(torch.seed() % 2**63)
-        gen = torch.Generator().manual_seed(seed)
+    gen = _generator(random_state)
 
     kw = dict(cost=cost, bandwidth=bandwidth, itakura_max_slope=itakura_max_slope, backend=backend)
     dissim = _Dissimilarity(X, lengths, user_lengths, gamma, divergence, kw, batch_size, False)
@@ -336,30 +302,48 @@ def _one_run(X, lengths, user_lengths, K, L, gamma, C_init, init, gen, dissim, m
     return KMeansResult(C, labels, inertia, n_iter, converged, torch.tensor(losses, dtype=torch.float64))
 
 
-class SoftDTWKMeans(BaseEstimator):
-    """k-means clustering of time series under soft-DTW, with the scikit-learn estimator API.
+class SoftDTWKMeans(TransformerMixin, ClusterMixin, BaseEstimator):
+    """k-means clustering of time series under soft-DTW, a scikit-learn estimator.
 
-    See :func:`soft_dtw_kmeans` for the algorithm and the arguments.
+    See :func:`soft_dtw_kmeans` for the algorithm and the arguments. Takes and returns NumPy
+    (torch tensors are accepted too); works in Pipeline, GridSearchCV and cross_val_score.
+
+    Input X: `(P, T, D)` series, or `(P, T)` for univariate series (each row one series, as in
+    tslearn), as an array, a list (ragged lists are NaN-padded) or a tensor; integer values are
+    cast to float64. Trailing all-NaN steps are padding and set each series' length (tslearn's
+    ``to_time_series_dataset`` layout); ``x_lengths`` may be given instead. Series passed to
+    ``predict`` / ``transform`` may have other lengths than the training series, but the same D.
+
+    Args:
+        n_clusters, max_iter, n_init, init, tol, divergence, barycenter_max_iter, barycenter_method,
+            bandwidth, itakura_max_slope, cost, batch_size, progress, backend: as
+            :func:`soft_dtw_kmeans` (numpy integers are fine).
+        gamma: soft-DTW smoothing >= 0, or "auto" for :func:`softdtw.gamma_heuristic` of the
+            training series (the value used is ``gamma_``).
+        random_state: None, an int or a ``numpy.random.RandomState`` (scikit-learn's convention).
+        device: where to compute ("cpu", "cuda", a torch.device); None: the device of a tensor X,
+            else the CPU.
 
     Attributes:
-        cluster_centers_: `(K, L, D)` centres. labels_: `(P,)` int64 labels of the training series.
-        inertia_: float. n_iter_: int. converged_: bool. losses_: `(n_iter_ + 1,)` inertia history.
+        cluster_centers_: `(K, L, D)` float ndarray of centres. labels_: `(P,)` int64 ndarray.
+        inertia_: float. n_iter_: int. converged_: bool. losses_: `(n_iter_ + 1,)` float64 ndarray.
+        gamma_: the gamma used (float). n_features_in_: D, the features per time step.
 
     Example:
         >>> from softdtw.datasets import make_cbf
         >>> from softdtw.clustering import SoftDTWKMeans
         >>> X, y = make_cbf(30, length=64, seed=0)
-        >>> km = SoftDTWKMeans(3, gamma=1.0, random_state=0, max_iter=5).fit(X)
-        >>> km.cluster_centers_.shape, km.predict(X[:4]).shape
-        (torch.Size([3, 64, 1]), torch.Size([4]))
+        >>> km = SoftDTWKMeans(3, gamma=1.0, random_state=0, max_iter=5).fit(X.numpy())
+        >>> km.cluster_centers_.shape, km.predict(X[:4].numpy()).shape, km.labels_.dtype
+        ((3, 64, 1), (4,), dtype('int64'))
     """
 
-    def __init__(self, n_clusters: int = 8, gamma: float = 1.0, *, max_iter: int = 50, n_init: int = 1,
+    def __init__(self, n_clusters: int = 8, gamma=1.0, *, max_iter: int = 50, n_init: int = 1,
                  init="k-means++", random_state=None, tol: float = 1e-6, divergence: bool = True,
                  barycenter_max_iter: int = 20, barycenter_method: str = "lbfgs",
                  bandwidth: Optional[float] = None, itakura_max_slope: Optional[float] = None,
                  cost="sqeuclidean", batch_size: Optional[int] = None, progress: bool = False,
-                 backend: Optional[str] = None):
+                 backend: Optional[str] = None, device=None):
         self.n_clusters = n_clusters
         self.gamma = gamma
         self.max_iter = max_iter
@@ -376,46 +360,71 @@ class SoftDTWKMeans(BaseEstimator):
         self.batch_size = batch_size
         self.progress = progress
         self.backend = backend
+        self.device = device
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.three_d_array = True
+        return tags
+
+    def _kw(self) -> dict:
+        return dict(cost=self.cost, bandwidth=self.bandwidth, itakura_max_slope=self.itakura_max_slope,
+                    backend=self.backend)
 
     def fit(self, X, y=None, x_lengths=None) -> "SoftDTWKMeans":
-        """Cluster X `(P, T, D)` (y is ignored, as in scikit-learn); returns self."""
+        """Cluster the series X (y is ignored, as in scikit-learn); returns self.
+
+        Args:
+            X: `(P, T, D)` or `(P, T)` series (see the class docstring); NaN padding sets lengths.
+            y: ignored.
+            x_lengths: optional `(P,)` int valid lengths (instead of NaN padding).
+        """
+        X, lengths, _ = validate_series(self, X, reset=True, x_lengths=x_lengths, device=self.device)
+        gamma = resolve_gamma(self.gamma, X, lengths, **self._kw())
+        init = self.init
+        if not isinstance(init, str):
+            init = torch.as_tensor(np.asarray(init.detach().cpu() if isinstance(init, torch.Tensor) else init,
+                                              dtype=np.float64))
+        seed = int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
         res = soft_dtw_kmeans(
-            X, self.n_clusters, self.gamma, x_lengths=x_lengths, max_iter=self.max_iter, n_init=self.n_init,
-            init=self.init, random_state=self.random_state, tol=self.tol, divergence=self.divergence,
+            X, self.n_clusters, gamma, x_lengths=lengths, max_iter=self.max_iter, n_init=self.n_init,
+            init=init, random_state=seed, tol=self.tol, divergence=self.divergence,
             barycenter_max_iter=self.barycenter_max_iter, barycenter_method=self.barycenter_method,
             bandwidth=self.bandwidth, itakura_max_slope=self.itakura_max_slope, cost=self.cost,
             batch_size=self.batch_size, progress=self.progress, backend=self.backend)
-        self.cluster_centers_ = res.centers
-        self.labels_ = res.labels
-        self.inertia_ = res.inertia
-        self.n_iter_ = res.n_iter
-        self.converged_ = res.converged
-        self.losses_ = res.losses
+        self._device = X.device
+        self.gamma_ = gamma
+        self.cluster_centers_ = res.centers.detach().cpu().numpy()
+        self.labels_ = res.labels.cpu().numpy().astype(np.int64)
+        self.inertia_ = float(res.inertia)
+        self.n_iter_ = int(res.n_iter)
+        self.converged_ = bool(res.converged)
+        self.losses_ = res.losses.cpu().numpy()
         return self
 
-    def fit_predict(self, X, y=None, x_lengths=None) -> torch.Tensor:
-        """Fit and return the `(P,)` labels of X."""
+    def fit_predict(self, X, y=None, x_lengths=None) -> np.ndarray:
+        """Fit and return the `(P,)` int64 labels of X."""
         return self.fit(X, x_lengths=x_lengths).labels_
 
-    def transform(self, X, x_lengths=None) -> torch.Tensor:
-        """`(P, K)` dissimilarities (divergence or soft-DTW, as fitted) of X to the centres."""
-        self._check_fitted("cluster_centers_")
-        X = as_series_set(X, "X").to(device=self.cluster_centers_.device, dtype=self.cluster_centers_.dtype)
-        if X.shape[-1] != self.cluster_centers_.shape[-1]:
-            raise ValueError(f"X has D={X.shape[-1]} features but the model was fitted on "
-                             f"D={self.cluster_centers_.shape[-1]}; pass series with the same feature size.")
-        user_lengths, lengths = as_set_lengths(x_lengths, "x_lengths", X.shape[0], X.shape[1])
-        kw = dict(cost=self.cost, bandwidth=self.bandwidth, itakura_max_slope=self.itakura_max_slope,
-                  backend=self.backend)
-        dissim = _Dissimilarity(X, lengths, user_lengths, self.gamma, self.divergence, kw, self.batch_size,
+    def _dissimilarities(self, X, x_lengths) -> torch.Tensor:
+        check_is_fitted(self, "cluster_centers_")
+        device = self.device if self.device is not None else getattr(self, "_device", None)
+        X, lengths, _ = validate_series(self, X, reset=False, x_lengths=x_lengths, device=device)
+        C = torch.as_tensor(self.cluster_centers_).to(device=X.device, dtype=X.dtype)
+        user_lengths, full = as_set_lengths(lengths, "x_lengths", X.shape[0], X.shape[1])
+        dissim = _Dissimilarity(X, full, user_lengths, self.gamma_, self.divergence, self._kw(), self.batch_size,
                                 self.progress)
-        return dissim(self.cluster_centers_)
+        return dissim(C)
 
-    def predict(self, X, x_lengths=None) -> torch.Tensor:
-        """`(P,)` int64 index of the closest centre of each series of X."""
-        return torch.argmin(self.transform(X, x_lengths), dim=1).cpu()
+    def transform(self, X, x_lengths=None) -> np.ndarray:
+        """`(P, K)` float ndarray: dissimilarities (divergence or soft-DTW, as fitted) of X to the centres."""
+        return self._dissimilarities(X, x_lengths).detach().cpu().numpy()
+
+    def predict(self, X, x_lengths=None) -> np.ndarray:
+        """`(P,)` int64 ndarray: the index of the closest centre of each series of X."""
+        return torch.argmin(self._dissimilarities(X, x_lengths), dim=1).cpu().numpy().astype(np.int64)
 
     def score(self, X, y=None, x_lengths=None) -> float:
         """Opposite of the inertia of X under the fitted centres (higher is better, as scikit-learn)."""
-        Dm = self.transform(X, x_lengths)
+        Dm = self._dissimilarities(X, x_lengths)
         return -float(Dm.min(dim=1).values.sum())

@@ -72,7 +72,7 @@ def cost_vjp(cost: str, x: torch.Tensor, y: torch.Tensor, dC: torch.Tensor):
     """
     if cost == "sqeuclidean":
         # The column sums of dC by a GEMM with ones: dC.sum(1), a reduction over the middle dimension,
-        # took two (B, N, M) temporaries on CUDA (scripts/d64_memory_probe.py).
+        # took two (B, N, M) temporaries on CUDA (benchmarks/OPTIMIZATION_LOG.md, "Large D: memory of the GEMM path").
         colsum = torch.bmm(dC.transpose(1, 2), x.new_ones(x.shape[:-1] + (1,)))  # (B, M, 1)
         dx = 2.0 * (dC.sum(2, keepdim=True) * x - torch.bmm(dC, y))
         dy = 2.0 * (colsum * y - torch.bmm(dC.transpose(1, 2), x))

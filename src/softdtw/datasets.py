@@ -2,12 +2,15 @@
 
 - :func:`make_cbf` draws the Cylinder–Bell–Funnel data set (Saito 1994), seeded, with nothing to
   download: the data of ``softdtw demo``, the examples and the tests.
-- :func:`train_test_split` splits a data set (stratified by label when asked), reproducibly.
-- :func:`load_ucr` reads files of the UCR/UEA time-series classification archives that a user has
-  on disk: ``.ts`` (sktime format: univariate or multivariate, equal or unequal lengths, missing
-  values ``?``) and ``.tsv`` (UCR 2018: label first, then the values; ``NaN`` for missing values and
-  as padding of shorter series). Malformed files raise :class:`UCRFormatError` naming the file, the
-  line and the reason.
+- :func:`load_ucr` reads files of the UCR/UEA time-series archives that a user has on disk:
+  ``.ts`` (the sktime / aeon format: univariate or multivariate, equal or unequal lengths, missing
+  values ``?``, class labels or regression targets, time stamps, ``#`` / ``%`` comments) and
+  ``.tsv`` (UCR 2018: label first, then the values; ``NaN`` for missing values and as padding of
+  shorter series). Malformed files raise :class:`UCRFormatError` naming the file, the line and the
+  reason.
+
+To split a data set use scikit-learn's ``sklearn.model_selection.train_test_split``, which takes
+tensors and arrays alike.
 """
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ from typing import List, NamedTuple, Optional, Tuple
 import numpy as np
 import torch
 
-__all__ = ["make_cbf", "train_test_split", "load_ucr", "UCRData", "UCRFormatError", "CBF_CLASSES"]
+__all__ = ["make_cbf", "load_ucr", "UCRData", "UCRFormatError", "CBF_CLASSES"]
 
 #: Class names of :func:`make_cbf`, indexed by label.
 CBF_CLASSES = ("cylinder", "bell", "funnel")
@@ -86,83 +89,6 @@ def make_cbf(n: int = 300, length: int = 128, seed: Optional[int] = 0, *,
     return X.unsqueeze(-1).to(dtype), y
 
 
-def train_test_split(*arrays, test_size: float = 0.25, seed: Optional[int] = 0, stratify=None) -> list:
-    """Split tensors / arrays of equal first dimension into train and test parts, reproducibly.
-
-    Args:
-        *arrays: tensors or NumPy arrays with the same first dimension P (e.g. X, y, lengths).
-        test_size: fraction of the rows in (0, 1) or a number of rows in [1, P - 1] for the test part.
-        seed: seed of the shuffle (a private generator); None shuffles from fresh entropy.
-        stratify: optional `(P,)` labels; each class is split in the same proportion (at least one
-            row of every class with >= 2 rows goes to each side).
-
-    Returns:
-        ``[a_train, a_test, b_train, b_test, ...]`` like scikit-learn's ``train_test_split``.
-
-    Example:
-        >>> from softdtw.datasets import make_cbf, train_test_split
-        >>> X, y = make_cbf(40, 32)
-        >>> X_tr, X_te, y_tr, y_te = train_test_split(X, y, test_size=0.25, stratify=y)
-        >>> len(X_tr), len(X_te)
-        (30, 10)
-    """
-    if not arrays:
-        raise ValueError("train_test_split needs at least one array, e.g. train_test_split(X, y).")
-    P = len(arrays[0])
-    for i, a in enumerate(arrays):
-        if len(a) != P:
-            raise ValueError(
-                f"all arrays must have the same first dimension; array 0 has {P} rows, array {i} has {len(a)}."
-            )
-    if P < 2:
-        raise ValueError(f"need at least 2 rows to split into train and test; got {P}.")
-    if isinstance(test_size, float) and 0.0 < test_size < 1.0:
-        n_test = int(round(test_size * P))
-    elif isinstance(test_size, (int, np.integer)) and not isinstance(test_size, bool) and 1 <= test_size < P:
-        n_test = int(test_size)
-    else:
-        raise ValueError(
-            f"test_size must be a fraction in (0, 1) or a number of rows in [1, {P - 1}]; got {test_size!r}."
-        )
-    n_test = min(max(n_test, 1), P - 1)
-    gen = torch.Generator().manual_seed(int(seed) if seed is not None else int(torch.seed() % 2**63))
-    if stratify is None:
-        perm = torch.randperm(P, generator=gen)
-        test_idx, train_idx = perm[:n_test], perm[n_test:]
-    else:
-        labels = np.asarray(stratify.cpu() if isinstance(stratify, torch.Tensor) else stratify)
-        if len(labels) != P:
-            raise ValueError(f"stratify must have one label per row ({P}); got {len(labels)}.")
-        _, codes = np.unique(labels, return_inverse=True)
-        codes = torch.as_tensor(codes.reshape(-1), dtype=torch.int64)
-        test_parts, train_parts = [], []
-        counts = torch.bincount(codes).tolist()
-        # Largest-remainder allocation: the test part has exactly n_test rows when the classes allow it.
-        ideal = [n_test * c / P for c in counts]
-        take = [int(math.floor(v)) for v in ideal]
-        order = sorted(range(len(counts)), key=lambda c: ideal[c] - take[c], reverse=True)
-        for c in order[: n_test - sum(take)]:
-            take[c] += 1
-        for c, count in enumerate(counts):
-            members = torch.nonzero(codes == c).flatten()
-            members = members[torch.randperm(count, generator=gen)]
-            k = min(max(take[c], 1), count - 1) if count >= 2 else take[c]
-            test_parts.append(members[:k])
-            train_parts.append(members[k:])
-        test_idx = torch.cat(test_parts)
-        train_idx = torch.cat(train_parts)
-        test_idx = test_idx[torch.randperm(len(test_idx), generator=gen)]
-        train_idx = train_idx[torch.randperm(len(train_idx), generator=gen)]
-    out = []
-    for a in arrays:
-        if isinstance(a, torch.Tensor):
-            out += [a[train_idx.to(a.device)], a[test_idx.to(a.device)]]
-        else:
-            arr = np.asarray(a)
-            out += [arr[train_idx.numpy()], arr[test_idx.numpy()]]
-    return out
-
-
 # ---------------------------------------------------------------------------------------------
 # UCR / UEA archive files
 # ---------------------------------------------------------------------------------------------
@@ -171,15 +97,51 @@ class UCRFormatError(ValueError):
     """A UCR/UEA file that does not follow its format; the message names file, line and reason."""
 
 
-class UCRData(NamedTuple):
-    """What :func:`load_ucr` returns; unpacks as ``X, y, lengths = load_ucr(path)``."""
-
-    X: torch.Tensor  #: `(P, T, D)` float values; zero past each series' length
-    y: torch.Tensor  #: `(P,)` int64 labels
+class _UCRTriple(NamedTuple):
+    X: torch.Tensor  #: `(P, T, D)` float values; 0 (or NaN with padding="nan") past each series' length
+    y: torch.Tensor  #: `(P,)` int64 labels, or float64 targets of a regression file
     lengths: torch.Tensor  #: `(P,)` int64 number of valid steps per series
 
 
+class UCRData(_UCRTriple):
+    """What :func:`load_ucr` returns: a NamedTuple ``(X, y, lengths)`` — so ``X, y, lengths =
+    load_ucr(path)`` works — carrying four more attributes.
+
+    Attributes:
+        X: `(P, T, D)` float tensor, T the longest series; 0 past each series' length (NaN with
+            ``padding="nan"``).
+        y: `(P,)` int64 class labels: the labels themselves when every label is an integer (as in
+            the UCR archive: "1", "-1", "1.0" give 1, -1, 1), otherwise the index of the label in
+            ``classes``; -1 for unlabelled files. For a regression file (``@targetLabel true``),
+            `(P,)` float64 targets.
+        lengths: `(P,)` int64 valid steps per series.
+        classes: tuple of the class names as written in the file (the ``@classLabel`` list in its
+            order; for a .tsv the distinct labels, in numeric order when they are numbers), or None
+            for regression and unlabelled files.
+        labels: `(P,)` ndarray of str, each case's label or target exactly as written ("standing",
+            "1.0"), or None for unlabelled files.
+        task: "classification", "regression" or "unlabelled".
+        timestamps: `(P, T)` float64 ndarray of the time stamps of a ``@timeStamps true`` file
+            (numbers as written; dates and times as seconds since 1970-01-01), NaN past each length;
+            None for files without time stamps.
+    """
+
+    classes = None
+    labels = None
+    task = "classification"
+    timestamps = None
+
+    def __new__(cls, X, y, lengths, *, classes=None, labels=None, task="classification", timestamps=None):
+        self = super().__new__(cls, X, y, lengths)
+        self.classes, self.labels, self.task, self.timestamps = classes, labels, task, timestamps
+        return self
+
+
 _MISSING_MODES = ("interpolate", "nan", "zero", "raise")
+_TIMESTAMP_MODES = ("keep", "raise")
+_PADDINGS = ("zero", "nan")
+_MISSING_TOKENS = ("?", "", "NaN", "nan", "NAN")
+_COMMENT = ("#", "%")
 
 
 def _fail(path: str, lineno: Optional[int], reason: str) -> UCRFormatError:
@@ -189,13 +151,17 @@ def _fail(path: str, lineno: Optional[int], reason: str) -> UCRFormatError:
 
 def _parse_float(token: str, path: str, lineno: int, what: str) -> float:
     t = token.strip()
-    if t in ("?", "", "NaN", "nan", "NAN"):
+    if t in _MISSING_TOKENS:
         return math.nan
     try:
-        return float(t)
+        v = float(t)
     except ValueError:
-        raise _fail(path, lineno, f"{what}: {token.strip()!r} is not a number (expected a float, or '?' / NaN "
+        raise _fail(path, lineno, f"{what}: {t!r} is not a number (expected a float, or '?' / NaN "
                                   f"for a missing value).") from None
+    if not math.isfinite(v):
+        raise _fail(path, lineno, f"{what}: {t!r} is not a finite number (it reads as {v}); soft-DTW needs "
+                                  f"finite values. Mark a missing value with '?' (.ts) or NaN (.tsv).")
+    return v
 
 
 def _fill_missing(series: np.ndarray, length: int, mode: str, path: str, lineno: int, case: int) -> None:
@@ -225,47 +191,62 @@ def _fill_missing(series: np.ndarray, length: int, mode: str, path: str, lineno:
         col[bad] = np.interp(steps[bad], steps[~bad], col[~bad])
 
 
-def _labels_to_tensor(raw: List[str], header_classes: Optional[List[str]], path: str,
-                      label_lines: List[int]) -> Tuple[torch.Tensor, List[str]]:
-    """Integer labels stay as they are; other labels become indices into the class list."""
-    def as_int(s: str):
-        try:
-            f = float(s)
-        except ValueError:
-            return None
-        return int(f) if f.is_integer() else None
-
-    ints = [as_int(s) for s in raw]
-    header_ints = [as_int(s) for s in header_classes] if header_classes else []
-    if all(v is not None for v in ints) and all(v is not None for v in header_ints):
-        classes = sorted(set(ints) | set(header_ints))
-        return torch.tensor(ints, dtype=torch.int64), [str(c) for c in classes]
-    classes = list(header_classes) if header_classes else sorted(set(raw))
-    index = {c: i for i, c in enumerate(classes)}
-    out = []
-    for s, lineno in zip(raw, label_lines):
-        if s not in index:
-            raise _fail(path, lineno, f"class label {s!r} is not among those declared by @classLabel "
-                                      f"({' '.join(classes)}); add it to the header or fix the label.")
-        out.append(index[s])
-    return torch.tensor(out, dtype=torch.int64), classes
+def _number(s: str) -> Optional[float]:
+    try:
+        v = float(s)
+    except ValueError:
+        return None
+    return v if math.isfinite(v) else None
 
 
-def _stack(cases: List[np.ndarray], lengths: List[int], dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
+def _class_labels(raw: List[str], header: Optional[List[str]], path: str, lines: List[int]):
+    """(y int64, classes, labels): integer labels stay integers; others index into the classes."""
+    nums = [_number(s) for s in raw]
+    if header:
+        classes = tuple(header)
+        head_nums = [_number(c) for c in classes]
+        text = set(classes)
+        numeric = {v for v in head_nums if v is not None}
+        for s, v, lineno in zip(raw, nums, lines):
+            if s not in text and (v is None or v not in numeric):
+                raise _fail(path, lineno, f"class label {s!r} is not among those declared by @classLabel "
+                                          f"({' '.join(classes)}); add it to the header or fix the label.")
+    else:
+        head_nums = []
+        distinct = sorted(set(raw))
+        if all(_number(c) is not None for c in distinct):
+            distinct.sort(key=lambda c: _number(c))
+        classes = tuple(distinct)
+    ints = all(v is not None and v.is_integer() for v in nums) and \
+        all(v is not None and v.is_integer() for v in head_nums)
+    if ints:
+        y = [int(v) for v in nums]
+    else:
+        index = {c: i for i, c in enumerate(classes)}
+        by_value = {}
+        for i, c in enumerate(classes):
+            v = _number(c)
+            if v is not None:
+                by_value.setdefault(v, i)
+        y = [index[s] if s in index else by_value[v] for s, v in zip(raw, nums)]
+    return torch.tensor(y, dtype=torch.int64), classes, np.array(raw, dtype=str)
+
+
+def _stack(cases: List[np.ndarray], lengths: List[int], dtype: torch.dtype, padding: str):
     T = max(lengths)
     D = cases[0].shape[1]
-    X = np.zeros((len(cases), T, D), dtype=np.float64)
+    X = np.full((len(cases), T, D), np.nan if padding == "nan" else 0.0, dtype=np.float64)
     for i, (c, n) in enumerate(zip(cases, lengths)):
         X[i, :n] = c[:n]
     return torch.from_numpy(X).to(dtype), torch.tensor(lengths, dtype=torch.int64)
 
 
-def _read_tsv(path: str, missing: str, dtype: torch.dtype, sep: Optional[str]):
+def _read_tsv(path: str, missing: str, dtype: torch.dtype, sep: Optional[str], padding: str) -> UCRData:
     raw_labels, label_lines, cases, lengths = [], [], [], []
     with open(path, "r", encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, start=1):
             text = line.strip()
-            if not text or text.startswith("#"):
+            if not text or text.startswith(_COMMENT):
                 continue
             fields = text.split(sep) if sep is not None else (text.split("\t") if "\t" in text else
                                                               text.split(",") if "," in text else text.split())
@@ -273,7 +254,7 @@ def _read_tsv(path: str, missing: str, dtype: torch.dtype, sep: Optional[str]):
                 raise _fail(path, lineno, f"expected a class label followed by at least one value, separated by "
                                           f"tabs (UCR .tsv format); found {len(fields)} field(s).")
             label = fields[0].strip()
-            if label in ("", "?", "NaN", "nan"):
+            if label in _MISSING_TOKENS:
                 raise _fail(path, lineno, "the class label (first field) is missing; every row needs a label.")
             values = np.array([_parse_float(t, path, lineno, f"value {k + 1}") for k, t in enumerate(fields[1:])])
             observed = np.nonzero(~np.isnan(values))[0]
@@ -288,25 +269,88 @@ def _read_tsv(path: str, missing: str, dtype: torch.dtype, sep: Optional[str]):
             lengths.append(n)
     if not cases:
         raise _fail(path, None, "no data rows found; a .tsv file has one series per line: label<TAB>v1<TAB>v2...")
-    y, _ = _labels_to_tensor(raw_labels, None, path, label_lines)
-    X, lengths_t = _stack(cases, lengths, dtype)
-    return UCRData(X, y, lengths_t)
+    y, classes, labels = _class_labels(raw_labels, None, path, label_lines)
+    X, lengths_t = _stack(cases, lengths, dtype, padding)
+    return UCRData(X, y, lengths_t, classes=classes, labels=labels, task="classification")
 
 
-_TS_BOOL_KEYS = ("timestamps", "missing", "univariate", "equallength")
+_TS_BOOL_KEYS = ("timestamps", "missing", "univariate", "equallength", "targetlabel")
 
 
-def _read_ts(path: str, missing: str, dtype: torch.dtype):
+def _split_outside_parens(text: str, path: str, lineno: int) -> List[str]:
+    """``text`` split at the ':' that are not inside '(...)' (time stamps may hold ':')."""
+    parts, depth, start = [], 0, 0
+    for k, ch in enumerate(text):
+        if ch == "(":
+            depth += 1
+            if depth > 1:
+                raise _fail(path, lineno, "nested '(' in a time-stamped value; expected (timestamp,value).")
+        elif ch == ")":
+            depth -= 1
+            if depth < 0:
+                raise _fail(path, lineno, "')' without '(' in a time-stamped value.")
+        elif ch == ":" and depth == 0:
+            parts.append(text[start:k])
+            start = k + 1
+    if depth != 0:
+        raise _fail(path, lineno, "unclosed '(' in a time-stamped value; expected (timestamp,value).")
+    parts.append(text[start:])
+    return parts
+
+
+def _parse_stamp(token: str, path: str, lineno: int, d: int) -> float:
+    t = token.strip()
+    v = _number(t)
+    if v is not None:
+        return v
+    try:
+        return float((np.datetime64(t, "ns") - np.datetime64(0, "ns")) / np.timedelta64(1, "s"))
+    except ValueError:
+        raise _fail(path, lineno, f"dimension {d}: time stamp {t!r} is neither a number nor a date-time "
+                                  f"(such as 2007-01-01 00:00:00).") from None
+
+
+def _stamped_values(chunk: str, path: str, lineno: int, d: int):
+    """'(t0,v0),(t1,v1),...' -> (stamps, values)."""
+    stamps, values, k, text = [], [], 0, chunk.strip()
+    while k < len(text):
+        if text[k] != "(":
+            raise _fail(path, lineno, f"dimension {d}: expected '(timestamp,value)' pairs separated by ','; found "
+                                      f"{text[k:k + 20]!r}.")
+        end = text.find(")", k)
+        inner = text[k + 1:end]
+        if "," not in inner:
+            raise _fail(path, lineno, f"dimension {d}: '({inner})' has no ','; expected (timestamp,value).")
+        t, v = inner.rsplit(",", 1)
+        stamps.append(_parse_stamp(t, path, lineno, d))
+        values.append(_parse_float(v, path, lineno, f"dimension {d}, value {len(values) + 1}"))
+        k = end + 1
+        while k < len(text) and text[k] in " \t":
+            k += 1
+        if k < len(text):
+            if text[k] != ",":
+                raise _fail(path, lineno, f"dimension {d}: expected ',' between time-stamped values; found "
+                                          f"{text[k:k + 20]!r}.")
+            k += 1
+            while k < len(text) and text[k] in " \t":
+                k += 1
+    if not values:
+        raise _fail(path, lineno, f"dimension {d} is empty; every dimension needs at least one value.")
+    return np.array(stamps), np.array(values)
+
+
+def _read_ts(path: str, missing: str, dtype: torch.dtype, timestamps: str, padding: str) -> UCRData:
     header = {}
     header_classes: Optional[List[str]] = None
     has_labels: Optional[bool] = None
     in_data = False
-    raw_labels, label_lines, cases, lengths = [], [], [], []
+    raw_labels, label_lines, cases, lengths, stamps_all = [], [], [], [], []
     n_dims: Optional[int] = None
+    stamped = False
     with open(path, "r", encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, start=1):
             text = line.strip()
-            if not text or text.startswith("#"):
+            if not text or text.startswith(_COMMENT):
                 continue
             if not in_data:
                 if not text.startswith("@"):
@@ -316,12 +360,21 @@ def _read_ts(path: str, missing: str, dtype: torch.dtype):
                 key = parts[0][1:].lower()
                 if key == "data":
                     in_data = True
-                    if has_labels is None:
+                    if header.get("targetlabel"):
+                        if has_labels:
+                            raise _fail(path, lineno, "the header declares both @classLabel true and "
+                                                      "@targetLabel true; a file has class labels or regression "
+                                                      "targets, not both.")
+                    elif has_labels is None:
                         raise _fail(path, lineno, "@data reached without a @classLabel line; add "
-                                                  "'@classLabel true <labels...>' or '@classLabel false'.")
-                    if header.get("timestamps") is True:
-                        raise _fail(path, lineno, "@timeStamps true is not supported; export the series "
-                                                  "without time stamps (values only).")
+                                                  "'@classLabel true <labels...>', '@classLabel false' or, for "
+                                                  "regression, '@targetLabel true'.")
+                    stamped = bool(header.get("timestamps"))
+                    if stamped and timestamps == "raise":
+                        raise _fail(path, lineno, "@timeStamps true: the values come with time stamps, and "
+                                                  "load_ucr was called with timestamps='raise'; pass "
+                                                  "timestamps='keep' (the default) to read them into "
+                                                  ".timestamps.")
                     if header.get("dimensions") is not None:
                         n_dims = header["dimensions"]
                     continue
@@ -344,21 +397,24 @@ def _read_ts(path: str, missing: str, dtype: torch.dtype):
                         header[key] = int(parts[1])
                     except (IndexError, ValueError):
                         raise _fail(path, lineno, f"@{parts[0][1:]} must be followed by an integer.") from None
-                # @problemName, @targetLabel and unknown keys are accepted and ignored.
+                # @problemName and unknown keys are accepted and ignored.
                 continue
             if text.startswith("@"):
                 raise _fail(path, lineno, f"header line {text.split()[0]!r} after @data; headers go before @data.")
-            if "(" in text:
-                raise _fail(path, lineno, "time-stamped values '(t, v)' are not supported; export values only.")
-            fields = text.split(":")
-            if has_labels:
+            if "(" in text and not stamped:
+                raise _fail(path, lineno, "time-stamped values '(t,v)' but the header has no '@timeStamps true'; "
+                                          "add it (load_ucr reads time stamps into .timestamps).")
+            fields = _split_outside_parens(text, path, lineno) if stamped else text.split(":")
+            target = bool(header.get("targetlabel"))
+            if has_labels or target:
+                what = "regression target" if target else "class label"
                 if len(fields) < 2:
-                    raise _fail(path, lineno, "expected dimensions separated by ':' followed by ':<class label>'; "
-                                              "found no ':' (is the class label missing?).")
+                    raise _fail(path, lineno, f"expected dimensions separated by ':' followed by ':<{what}>'; "
+                                              f"found no ':' (is the {what} missing?).")
                 label = fields[-1].strip()
                 dims = fields[:-1]
                 if label == "":
-                    raise _fail(path, lineno, "the class label after the last ':' is empty.")
+                    raise _fail(path, lineno, f"the {what} after the last ':' is empty.")
             else:
                 dims = fields
                 label = None
@@ -368,9 +424,22 @@ def _read_ts(path: str, missing: str, dtype: torch.dtype):
                 raise _fail(path, lineno, f"expected {n_dims} dimension(s) separated by ':' (as "
                                           f"{'@dimensions' if header.get('dimensions') else 'the first case'}); "
                                           f"found {len(dims)}.")
-            columns = []
+            columns, case_stamps = [], None
             for d, chunk in enumerate(dims):
-                tokens = [t for t in chunk.split(",")]
+                if stamped:
+                    st, vals = _stamped_values(chunk, path, lineno, d)
+                    if len(st) > 1 and not bool(np.all(np.diff(st) > 0)):
+                        raise _fail(path, lineno, f"dimension {d}: the time stamps are not increasing; write "
+                                                  f"each dimension's values in time order.")
+                    if case_stamps is None:
+                        case_stamps = st
+                    elif len(st) != len(case_stamps) or not bool(np.all(st == case_stamps)):
+                        raise _fail(path, lineno, f"dimension {d} has other time stamps than dimension 0; "
+                                                  f"soft-DTW compares steps, so the dimensions of a case must be "
+                                                  f"sampled at the same times (mark gaps with '?').")
+                    columns.append(vals)
+                    continue
+                tokens = chunk.split(",")
                 if len(tokens) == 1 and tokens[0].strip() == "":
                     raise _fail(path, lineno, f"dimension {d} is empty; every dimension needs at least one value.")
                 columns.append(np.array([_parse_float(t, path, lineno, f"dimension {d}, value {k + 1}")
@@ -388,76 +457,119 @@ def _read_ts(path: str, missing: str, dtype: torch.dtype):
             _fill_missing(series, n, missing, path, lineno, len(cases))
             cases.append(series)
             lengths.append(n)
+            stamps_all.append(case_stamps)
             if label is not None:
+                if target:
+                    v = _number(label)
+                    if v is None:
+                        raise _fail(path, lineno, f"regression target {label!r} is not a finite number; "
+                                                  f"@targetLabel true files end each case with a float.")
                 raw_labels.append(label)
                 label_lines.append(lineno)
     if not in_data:
         raise _fail(path, None, "no @data line found; is this a .ts file of the UCR/UEA archive?")
     if not cases:
         raise _fail(path, None, "no cases after @data.")
+    X, lengths_t = _stack(cases, lengths, dtype, padding)
+    ts = None
+    if stamped:
+        ts = np.full((len(cases), X.shape[1]), np.nan)
+        for i, st in enumerate(stamps_all):
+            ts[i, :len(st)] = st
+    if header.get("targetlabel"):
+        y = torch.tensor([float(s) for s in raw_labels], dtype=torch.float64)
+        return UCRData(X, y, lengths_t, labels=np.array(raw_labels, dtype=str), task="regression", timestamps=ts)
     if has_labels:
-        y, _ = _labels_to_tensor(raw_labels, header_classes, path, label_lines)
-    else:
-        y = torch.full((len(cases),), -1, dtype=torch.int64)
-    X, lengths_t = _stack(cases, lengths, dtype)
-    return UCRData(X, y, lengths_t)
+        y, classes, labels = _class_labels(raw_labels, header_classes, path, label_lines)
+        return UCRData(X, y, lengths_t, classes=classes, labels=labels, timestamps=ts)
+    y = torch.full((len(cases),), -1, dtype=torch.int64)
+    return UCRData(X, y, lengths_t, task="unlabelled", timestamps=ts)
 
 
 def load_ucr(path, *, missing: str = "interpolate", dtype: torch.dtype = torch.float32,
-             sep: Optional[str] = None) -> UCRData:
+             sep: Optional[str] = None, timestamps: str = "keep", padding: str = "zero") -> UCRData:
     """Read a UCR/UEA archive file (``.ts`` or ``.tsv``) into padded tensors.
 
     Formats:
-        - ``.ts`` (UEA/UCR, sktime): ``@`` headers (``@classLabel true 1 2 3`` lists the classes),
-          then ``@data`` and one case per line: dimensions separated by ``:``, values by ``,``, the
-          class label last. Univariate or multivariate, equal or unequal lengths; ``?`` marks a
-          missing value. Time-stamped data is refused with a clear error.
+        - ``.ts`` (UEA/UCR, sktime, aeon): ``@`` headers, then ``@data`` and one case per line:
+          dimensions separated by ``:``, values by ``,``, the class label (``@classLabel true a b``
+          lists the classes) or the regression target (``@targetLabel true``) last. Univariate or
+          multivariate, equal or unequal lengths; ``?`` marks a missing value; lines starting with
+          ``#`` or ``%`` are comments. With ``@timeStamps true`` each value is ``(timestamp,value)``
+          (a number or a date-time such as ``2007-01-01 00:00:00``): the values are read in time
+          order and the stamps returned in ``.timestamps``; every dimension of a case must carry the
+          same stamps.
         - ``.tsv`` / ``.txt`` / ``.csv`` (UCR 2018): one series per line, the class label first, then
           the values separated by tabs (or commas / spaces). ``NaN`` marks a missing value; trailing
           ``NaN`` are the padding of a shorter series (the UCR convention), so they set its length.
+
+    Missing values (``?``, ``NaN``) inside a series are handled by ``missing``; unequal lengths
+    become ``lengths`` (pass them as ``x_lengths``), with X padded by 0 or, with ``padding="nan"``,
+    by NaN, the layout of tslearn's ``to_time_series_dataset`` that every softdtw function and
+    estimator reads as lengths. Tokens such as ``inf`` or ``1e999`` are refused.
 
     Args:
         path: the file.
         missing: what to do with missing values inside a series: "interpolate" (default; linear
             between observed neighbours, constant beyond the first/last one), "zero", "nan" (keep
-            NaN — soft-DTW refuses them, so impute before use) or "raise".
+            NaN — soft-DTW refuses them inside a series, so impute before use) or "raise".
         dtype: floating dtype of X.
         sep: value separator of a ``.tsv`` file (default: tab, else comma, else whitespace).
+        timestamps: "keep" (default: parse time stamps into ``.timestamps``) or "raise" (refuse
+            time-stamped files).
+        padding: "zero" (default) or "nan": the value of X past each series' length.
 
     Returns:
-        :class:`UCRData` ``(X, y, lengths)``: X `(P, T, D)` float tensor with T the longest series
-        and zeros past each series' length; y `(P,)` int64 labels — the labels themselves when they
-        are integers (as in the UCR archive), otherwise their index in the ``@classLabel`` list (or
-        in the sorted labels of a .tsv), so train and test files agree; -1 for ``@classLabel
-        false``; lengths `(P,)` int64. Pass ``lengths`` as ``x_lengths`` to the other functions.
+        :class:`UCRData`: unpacks as ``X, y, lengths``; also carries ``classes`` (the class names),
+        ``labels`` (each case's label text), ``task`` and ``timestamps``. X `(P, T, D)`, T the
+        longest series; y `(P,)` int64 labels — the labels themselves when they are integers (as in
+        the UCR archive), otherwise their index in ``classes`` (the ``@classLabel`` list, or the
+        sorted labels of a .tsv), so train and test files agree; -1 for ``@classLabel false``;
+        float64 targets for ``@targetLabel true``.
 
     Raises:
-        FileNotFoundError: no such file.
-        UCRFormatError (a ValueError): malformed file; the message names the file, line and reason.
+        FileNotFoundError: no such file. IsADirectoryError: a directory.
+        UCRFormatError (a ValueError): malformed or binary file; the message names the file, the
+        line and the reason.
 
     Example:
-        >>> X, y, lengths = load_ucr("GunPoint_TRAIN.ts")  # doctest: +SKIP
+        >>> d = load_ucr("BasicMotions_TRAIN.ts")  # doctest: +SKIP
+        >>> X, y, lengths = d; d.classes[int(y[0])]  # doctest: +SKIP
+        'standing'
     """
     if missing not in _MISSING_MODES:
         raise ValueError(f"missing must be one of {_MISSING_MODES}; got {missing!r}.")
+    if timestamps not in _TIMESTAMP_MODES:
+        raise ValueError(f"timestamps must be one of {_TIMESTAMP_MODES}; got {timestamps!r}.")
+    if padding not in _PADDINGS:
+        raise ValueError(f"padding must be one of {_PADDINGS}; got {padding!r}.")
     if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
         raise TypeError(f"dtype must be a floating torch dtype such as torch.float32; got {dtype!r}.")
     path = os.fspath(path)
+    if os.path.isdir(path):
+        found = sorted(f for f in os.listdir(path) if f.lower().endswith((".ts", ".tsv")))
+        hint = f" (it holds {', '.join(found[:4])}{', ...' if len(found) > 4 else ''})" if found else ""
+        raise IsADirectoryError(f"{path} is a directory{hint}; load_ucr reads one file, e.g. "
+                                f"{os.path.join(path, found[0] if found else 'GunPoint_TRAIN.ts')}.")
     if not os.path.isfile(path):
         raise FileNotFoundError(
             f"no such file: {path!r}. load_ucr reads UCR/UEA archive files you have on disk "
             f"(e.g. GunPoint/GunPoint_TRAIN.ts or GunPoint_TRAIN.tsv from timeseriesclassification.com)."
         )
     ext = os.path.splitext(path)[1].lower()
-    if ext == ".ts":
-        return _read_ts(path, missing, dtype)
-    if ext in (".tsv", ".txt", ".csv"):
-        return _read_tsv(path, missing, dtype, sep)
     if ext == ".arff":
         raise ValueError(f"{path}: .arff files are not supported; use the .ts or .tsv file of the same data set.")
-    # Unknown extension: sniff.
-    with open(path, "r", encoding="utf-8") as fh:
-        head = fh.read(4096)
-    if any(line.strip().startswith("@") for line in head.splitlines()):
-        return _read_ts(path, missing, dtype)
-    return _read_tsv(path, missing, dtype, sep)
+    try:
+        if ext == ".ts":
+            return _read_ts(path, missing, dtype, timestamps, padding)
+        if ext in (".tsv", ".txt", ".csv"):
+            return _read_tsv(path, missing, dtype, sep, padding)
+        with open(path, "r", encoding="utf-8") as fh:  # unknown extension: sniff
+            head = fh.read(4096)
+        if any(line.strip().startswith("@") for line in head.splitlines()):
+            return _read_ts(path, missing, dtype, timestamps, padding)
+        return _read_tsv(path, missing, dtype, sep, padding)
+    except UnicodeDecodeError as e:
+        raise _fail(path, None, f"not a text file (byte 0x{e.object[e.start:e.start + 1].hex()} is not UTF-8); "
+                                f"load_ucr reads the text .ts / .tsv files of the UCR/UEA archive, not zip, "
+                                f"arff or binary files.") from None

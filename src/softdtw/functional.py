@@ -77,8 +77,10 @@ def soft_dtw(x, y, gamma: Union[float, torch.Tensor] = 1.0, *, cost="sqeuclidean
     over the warping paths A from (0, 0) to (n - 1, m - 1).
 
     Args:
-        x: `(B, N, D)` float tensor (or `(N, D)`); steps past `x_lengths` are ignored.
-        y: `(B, M, D)` float tensor (or `(M, D)`); M may differ from N.
+        x: `(B, N, D)` float tensor (or `(N, D)`); steps past `x_lengths` are ignored. A
+            ``torch.nn.utils.rnn.PackedSequence`` is read as its padded batch with its lengths (pairs
+            keep the packing order, also for ``enforce_sorted=False``); x_lengths must then be None.
+        y: `(B, M, D)` float tensor (or `(M, D)`, or a PackedSequence as x); M may differ from N.
         gamma: smoothing >= 0, in the units of the cost (squared units of x for "sqeuclidean");
             a float or a 0-d tensor that may require grad (learnable gamma). 0 gives hard DTW.
         cost: "sqeuclidean" (default), "l1", "cosine", or a callable (x, y) -> `(B, N, M)` (+inf marks
@@ -127,9 +129,12 @@ def soft_dtw_divergence(x, y, gamma: Union[float, torch.Tensor] = 1.0, *, cost="
 
     Example:
         >>> import torch, softdtw
-        >>> x = torch.randn(3, 10, 2)
-        >>> softdtw.soft_dtw_divergence(x, x).abs().max().item()
-        0.0
+        >>> _ = torch.manual_seed(0)
+        >>> x, y = torch.randn(3, 10, 2), torch.randn(3, 12, 2)
+        >>> softdtw.soft_dtw_divergence(x, x)
+        tensor([0., 0., 0.])
+        >>> bool((softdtw.soft_dtw_divergence(x, y) > 0).all())
+        True
     """
     p = prepare(x, y, gamma, cost=cost, bandwidth=bandwidth, itakura_max_slope=itakura_max_slope,
                 x_lengths=x_lengths, y_lengths=y_lengths, memory=memory, backend=backend, defer=True)
@@ -171,7 +176,9 @@ def soft_dtw_from_cost(C, gamma: Union[float, torch.Tensor] = 1.0, *, bandwidth=
 
     Example:
         >>> import torch, softdtw
-        >>> softdtw.soft_dtw_from_cost(torch.eye(3), gamma=0.0)
+        >>> softdtw.soft_dtw_from_cost(torch.eye(3), gamma=0.0)  # every path meets C[0, 0] and C[2, 2]
+        tensor(2.)
+        >>> softdtw.soft_dtw_from_cost(1 - torch.eye(3), gamma=0.0)  # the diagonal costs nothing
         tensor(0.)
     """
     p = prepare_cost(C, gamma, bandwidth=bandwidth, itakura_max_slope=itakura_max_slope, x_lengths=x_lengths,
@@ -211,8 +218,9 @@ def soft_dtw_alignment(x, y, gamma: Union[float, torch.Tensor] = 1.0, *, cost="s
 
     Example:
         >>> import torch, softdtw
+        >>> _ = torch.manual_seed(0)
         >>> E = softdtw.soft_dtw_alignment(torch.randn(5, 1), torch.randn(7, 1), gamma=0.1)
-        >>> E.shape, float(E[0, 0]), float(E[-1, -1])
+        >>> E.shape, round(float(E[0, 0]), 4), round(float(E[-1, -1]), 4)  # every path starts and ends there
         (torch.Size([5, 7]), 1.0, 1.0)
     """
     p = prepare(x, y, gamma, cost=cost, bandwidth=bandwidth, itakura_max_slope=itakura_max_slope,
@@ -225,8 +233,9 @@ def dtw(x, y, *, cost="sqeuclidean", bandwidth=None, itakura_max_slope=None, x_l
         memory: str = "auto", backend=None) -> torch.Tensor:
     """Hard DTW: the cost summed along the optimal path (soft-DTW with gamma = 0).
 
-    With the default cost this is the *squared* Euclidean cost summed along the path — tslearn's
-    ``dtw`` returns the square root of this. Arguments as :func:`soft_dtw`.
+    With the default cost this is the sum of *squared* Euclidean distances along the path: tslearn's
+    ``dtw`` squared (``tslearn.metrics.dtw(a, b) == softdtw.dtw(a, b).sqrt()``). Arguments as
+    :func:`soft_dtw`.
 
     Returns:
         `(B,)` values (0-d for unbatched inputs), same dtype as x. Devices: CPU, CUDA.

@@ -1,6 +1,8 @@
 """Loss modules: configuration in ``__init__``, data in ``forward``."""
 from __future__ import annotations
 
+import functools
+import numbers
 import warnings
 from typing import Optional, Union
 
@@ -20,51 +22,90 @@ def _reduce(values: torch.Tensor, reduction: str) -> torch.Tensor:
     return values
 
 
-class SoftDTW(nn.Module):
-    """Soft-DTW loss between pairs of series, a drop-in for the soft-DTW modules users come from.
+# Keywords of other libraries' soft-DTW modules that softdtw spells differently; a call with them is
+# meant for that library's adapter in softdtw.compat (compat._common maps each to its library).
+_FOREIGN_KEYWORDS = ("dist", "fused", "global_constraint", "sakoe_chiba_radius")
 
-    Accepts the keyword arguments of Maghoumi's pytorch-softdtw-cuda / pysdtw (``gamma``, ``normalize``,
-    ``bandwidth``, ``dist_func``, ``use_cuda`` — the last is ignored with a warning: the device of the
-    inputs decides) and of tslearn's ``SoftDTWLossPyTorch`` (``gamma``, ``normalize``, ``dist_func``).
-    Like them it returns one value per pair unless ``reduction`` asks otherwise.
+
+def _only_gamma_positional(init):
+    """Guard for the modules' ``__init__``: gamma is the only positional argument and never a bool.
+
+    Other soft-DTW libraries put other things in those places (Maghoumi's ``SoftDTW(use_cuda, gamma)``,
+    pysdtw's ``SoftDTW(gamma, dist_func)``, tslearn's ``SoftDTWLossPyTorch(gamma, normalize, dist_func)``):
+    such a call raises a TypeError naming the ``softdtw.compat`` module that reads it as meant, instead
+    of being silently misread. The signature shown by ``help()`` stays the wrapped one.
+    """
+
+    @functools.wraps(init)
+    def guarded(self, *args, **kwargs):
+        gamma = args[0] if args else kwargs.get("gamma")
+        if len(args) > 1 or isinstance(gamma, bool) or any(k in kwargs for k in _FOREIGN_KEYWORDS):
+            from .compat._common import misuse_message
+
+            raise TypeError(misuse_message(f"softdtw.{type(self).__name__}", args, kwargs))
+        init(self, *args, **kwargs)
+
+    return guarded
+
+
+class SoftDTW(nn.Module):
+    """Soft-DTW loss between pairs of series.
+
+    Only ``gamma`` is positional; every other argument is keyword-only. The keywords are those of the
+    soft-DTW modules users come from (``gamma``, ``normalize``, ``bandwidth``, ``dist_func``; ``use_cuda``
+    is accepted and ignored with a warning: the device of the inputs decides), and like them it returns
+    one value per pair unless ``reduction`` asks otherwise. A positional call written for another
+    library (``SoftDTW(True, 0.1)``, ``SoftDTW(0.1, dist_func)``, ``SoftDTW(0.1, False, f)``) or with
+    its keywords (``dist=``, ``fused=``, ``sakoe_chiba_radius=``) raises a TypeError that names the
+    :mod:`softdtw.compat` module keeping that library's signature, so moving over is an import change.
 
     Args:
-        gamma: smoothing >= 0 (float, or a tensor / nn.Parameter to learn it); 0 is hard DTW.
+        gamma: smoothing >= 0 (float, or a tensor / nn.Parameter to learn it); 0 is hard DTW. Not a bool.
         normalize: if True, the soft-DTW divergence sdtw(x, y) - (sdtw(x, x) + sdtw(y, y)) / 2, which is
             >= 0 and 0 at x = y (for any lengths).
-        bandwidth: Sakoe–Chiba radius (tslearn's sakoe_chiba_radius), scaled to each pair's lengths.
+        bandwidth: Sakoe–Chiba radius (tslearn's sakoe_chiba_radius), scaled to each pair's lengths;
+            None for no band. A value <= 0 raises (it means "no band" in the libraries that call it
+            bandwidth, the diagonal in tslearn); the functions take ``bandwidth=0`` as radius 0.
         dist_func: a callable (x `(B, N, D)`, y `(B, M, D)`) -> `(B, N, M)` cost; overrides ``cost``.
         reduction: "none" (default, `(B,)`), "mean" or "sum".
         cost: "sqeuclidean" (default), "l1" or "cosine".
         itakura_max_slope, memory, backend: as :func:`softdtw.soft_dtw`.
 
     Shape:
-        - x: `(B, N, D)` or `(N, D)`; y: `(B, M, D)` or `(M, D)`.
+        - x: `(B, N, D)` or `(N, D)`; y: `(B, M, D)` or `(M, D)`; either may be a PackedSequence
+          (its lengths are used; do not pass x_lengths / y_lengths for it then).
         - x_lengths, y_lengths (optional): `(B,)` int.
         - Output: `(B,)` for reduction="none", else a scalar.
 
     Example:
         >>> import torch, softdtw
+        >>> _ = torch.manual_seed(0)
         >>> loss_fn = softdtw.SoftDTW(gamma=0.1, normalize=True, reduction="mean")
         >>> pred = torch.randn(4, 20, 3, requires_grad=True)
         >>> loss = loss_fn(pred, torch.randn(4, 25, 3))
         >>> loss.backward()
     """
 
-    def __init__(self, gamma: Union[float, torch.Tensor] = 1.0, normalize: bool = False,
-                 bandwidth: Optional[float] = None, dist_func=None, reduction: str = "none", *,
+    @_only_gamma_positional
+    def __init__(self, gamma: Union[float, torch.Tensor] = 1.0, *, normalize: bool = False,
+                 bandwidth: Optional[float] = None, dist_func=None, reduction: str = "none",
                  cost="sqeuclidean", itakura_max_slope: Optional[float] = None, memory: str = "auto",
                  backend: Optional[str] = None, use_cuda: Optional[bool] = None):
         super().__init__()
-        if isinstance(gamma, bool):
-            # SoftDTW(True, ...) is Maghoumi's positional use_cuda.
-            use_cuda, gamma = gamma, 1.0
         if use_cuda is not None:
             warnings.warn(
                 "SoftDTW(use_cuda=...) is ignored: softdtw runs on the device of its inputs "
-                "(move them with .cuda() to use the GPU).", UserWarning, stacklevel=2)
+                "(move them with .cuda() to use the GPU).", UserWarning, stacklevel=3)
         if reduction not in _REDUCTIONS:
             raise ValueError(f"reduction must be one of {_REDUCTIONS}; got {reduction!r}.")
+        if isinstance(bandwidth, numbers.Real) and not isinstance(bandwidth, bool) and bandwidth <= 0:
+            # Maghoumi's, pysdtw's and sdtw-cuda-torch's bandwidth <= 0 is "no band"; tslearn's radius 0
+            # is the diagonal. Either reading would silently misread the other.
+            raise ValueError(
+                f"SoftDTW(bandwidth={bandwidth!r}) is refused: in Maghoumi's pytorch-softdtw-cuda, pysdtw and "
+                f"sdtw-cuda-torch, whose keyword this is, bandwidth <= 0 means no band, while softdtw's bandwidth "
+                f"is tslearn's Sakoe–Chiba radius (0: the diagonal only). Pass bandwidth=None for no band; for "
+                f"the radius-0 band use softdtw.soft_dtw(x, y, gamma, bandwidth=0).")
         self.gamma = gamma
         self.normalize = bool(normalize)
         self.bandwidth = bandwidth
@@ -90,15 +131,21 @@ class SoftDTW(nn.Module):
 class SoftDTWDivergence(SoftDTW):
     """The soft-DTW divergence as a loss: ``SoftDTW(normalize=True)`` (Blondel, Mensch & Vert 2021).
 
-    Shape and arguments as :class:`SoftDTW`.
+    Shape and arguments as :class:`SoftDTW` (only ``gamma`` positional).
 
     Example:
         >>> import torch, softdtw
+        >>> _ = torch.manual_seed(0)
         >>> x = torch.randn(2, 8, 1)
         >>> softdtw.SoftDTWDivergence(gamma=0.5)(x, x)
         tensor([0., 0.])
     """
 
-    def __init__(self, gamma: Union[float, torch.Tensor] = 1.0, bandwidth: Optional[float] = None,
-                 dist_func=None, reduction: str = "none", **kwargs):
-        super().__init__(gamma, True, bandwidth, dist_func, reduction, **kwargs)
+    @_only_gamma_positional
+    def __init__(self, gamma: Union[float, torch.Tensor] = 1.0, *, bandwidth: Optional[float] = None,
+                 dist_func=None, reduction: str = "none", cost="sqeuclidean",
+                 itakura_max_slope: Optional[float] = None, memory: str = "auto", backend: Optional[str] = None,
+                 use_cuda: Optional[bool] = None):
+        super().__init__(gamma, normalize=True, bandwidth=bandwidth, dist_func=dist_func, reduction=reduction,
+                         cost=cost, itakura_max_slope=itakura_max_slope, memory=memory, backend=backend,
+                         use_cuda=use_cuda)

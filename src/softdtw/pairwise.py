@@ -12,10 +12,10 @@ from typing import Optional, Tuple, Union
 import numpy as np
 import torch
 
-from ._checks import as_lengths, check_length_range, check_values, ragged_hint, values_checked
+from ._checks import as_lengths, check_length_range, check_values, nan_padding, ragged_hint, values_checked
 from .functional import soft_dtw
 
-__all__ = ["pairwise_soft_dtw", "as_series_set", "as_set_lengths"]
+__all__ = ["pairwise_soft_dtw", "as_series_set", "as_padded_set", "as_set_lengths"]
 
 _NAMED_SYMMETRIC_COSTS = ("sqeuclidean", "l1", "cosine")
 
@@ -47,6 +47,13 @@ def as_series_set(X, name: str = "X") -> torch.Tensor:
         raise ValueError(f"{name} is empty: {name}.shape={tuple(X.shape)}; it needs at least one series of "
                          f"at least one step and one feature.")
     return X
+
+
+def as_padded_set(X, name: str, lengths, lengths_name: str):
+    """:func:`as_series_set`, then NaN padding read as lengths (trailing all-NaN steps end a series,
+    as in tslearn's ``to_time_series_dataset``). Returns ``(X, lengths)``: the lengths given, or
+    those read from the padding, or None."""
+    return nan_padding(as_series_set(X, name), name, lengths, lengths_name)
 
 
 def as_set_lengths(lengths, name: str, P: int, T: int) -> Tuple[Optional[torch.Tensor], torch.Tensor]:
@@ -120,8 +127,10 @@ def pairwise_soft_dtw(X, Y=None, gamma: Union[float, torch.Tensor] = 1.0, *, div
         gamma: smoothing >= 0 as in :func:`softdtw.soft_dtw`; 0.0 gives the hard-DTW matrix.
         divergence: if True, the soft-DTW divergence (>= 0, zero on identical series); the
             self-terms are computed once per series (P + Q extra programs), not once per pair.
-        x_lengths: `(P,)` int valid lengths of the series of X (default: all N).
-        y_lengths: `(Q,)` int valid lengths of the series of Y (default: all M; with Y=None, x_lengths).
+        x_lengths: `(P,)` int valid lengths of the series of X (default: all N, or read from NaN
+            padding: trailing all-NaN steps end a series, as tslearn's ``to_time_series_dataset`` pads).
+        y_lengths: `(Q,)` int valid lengths of the series of Y (default: all M, or read from NaN
+            padding; with Y=None, x_lengths).
         bandwidth, itakura_max_slope, cost, memory, backend: as :func:`softdtw.soft_dtw`.
         batch_size: pairs per chunk (default: the largest that fits ``memory_budget``).
         memory_budget: bytes a chunk may use (default 256 MiB on the CPU, a quarter of the free GPU
@@ -143,19 +152,20 @@ def pairwise_soft_dtw(X, Y=None, gamma: Union[float, torch.Tensor] = 1.0, *, div
     Example:
         >>> import torch
         >>> from softdtw.pairwise import pairwise_soft_dtw
+        >>> _ = torch.manual_seed(0)
         >>> X = torch.randn(5, 20, 2)
         >>> K = pairwise_soft_dtw(X, gamma=0.1, divergence=True)
         >>> K.shape, bool(K.diagonal().abs().max() < 1e-4)
         (torch.Size([5, 5]), True)
     """
-    X = as_series_set(X, "X")
+    X, x_lengths = as_padded_set(X, "X", x_lengths, "x_lengths")
     symmetric_input = Y is None
     if symmetric_input:
         if y_lengths is not None:
             raise ValueError("y_lengths was given but Y is None (Y = X uses x_lengths); pass Y too or drop y_lengths.")
         Y = X
     else:
-        Y = as_series_set(Y, "Y")
+        Y, y_lengths = as_padded_set(Y, "Y", y_lengths, "y_lengths")
     if X.shape[-1] != Y.shape[-1]:
         raise ValueError(
             f"X and Y must have the same feature size D; got X.shape={tuple(X.shape)}, Y.shape={tuple(Y.shape)}. "

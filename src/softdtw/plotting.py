@@ -104,60 +104,140 @@ def plot_alignment(x, y, gamma: float = 1.0, *, E=None, path=None, title: Option
 
 def plot_barycenters(X, labels, barycenters, *, x_lengths=None, names: Optional[Sequence[str]] = None,
                      title: Optional[str] = "soft-DTW barycenters", max_members: int = 50,
-                     figsize=None):
-    """Each barycenter (bold) over the series it averages (thin, grey), one panel per group.
+                     features: Optional[Sequence[int]] = None, max_feature_panels: int = 4, figsize=None):
+    """Each barycenter (bold, coloured) over the series it averages (thin, grey), with a legend.
+
+    Layout, by the number of features drawn (``features``, default all D):
+
+    - one feature: one panel per group, up to 4 per row;
+    - 2 to ``max_feature_panels`` features: one row per group, one panel per feature;
+    - more: a summary, one heatmap per group of its barycenter (features x steps, one colour scale
+      for all groups), and a note saying how to draw chosen features (``features=[...]``).
 
     Args:
         X: `(P, T, D)` (or `(P, T)`) series.
         labels: `(P,)` int group of each series, in [0, K).
         barycenters: `(K, L, D)` (or `(K, L)`) barycenters.
         x_lengths: optional `(P,)` valid lengths of the series of X.
-        names: optional K panel titles (default "group k").
+        names: optional K group names (default "group k").
         title: figure title.
-        max_members: at most this many member series are drawn per panel.
+        max_members: at most this many member series are drawn per panel (the first ones).
+        features: optional indices of the features to draw (default: all).
+        max_feature_panels: most features drawn one panel each; beyond, the heatmap summary.
+        figsize: default from the number of panels.
 
     Returns:
         matplotlib Figure.
     """
     Figure = require_matplotlib()
+    from matplotlib.lines import Line2D
+
     Xa = _np(X)
     if Xa.ndim == 2:
         Xa = Xa[..., None]
     Za = _np(barycenters)
     if Za.ndim == 2:
         Za = Za[..., None]
+    if Xa.ndim != 3 or Za.ndim != 3 or Za.shape[2] != Xa.shape[2]:
+        raise ValueError(f"X must be (P, T, D) and barycenters (K, L, D) with the same D; got X.shape="
+                         f"{Xa.shape}, barycenters.shape={Za.shape}.")
     lab = _np(labels).astype(np.int64).reshape(-1)
     if len(lab) != Xa.shape[0]:
         raise ValueError(f"labels must have one entry per series ({Xa.shape[0]}); got {len(lab)}.")
     lengths = np.full(Xa.shape[0], Xa.shape[1]) if x_lengths is None else _np(x_lengths).astype(np.int64)
-    K = Za.shape[0]
-    cols = min(K, 4)
-    rows = (K + cols - 1) // cols
-    fig = Figure(figsize=figsize or (3.6 * cols, 2.8 * rows), layout="constrained")
-    axes = fig.subplots(rows, cols, squeeze=False)
-    colors = ["C0", "C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8", "C9"]
-    for k in range(rows * cols):
-        ax = axes[k // cols][k % cols]
-        if k >= K:
-            ax.set_visible(False)
-            continue
-        members = np.nonzero(lab == k)[0]
-        for p in members[:max_members]:
+    K, L, D = Za.shape
+    feats = list(range(D)) if features is None else [int(f) for f in features]
+    if not feats or any(not 0 <= f < D for f in feats):
+        raise ValueError(f"features must be indices in [0, {D}) (the series have {D} features); got {features!r}.")
+    names = list(names) if names is not None else [f"group {k}" for k in range(K)]
+    counts = np.bincount(lab[(lab >= 0) & (lab < K)], minlength=K)
+    colors = [f"C{i}" for i in range(10)]
+
+    def panel(ax, k, d):
+        for p in np.nonzero(lab == k)[0][:max_members]:
             n = lengths[p]
-            for d in range(Xa.shape[2]):
-                ax.plot(np.arange(n), Xa[p, :n, d], color="0.6", lw=0.6, alpha=0.5)
-        for d in range(Za.shape[2]):
-            ax.plot(np.arange(Za.shape[1]), Za[k, :, d], color=colors[(k + d) % len(colors)], lw=2.2)
-        name = names[k] if names is not None else f"group {k}"
-        ax.set_title(f"{name} ({len(members)} series)", fontsize="medium")
-        ax.set_xlabel("step")
+            ax.plot(np.arange(n), Xa[p, :n, d], color="0.6", lw=0.6, alpha=0.5)
+        ax.plot(np.arange(L), Za[k, :, d], color=colors[k % len(colors)], lw=2.2)
+
+    def legend(fig):
+        shown = min(max_members, int(counts.max()) if K else 0)
+        members = "member series" + (f" (first {max_members} per group)" if shown >= max_members else "")
+        fig.legend(handles=[Line2D([], [], color="k", lw=2.2, label="barycenter (centre)"),
+                            Line2D([], [], color="0.6", lw=0.8, label=members)],
+                   loc="outside lower center", ncols=2, fontsize="small", frameon=False)
+
+    if len(feats) > max_feature_panels:
+        # Summary: the barycenters as heatmaps, features x steps, on one colour scale.
+        cols = min(K, 3)
+        rows = (K + cols - 1) // cols
+        fig = Figure(figsize=figsize or (4.2 * cols + 0.8, 0.8 + (1.0 + 0.18 * len(feats)) * rows),
+                     layout="constrained")
+        axes = fig.subplots(rows, cols, squeeze=False)
+        Zf = Za[:, :, feats]
+        lo, hi = float(Zf.min()), float(Zf.max())
+        if lo < 0 < hi:
+            lim = max(-lo, hi)
+            cmap, lo, hi = "RdBu_r", -lim, lim
+        else:
+            cmap = "viridis"
+        im = None
+        for k in range(rows * cols):
+            ax = axes[k // cols][k % cols]
+            if k >= K:
+                ax.set_visible(False)
+                continue
+            im = ax.imshow(Zf[k].T, aspect="auto", origin="lower", cmap=cmap, vmin=lo, vmax=hi,
+                           extent=(-0.5, L - 0.5, -0.5, len(feats) - 0.5), interpolation="nearest")
+            ax.set_yticks(range(len(feats)), [str(f) for f in feats], fontsize="x-small")
+            ax.set_title(f"{names[k]} ({counts[k]} series)", fontsize="medium")
+            ax.set_xlabel("step")
+            if k % cols == 0:
+                ax.set_ylabel("feature")
+        fig.colorbar(im, ax=axes, shrink=0.9, label="barycenter value")
+        note = (f"{len(feats)} features: each barycenter as a heatmap. To draw up to {max_feature_panels} chosen "
+                f"features over their member series: features=[...] (command line: --features 0,1,...)")
+        fig.supxlabel(note, fontsize="small", style="italic")
+    elif len(feats) == 1:
+        d = feats[0]
+        cols = min(K, 4)
+        rows = (K + cols - 1) // cols
+        fig = Figure(figsize=figsize or (3.6 * cols, 2.8 * rows + 0.4), layout="constrained")
+        axes = fig.subplots(rows, cols, squeeze=False)
+        for k in range(rows * cols):
+            ax = axes[k // cols][k % cols]
+            if k >= K:
+                ax.set_visible(False)
+                continue
+            panel(ax, k, d)
+            ax.set_title(f"{names[k]} ({counts[k]} series)", fontsize="medium")
+            ax.set_xlabel("step")
+            if D > 1:
+                ax.set_ylabel(f"feature {d}")
+        legend(fig)
+    else:
+        # One row per group, one panel per feature.
+        cols = len(feats)
+        fig = Figure(figsize=figsize or (3.2 * cols, 2.2 * K + 0.5), layout="constrained")
+        axes = fig.subplots(K, cols, squeeze=False, sharex=True)
+        for k in range(K):
+            for c, d in enumerate(feats):
+                ax = axes[k][c]
+                panel(ax, k, d)
+                if k == 0:
+                    ax.set_title(f"feature {d}", fontsize="medium")
+                if c == 0:
+                    ax.set_ylabel(f"{names[k]}\n({counts[k]} series)", fontsize="small")
+                if k == K - 1:
+                    ax.set_xlabel("step")
+        legend(fig)
     if title:
         fig.suptitle(title, fontsize="medium")
     return fig
 
 
 def plot_clusters(X, labels, centers, *, x_lengths=None, title: Optional[str] = "soft-DTW k-means", **kwargs):
-    """Cluster centres over their members (:func:`plot_barycenters` with "cluster k" panels)."""
+    """Cluster centres over their members (:func:`plot_barycenters` with "cluster k" names; the same
+    layouts and keyword arguments, e.g. ``features=[0, 3]``)."""
     K = _np(centers).shape[0]
     names = kwargs.pop("names", None) or [f"cluster {k}" for k in range(K)]
     return plot_barycenters(X, labels, centers, x_lengths=x_lengths, names=names, title=title, **kwargs)

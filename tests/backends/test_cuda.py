@@ -141,7 +141,7 @@ def test_gamma_range(dtype, gamma):
 # reaches 1e5 to 1e7 in log2 units here; kept absolute in float32 it is rounded to ulp(|R| / (gamma ln 2)) and
 # every cell's soft-min weights inherit that error (dy 4.05e-3 at (33, 0.1) on the H100 before frames). The
 # storing and checkpointing passes keep each lane's R relative to a frame of its own (kernels/forward_pair.cuh,
-# "Frames"; scripts/f32_precision_model.py models it).
+# "Frames"; benchmarks/probes/f32_precision_model.py models it).
 @pytest.mark.parametrize("memory", ["store", "checkpoint"])
 @pytest.mark.parametrize("D,gamma", [(33, 0.5), (33, 0.1), (64, 0.1), (64, 0.01)])
 def test_float32_gradients_at_large_costs(D, gamma, memory):

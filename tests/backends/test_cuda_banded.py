@@ -75,7 +75,7 @@ CASES = [
 #   and 4.9e-10 at 0.01 (the cuda path: 1.35e-10 at 0.1, against 1e-10).
 # - float32: the forward's R in log2 units reaches ~1e5 here at gamma = 0.5, so every R carries an error of
 #   ulp(|R| / (gamma ln 2)) into its cell's weights (1.27e-3 at 0.5 against 1e-3). The GEMM's rounding adds
-#   ~1.5e-5; scripts/f32_precision_model.py reproduces both. Tracked by test_cuda.py's
+#   ~1.5e-5; benchmarks/probes/f32_precision_model.py reproduces both. Tracked by test_cuda.py's
 #   test_float32_gradients_at_large_costs; test_banded_equals_unbanded covers small gamma against the
 #   unbanded path.
 

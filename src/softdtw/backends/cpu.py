@@ -43,7 +43,9 @@ kernels; the arithmetic lives in ``_cpu_kernels.py``.
 
 The first call compiles the kernels (measured on a 2-core CI-class machine: ~40 s for float32,
 ~30 s for float64, forward and backward); Numba caches them on disk (``cache=True``) next to this
-file or under ``NUMBA_CACHE_DIR``, so later processes load them in well under a second.
+file or under ``NUMBA_CACHE_DIR``, so later processes load them in well under a second. A real
+compile is announced by one line on stderr, and loaded kernels give the same bits as compiled
+ones (``_cpu_loading.py``).
 
 Devices: CPU. Dtypes: float32, float64.
 """
@@ -57,7 +59,10 @@ import torch
 
 from .._windows import valid_cells
 from . import _cpu_kernels as kernels
+from ._cpu_loading import prepare as _prepare_kernels
 
+# The kernels this module calls; the other functions of _cpu_kernels are their helpers.
+_ENTRY_POINTS = ("forward_kernel", "backward_kernel")
 _COST_KIND = {"sqeuclidean": kernels.COST_SQEUCLIDEAN, "l1": kernels.COST_L1}
 
 # Pairs per SIMD group (and rows per strip when by pair): two AVX-512 registers' worth, enough
@@ -289,6 +294,7 @@ def _run_forward(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, memory
                  narrow_state: bool = True):
     """The forward kernel over all rows. narrow_state: a value-only float32 pass may keep its DP state
     in float32 (see _check_range)."""
+    _prepare_kernels(kernels, _ENTRY_POINTS)  # compile notice; cached helpers first (see _cpu_loading)
     values = torch.empty(B, dtype=dtype)
     if memory == "store":
         every = 1
@@ -371,6 +377,7 @@ def _run_backward(grad, x, y, C, cost_kind, gamma, x_lengths, y_lengths, window,
                   memory, B, N, M, D, dtype, outputs, exact=False):
     """Call the backward kernel (per band for checkpoints); recompute R first when a storing
     forward saved nothing."""
+    _prepare_kernels(kernels, _ENTRY_POINTS)
     dx, dy, dC = outputs
     dgamma = torch.empty(B, dtype=dtype)
     win, has_win = _window_args(window)

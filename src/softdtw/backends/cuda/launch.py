@@ -267,7 +267,7 @@ def _chunks_per_band(nch: int, chunk_bytes: int, band_bytes: int, max_bands: int
 @lru_cache(maxsize=4096)
 def _band_plan(B: int, N: int, M: int, dtype: torch.dtype, band_bytes: int, max_bands: int = 8) -> tuple:
     # One warp per block and the widest K <= 4 whose chunk fits the band (and is less than twice as wide
-    # as y). A sweep of every layout on an H100 (scripts/banded_probe.py --sweep,
+    # as y). A sweep of every layout on an H100 (benchmarks/probes/banded_probe.py --sweep,
     # benchmarks/OPTIMIZATION_LOG.md) put K = 4, W = 1 first at B = 32, N = 2048 and B = 1, N = 16384
     # (D = 64), 11-12 % ahead of the chained model's pick (K = 1, W = 4): that model was fitted to
     # fused-cost kernels, and the precomputed-cost ring changes the balance.
@@ -313,7 +313,7 @@ def has_frames(dtype: torch.dtype, saves: bool) -> bool:
 
 #: A float32 value-only SEQ pass keeps frames past this N + M (kernels/forward.cu, forward_kernel's LONG): without
 #: them its value drifts by ulp(|R|) per cell, 6.4e-6 / 8.1e-6 / 1.6e-5 off float64 at N = M = 8192 / 16384 /
-#: 32768 (H100, scripts/value_precision_probe.py --seq). The CPU backend keeps float64 state past the same
+#: 32768 (H100, benchmarks/probes/value_precision_probe.py --seq). The CPU backend keeps float64 state past the same
 #: N + M (backends/cpu.py, F32_STATE_MAX).
 SEQ_FRAMES_MIN = 8192
 

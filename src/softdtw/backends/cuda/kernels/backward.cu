@@ -258,7 +258,7 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
     // CKPT: the row of tile r sits in buffer r & 1 at slot (row - first(r) + L) mod TH. Issues come one
     // row up per call, so the slot counts down (mod TH), and the tile and its buffer change only when the
     // row leaves the tile. A division and a modulo per step here made the sweep's step loop 434
-    // instructions against the store sweep's 292 (scripts/sass_check.py), and the 65536^2 checkpoint
+    // instructions against the store sweep's 292 (benchmarks/probes/sass_check.py), and the 65536^2 checkpoint
     // backward 93.5 ms against 66.8 now (OPTIMIZATION_LOG.md, "Checkpoint sweep").
     int trow = n - 1 - skip + (NL - 1 - L);  // the row of the next issue
     int tfirst = tiles.first(tiles.of(n - 1));

@@ -97,10 +97,10 @@ __device__ __forceinline__ int pass_lanes(int m, int c, int NL) {
 // block of 32 rows at a time). The row checkpoints keep each lane's frame too. The step holds no lane
 // predicate through the cells (row tests instead, below): with one more, ptxas ran out of predicates in
 // the soft-min and serialised its two ex2 (+26% per chained step, benchmarks/OPTIMIZATION_LOG.md).
-// scripts/f32_precision_model.py models the precision: dy 4e-3 -> 3e-5 (measured 1e-5). Hard DTW keeps
+// benchmarks/probes/f32_precision_model.py models the precision: dy 4e-3 -> 3e-5 (measured 1e-5). Hard DTW keeps
 // F = 0 (same layout, exact ties as before; it still writes and reads its zero frames: gating those on
-// REBASE changed ptxas' schedule of the soft checkpointing forward, one serialised ex2, scripts/sass_check.py);
-// double needs no frames.
+// REBASE changed ptxas' schedule of the soft checkpointing forward, one serialised ex2,
+// benchmarks/probes/sass_check.py); double needs no frames.
 template <typename T>
 __host__ __device__ constexpr bool has_frames(bool saves) { return sizeof(T) == 4 && saves; }
 // Every float32 chained forward keeps frames, the value-only one too: its value is R at the pair's end, and a

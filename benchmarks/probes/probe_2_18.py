@@ -1,7 +1,7 @@
 """Time and peak memory of the public API at 2^18 steps (issue 4: "any N, M up to at least 2^18"): value-only
 forward and forward + backward with memory="checkpoint", D = 1, fp32, gamma = 1.
 
-    PYTHONPATH=src python3 scripts/probe_2_18.py        (one JSON line per case; $OUT/h100_2_18.json if OUT is set)
+    PYTHONPATH=src python3 benchmarks/probes/probe_2_18.py   (one JSON line per case; $OUT/h100_2_18.json if OUT is set)
 """
 import json
 import os
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 import softdtw  # noqa: E402
 
 N18 = 1 << 18

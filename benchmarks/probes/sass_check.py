@@ -7,8 +7,8 @@ float32": +26 % per chained step). Needs NVRTC and cuobjdump here:
 
     pip install nvidia-cuda-nvrtc nvidia-cuda-cuobjdump      # cuobjdump lands in site-packages/nvidia/cu13/bin
     export PATH=$PATH:$(python -c "import nvidia; print(list(nvidia.__path__)[0])")/cu13/bin
-    PYTHONPATH=src python scripts/sass_check.py                          # the default set below
-    PYTHONPATH=src python scripts/sass_check.py forward "sdtw::forward_kernel<float, 0, 1, 4, 1, false, true>" [...]
+    PYTHONPATH=src python benchmarks/probes/sass_check.py                          # the default set below
+    python benchmarks/probes/sass_check.py forward "sdtw::forward_kernel<float, 0, 1, 4, 1, false, true>" [...]
 
 Prints one line per instantiation; "ex2 serialised" should be 0. "step loop" counts the instructions of the
 smallest loop holding the soft-min's lg2 (forward) or the link prefetch and shuffle (backward): the step loop, rarely
@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 from softdtw.backends.cuda import compile as _compile  # noqa: E402
 
 DEFAULT = [

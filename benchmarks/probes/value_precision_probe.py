@@ -1,8 +1,8 @@
 """Precision and time of the float32 value-only forward against float64, for long pairs and the layouts the
 planner picks for them (chained K = 4 / 8, SEQ). One JSON line per case.
 
-    python3 scripts/value_precision_probe.py [--seq] TREE [TREE ...]   (each TREE a source tree with src/softdtw;
-                                                                        --seq: the large-batch SEQ cases)
+    python3 benchmarks/probes/value_precision_probe.py [--seq] TREE [TREE ...]
+        (each TREE a source tree with src/softdtw; --seq: the large-batch SEQ cases)
 
 Each tree is imported in its own process; float64 comes from the first tree (its passes keep no frames, so the
 trees agree there). Data as tests/test_long.py: x ~ N(0, 1), y ~ N(0, 1) + 1, gamma = 1, D = 1.

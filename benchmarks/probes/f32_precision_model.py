@@ -13,7 +13,7 @@ backward's E recursion in float64 over the stored weights, and compares dx, dy w
               frame too);
 - "quantised only": float64 R, only the weights rounded to 16 bits.
 
-    PYTHONPATH=src python scripts/f32_precision_model.py      # ~1 min; prints a markdown table
+    PYTHONPATH=src python benchmarks/probes/f32_precision_model.py      # ~1 min; prints a markdown table
 
 Measured on the H100 for comparison (tests/backends/test_cuda.py, test_float32_gradients_at_large_costs, which
 runs the kernels with frames).
@@ -24,7 +24,7 @@ from pathlib import Path
 import numba
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests._helpers import case  # noqa: E402
 
 LN2 = float(np.log(2.0))

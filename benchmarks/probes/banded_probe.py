@@ -1,9 +1,9 @@
 """Large-D costs band by band (cuda backend): time and peak memory of forward + backward, checkpoint
 (banded) against store (whole cost), at the backend. Prints one JSON line per row.
 
-    python scripts/banded_probe.py [B,N,D ...]      (default: 32,2048,64 16,2048,64 16,1024,64 1,16384,64)
-    python scripts/banded_probe.py --long           (also B = 1, N = M = 65536, D = 64, checkpoint only)
-    python scripts/banded_probe.py --sweep B,N,D    (checkpoint under every layout K, W whose chunk fits a band)
+    python benchmarks/probes/banded_probe.py [B,N,D ...]      (default: 32,2048,64 16,2048,64 16,1024,64 1,16384,64)
+    python benchmarks/probes/banded_probe.py --long           (also B = 1, N = M = 65536, D = 64, checkpoint only)
+    python benchmarks/probes/banded_probe.py --sweep B,N,D  (checkpoint under every layout K, W whose chunk fits a band)
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import gpu  # noqa: E402  (benchmarks/gpu.py: data, timing and memory helpers)
 
 from softdtw.backends import cuda as be  # noqa: E402

@@ -1,7 +1,7 @@
 """Where the time of a large-D (D > FUSED_D_MAX) forward + backward goes: kernels launched, their GPU time,
 and the time of the whole call (CUDA events, host launches included), at the backend, memory="store".
 
-    PYTHONPATH=src python3 scripts/large_d_probe.py [B,N,D ...] [--json out.json]
+    PYTHONPATH=src python3 benchmarks/probes/large_d_probe.py [B,N,D ...] [--json out.json]
 
 For each size: per call, the number of kernels, their summed GPU time (torch.profiler), the event time
 and the peak memory above the inputs; then the kernels of one call, largest first.
@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from gpu import cuda_kernels, median_ms  # noqa: E402

@@ -1,6 +1,6 @@
 """Kernel-by-kernel GPU time of the backend's forward + backward (torch.profiler), for a few sizes.
 
-    MEMORY=checkpoint python3 scripts/kernel_times.py B,N,D [B,N,D ...]     (MEMORY: store by default)
+    MEMORY=checkpoint python3 benchmarks/probes/kernel_times.py B,N,D [B,N,D ...]     (MEMORY: store by default)
 
 Prints one JSON line per size: the launch plan, the wall time of one step (host included), the sum of
 kernel times, and each kernel's name, count and mean µs. Shows whether a small problem is bound by its
@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 from softdtw.backends import cuda as be  # noqa: E402
 
 MEMORY = os.environ.get("MEMORY", "store")

@@ -2,7 +2,7 @@
 and store backward, each alone (CUDA events, median), under the planner's layout. For before / after
 comparisons of the step loops (benchmarks/OPTIMIZATION_LOG.md, "Leaner steps").
 
-    PYTHONPATH=src python3 scripts/step_probe.py [B,N ...]     (default: the latency-bound grid rows)
+    PYTHONPATH=src python3 benchmarks/probes/step_probe.py [B,N ...]     (default: the latency-bound grid rows)
 
 Prints one JSON line per size: plan, ms per kernel, and ns per step of the latency-bound passes.
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 

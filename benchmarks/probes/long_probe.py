@@ -1,9 +1,10 @@
 """Layout sweep for long pairs (chained plans): times of forward (value only) and forward + backward with
 memory="checkpoint" and "store" under forced (K, W), to calibrate launch.choose_plan.
 
-    PYTHONPATH=src python3 scripts/long_probe.py                 (B = 1, N = M = 65536 and B = 16, N = M = 8192)
-    PYTHONPATH=src python3 scripts/long_probe.py --split B N [K W [TH]]  (each kernel of store and checkpoint alone)
-    PYTHONPATH=src python3 scripts/long_probe.py --value B N K W [K W ...]  (value-only forward per layout)
+    PYTHONPATH=src python3 benchmarks/probes/long_probe.py            (B = 1, N = M = 65536 and B = 16, N = M = 8192)
+    PYTHONPATH=src python3 benchmarks/probes/long_probe.py --split B N [K W [TH]]
+                                                 (each kernel of store and checkpoint alone)
+    PYTHONPATH=src python3 benchmarks/probes/long_probe.py --value B N K W [K W ...]  (value-only forward per layout)
 
 Prints one JSON line per measurement.
 """
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
