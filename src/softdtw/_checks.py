@@ -340,11 +340,15 @@ def check_values(data, lengths, gamma) -> None:
     # although every value is finite only sends us to the exact checks below, which then pass.)
     # A cost tensor may hold +inf: its sum is then +inf, and only NaN or -inf (NaN, -inf, or both
     # infinities) sends it to the exact check.
-    ok = None
+    ok = total = None
     for t, _, *kind in data:
         s = t.sum(dtype=torch.float64)
-        good = (~torch.isnan(s) & (s != -math.inf)) if kind else torch.isfinite(s)
-        ok = good if ok is None else ok & good
+        if kind:
+            ok = ~torch.isnan(s) & (s != -math.inf)
+        else:
+            total = s if total is None else total + s
+    if total is not None:
+        ok = torch.isfinite(total) if ok is None else ok & torch.isfinite(total)
     for l, _, T, _ in lengths:
         if l is not None:
             ok = ok & (l.min() >= 1) & (l.max() <= T)
@@ -463,13 +467,13 @@ def resolve_backend(backend, device: torch.device) -> str:
 # (DESIGN.md, "Numerics"). Costs or path sums whose R' comes near the sentinel, and +inf costs on cuda,
 # would give wrong values there, so such problems run on the reference backend instead (natural units,
 # float64, real +inf: exact, only slower). The bound is cheap: the inputs' largest magnitude, read with the
-# value checks (on cuda after the kernels are queued, as the deferred check). The cpu backend keeps a float64
-# DP state for float32 data wherever a float32 one would not hold (backends/cpu.py, _check_range), so only
-# float64 data can leave its range.
+# value checks (on cuda after the kernels are queued, as the deferred check). The cpu backend does the same
+# inside (backends/cpu.py, _state: a float64 DP state for float32 data wherever a float32 one would not
+# hold, the reference for float64 data past its range), from host memory it reads anyway.
 
-#: The largest |R'| a backend keeps exact, per (backend, compute dtype); a backend not listed has no limit.
-REACH_LIMIT = {("cpu", torch.float64): 2.5e299, ("cuda", torch.float32): 1.25e29,
-               ("cuda", torch.float64): 1.25e199}
+#: The largest |R'| a backend keeps exact, per (backend, compute dtype); a backend not listed has no limit
+#: here (the cpu backend checks its range itself, at no cost: backends/cpu.py, _state).
+REACH_LIMIT = {("cuda", torch.float32): 1.25e29, ("cuda", torch.float64): 1.25e199}
 _LN2 = 0.6931471805599453
 
 

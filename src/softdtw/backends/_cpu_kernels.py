@@ -23,7 +23,7 @@ is ~2.5e-7 in float32 and ~1e-15 in float64. +inf is replaced by a large finite 
 inf - inf or NaN appears: every cell's R' saturates at it (a +inf cost, a forbidden cell, or a
 cell cut off from every finite path holds the sentinel), and an end value from half of it on is
 +inf (_end_value). cpu.py runs only problems whose finite R' stay within a quarter of the
-sentinel (_check_range: a float64 state otherwise, and float64 data past it goes to the reference
+sentinel (_state: a float64 state otherwise, and float64 data past it goes to the reference
 backend). The backward uses the normalised weights of Cuturi & Blondel's
 Algorithm 2: each cell s stores the weights of its three predecessors inside its own soft-min,
 w = 2^(S'[s] - R'[p]) <= 1 with S' = R' - C' the soft-min value of s, and E[p] = sum_s E[s] w(p->s);
@@ -414,7 +414,7 @@ def _end_value(r, out_scale, big):
     finite path) or R' times out_scale overflows the values' dtype (the exact value does too).
 
     The sentinel test is R' >= big / 2: the cpu backend only runs problems whose finite R' stay
-    below big / 4 in magnitude (cpu.py, _check_range), and a cell cut off from every finite path is
+    below big / 4 in magnitude (cpu.py, _state), and a cell cut off from every finite path is
     within that of big (the forward saturates R' at big).
     """
     return np.inf if r >= big * 0.5 else r * out_scale

@@ -38,8 +38,9 @@ kernels; the arithmetic lives in ``_cpu_kernels.py``.
 - gamma == 0 is hard DTW; its backward follows the argmin path (ties: diagonal, up, left).
 - Non-finite and extreme numbers: C may hold +inf (a forbidden cell); a pair with no finite path, or
   whose value overflows the data dtype, gets +inf and a zero gradient. Costs over gamma past what a
-  float32 state holds run with a float64 state; float64 data past 2.5e299 in log2 units raises here
-  (the public functions send such problems to the reference backend first: _checks.REACH_LIMIT).
+  float32 state holds run with a float64 state; float64 data past 2.5e299 in log2 units is computed
+  by the reference backend (exact, natural units, slower; the forward saves nothing and the backward
+  recomputes there). One bound from the inputs' largest magnitudes per call (NumPy, microseconds).
 
 The first call compiles the kernels (measured on a 2-core CI-class machine: ~40 s for float32,
 ~30 s for float64, forward and backward); Numba caches them on disk (``cache=True``) next to this
@@ -59,6 +60,7 @@ import torch
 
 from .._windows import valid_cells
 from . import _cpu_kernels as kernels
+from . import reference
 from ._cpu_loading import prepare as _prepare_kernels
 
 # The kernels this module calls; the other functions of _cpu_kernels are their helpers.
@@ -181,14 +183,17 @@ _REACH = {torch.float32: kernels.SENTINEL_F32 / 4, torch.float64: kernels.SENTIN
 
 def _quick_cost_bound(x, y, C, cost_kind) -> float:
     """A cheap upper bound on |cost| over the problem's finite costs (+inf costs are forbidden cells,
-    not costs): from the largest |x| and |y| per feature (fused costs), or C's extremes."""
+    not costs): D (max|x| + max|y|)^2 (or its L1 form) for fused costs, C's extremes for a given C."""
+    # NumPy on the tensors' views: a few microseconds, where torch ops on small CPU tensors took ~10 each.
     if cost_kind == kernels.COST_GIVEN:
-        lo, hi = (float(v) for v in torch.aminmax(C))
+        c = _view(C)
+        lo, hi = float(c.min()), float(c.max())
         if math.isfinite(lo) and math.isfinite(hi):
             return max(-lo, hi, 0.0)
         return float(torch.finfo(C.dtype).max)
-    span = x.abs().amax(dim=(0, 1)).double() + y.abs().amax(dim=(0, 1)).double()
-    bound = float((span * span).sum()) if cost_kind == kernels.COST_SQEUCLIDEAN else float(span.sum())
+    span = float(np.abs(_view(x)).max()) + float(np.abs(_view(y)).max())  # >= |x_id - y_jd| for every d
+    D = x.shape[2]
+    bound = D * span * span if cost_kind == kernels.COST_SQEUCLIDEAN else D * span
     return min(bound, float(torch.finfo(x.dtype).max))  # a cost past that is +inf: a forbidden cell
 
 
@@ -229,33 +234,26 @@ def _reach(bound: float, N: int, M: int, gamma: float) -> float:
     return max((N + M) * (scaled + 2.0), inv)  # inv itself must fit in the state dtype too
 
 
-def _check_range(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, N, M, dtype, memory) -> bool:
-    """Whether a value-only float32 pass can keep its DP state in float32; raises for float64 data whose
-    costs over gamma leave the range the kernels keep exact.
+def _state(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, N, M, dtype, memory) -> str:
+    """How the kernels run this problem: "narrow" (a value-only float32 pass may keep its DP state in
+    float32), "wide" (a float64 state, as always with a backward or past F32_STATE_MAX), or "reference"
+    (float64 data whose costs over gamma leave the range the kernels keep exact: the reference backend
+    computes it instead, exactly, in natural units).
 
     The kernels work in log2 units, R' = R / (gamma ln 2), with a finite sentinel for +inf. float32
     data with a float64 state is always in range (costs <= 3.4e38, gamma >= 1.4e-45); a float32 state
     holds |R'| < 2.5e29; float64 data |R'| < 2.5e299.
     """
-    g = _gamma(gamma)
     if dtype == torch.float32 and (memory != "none" or N + M > F32_STATE_MAX):
-        return False  # a float64 state anyway
+        return "wide"
+    g = _gamma(gamma)
     limit = _REACH[dtype]
     if _reach(_quick_cost_bound(x, y, C, cost_kind), N, M, g) < limit:
-        return True
+        return "narrow"
     if dtype == torch.float32:
-        return False
+        return "wide"
     bound = _exact_cost_bound(x, y, C, cost_kind, x_lengths, y_lengths, window)
-    reach = _reach(bound, N, M, g)
-    if reach < limit:
-        return True
-    what = "C holds costs" if cost_kind == kernels.COST_GIVEN else "x and y give costs"
-    raise ValueError(
-        f"{what} up to {bound:.3g}: with gamma={g:g}, a path of N + M = {N + M} steps reaches "
-        f"{reach:.3g} in the cpu backend's units (cost / (gamma ln 2)), past the {limit:.3g} it keeps "
-        f"exact in float64. Rescale the inputs (soft-DTW is homogeneous: sdtw_gamma(s C) = s "
-        f"sdtw_(gamma/s)(C)), use a larger gamma, or backend='reference' (slower, exact at any scale)."
-    )
+    return "narrow" if _reach(bound, N, M, g) < limit else "reference"
 
 
 def _band_chunk(B: int, N: int, M: int) -> int:
@@ -293,7 +291,7 @@ def _allocate(shape, dtype, what: str, B: int, N: int, M: int):
 def _run_forward(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, memory, B, N, M, D, dtype,
                  narrow_state: bool = True):
     """The forward kernel over all rows. narrow_state: a value-only float32 pass may keep its DP state
-    in float32 (see _check_range)."""
+    in float32 (see _state)."""
     _prepare_kernels(kernels, _ENTRY_POINTS)  # compile notice; cached helpers first (see _cpu_loading)
     values = torch.empty(B, dtype=dtype)
     if memory == "store":
@@ -305,7 +303,7 @@ def _run_forward(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, memory
         saved = _allocate((B * K * M,), SAVED_DTYPE, "the checkpoints (memory='checkpoint')", B, N, M)
         state = saved.view(B, K, M).numpy()
     else:  # values only: the DP state in the data dtype, float64 for long pairs (F32_STATE_MAX)
-        every = 0    # and for costs over gamma too large for a float32 state (_check_range)
+        every = 0    # and for costs over gamma too large for a float32 state (_state)
         saved = torch.empty((0,), dtype=dtype)
         state = _placeholder(dtype if N + M <= F32_STATE_MAX and narrow_state else torch.float64)
     win, has_win = _window_args(window)
@@ -318,24 +316,36 @@ def _run_forward(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, memory
     return values, saved
 
 
+def _exact_elsewhere(run, memory: str, dtype: torch.dtype):
+    """(value, saved) of a problem out of the kernels' range, from the reference backend: nothing is
+    saved (the backward, which finds the same range, lets the reference recompute)."""
+    value, _ = run()
+    return value, torch.empty((0,), dtype=dtype if memory == "none" else SAVED_DTYPE)
+
+
 def forward(x, y, gamma, cost, x_lengths, y_lengths, window, memory):
     """Soft-DTW values `(B,)` of x `(B, N, D)` and y `(B, M, D)` under a fused cost; see module doc."""
     B, N, D = x.shape
     M = y.shape[1]
-    narrow = _check_range(x, y, None, _COST_KIND[cost], gamma, x_lengths, y_lengths, window, N, M, x.dtype,
-                          memory)
+    state = _state(x, y, None, _COST_KIND[cost], gamma, x_lengths, y_lengths, window, N, M, x.dtype, memory)
+    if state == "reference":
+        return _exact_elsewhere(
+            lambda: reference.forward(x, y, gamma, cost, x_lengths, y_lengths, window, "none"), memory, x.dtype)
     return _run_forward(_view(x), _view(y), _placeholder(x.dtype), _COST_KIND[cost], gamma,
-                        x_lengths, y_lengths, window, memory, B, N, M, D, x.dtype, narrow)
+                        x_lengths, y_lengths, window, memory, B, N, M, D, x.dtype, state == "narrow")
 
 
 def forward_cost(C, gamma, x_lengths, y_lengths, window, memory):
     """Soft-DTW values `(B,)` from a precomputed cost C `(B, N, M)`."""
     B, N, M = C.shape
-    narrow = _check_range(None, None, C, kernels.COST_GIVEN, gamma, x_lengths, y_lengths, window, N, M,
-                          C.dtype, memory)
+    state = _state(None, None, C, kernels.COST_GIVEN, gamma, x_lengths, y_lengths, window, N, M, C.dtype,
+                   memory)
+    if state == "reference":
+        return _exact_elsewhere(
+            lambda: reference.forward_cost(C, gamma, x_lengths, y_lengths, window, "none"), memory, C.dtype)
     empty = _placeholder(C.dtype)
     return _run_forward(empty, empty, _view(C), kernels.COST_GIVEN, gamma, x_lengths, y_lengths,
-                        window, memory, B, N, M, 0, C.dtype, narrow)
+                        window, memory, B, N, M, 0, C.dtype, state == "narrow")
 
 
 def _carry(by_pair: bool, lanes: int, B: int, M: int, D: int, fused: bool, dtype: torch.dtype):
@@ -360,8 +370,9 @@ def _carry(by_pair: bool, lanes: int, B: int, M: int, D: int, fused: bool, dtype
 _EXACT_WEIGHTS_REACH = float(1 << 26)
 
 
-def _exact_weights(x, y, C, cost_kind, gamma, N, M, dtype) -> bool:
-    """Whether the backward uses _cpu_kernels._cell_weights_exact (torch x, y or C; quick bound).
+def _weights(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, N, M, dtype) -> str:
+    """How the backward takes its weights: "exact" (_cpu_kernels._cell_weights_exact), "fast", or
+    "reference" (out of the kernels' range: see :func:`_state`).
 
     Always for float32 data: its weights normalised by their own sum keep E's mass (float32 gradients
     within 2.7e-6 of float64 at B = 64, N = M = 256, gamma = 0.1, and 1.8e-6 at N = M = 1500, where
@@ -369,8 +380,14 @@ def _exact_weights(x, y, C, cost_kind, gamma, N, M, dtype) -> bool:
     for 7-20 % more backward time (2 cores). float64 data only when |R'| may pass
     _EXACT_WEIGHTS_REACH (its fast weights are within 2e-10 of the exact ones there)."""
     if dtype == torch.float32:
-        return True
-    return _reach(_quick_cost_bound(x, y, C, cost_kind), N, M, _gamma(gamma)) > _EXACT_WEIGHTS_REACH
+        return "exact"
+    reach = _reach(_quick_cost_bound(x, y, C, cost_kind), N, M, _gamma(gamma))
+    if reach <= _EXACT_WEIGHTS_REACH:
+        return "fast"
+    if reach < _REACH[dtype]:
+        return "exact"
+    bound = _exact_cost_bound(x, y, C, cost_kind, x_lengths, y_lengths, window)
+    return "exact" if _reach(bound, N, M, _gamma(gamma)) < _REACH[dtype] else "reference"
 
 
 def _run_backward(grad, x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, value, saved,
@@ -464,7 +481,11 @@ def backward(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved
     dx = torch.zeros_like(x)
     dy = torch.zeros_like(y)
     empty = _placeholder(x.dtype)
-    exact = _exact_weights(x, y, None, _COST_KIND[cost], gamma, N, M, x.dtype)
+    how = _weights(x, y, None, _COST_KIND[cost], gamma, x_lengths, y_lengths, window, N, M, x.dtype)
+    if how == "reference":
+        return reference.backward(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value,
+                                  x.new_empty((0,)), memory)
+    exact = how == "exact"
     dgamma = _run_backward(grad, _view(x), _view(y), empty, _COST_KIND[cost], gamma, x_lengths,
                            y_lengths, window, value, saved, memory, B, N, M, D, x.dtype,
                            (dx.numpy(), dy.numpy(), empty), exact)
@@ -476,7 +497,11 @@ def backward_cost(grad, C, gamma, x_lengths, y_lengths, window, value, saved, me
     B, N, M = C.shape
     dC = torch.zeros_like(C)
     empty = _placeholder(C.dtype)
-    exact = _exact_weights(None, None, C, kernels.COST_GIVEN, gamma, N, M, C.dtype)
+    how = _weights(None, None, C, kernels.COST_GIVEN, gamma, x_lengths, y_lengths, window, N, M, C.dtype)
+    if how == "reference":
+        return reference.backward_cost(grad, C, gamma, x_lengths, y_lengths, window, value,
+                                       C.new_empty((0,)), memory)
+    exact = how == "exact"
     dgamma = _run_backward(grad, empty, empty, _view(C), kernels.COST_GIVEN, gamma, x_lengths,
                            y_lengths, window, value, saved, memory, B, N, M, 0, C.dtype,
                            (empty, empty, dC.numpy()), exact)
