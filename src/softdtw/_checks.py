@@ -4,9 +4,9 @@ Every message says what was wrong, what was expected and how to fix it. Nothing 
 the caller's tensors. Checks that need the data's values (NaN/Inf, length ranges, band feasibility)
 read them from the device; they are skipped while a CUDA graph is being captured or torch.compile
 is tracing, where a read would break the capture or the graph. On the cuda backend, soft_dtw,
-soft_dtw_divergence and soft_dtw_from_cost check NaN/Inf (and a gamma tensor) in a kernel whose
-result is read only after their own kernels are queued (prepare(defer=True), run_checked), so the
-check does not hold the GPU idle in front of the forward (backends/cuda/checks.py).
+soft_dtw_divergence and soft_dtw_from_cost check NaN/Inf (and a gamma tensor) in a kernel behind their
+own kernels that sets their results to NaN when a value is bad; the host never waits for it, and reads
+its flag later (prepare(defer=True), run_checked, settle; backends/cuda/checks.py).
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import contextlib
 import math
 import numbers
 import os
+import threading
 from typing import NamedTuple, Optional
 
 import numpy as np
@@ -39,8 +40,8 @@ class Problem(NamedTuple):
     backend: str
     unbatched: bool
     out_dtype: torch.dtype
-    # prepare(defer=True): the value check still running on the GPU (backends/cuda/checks.py), else None.
-    # The caller launches its kernels, then calls finish_check(problem).
+    # prepare(defer=True): the value check to run behind the call's kernels (_Deferred), else None. The
+    # caller runs its ops through run_checked(problem, run) (or calls finish_check(problem)).
     pending: object = None
 
 
@@ -345,23 +346,51 @@ def resolve_backend(backend, device: torch.device) -> str:
     return backend
 
 
+class _Deferred(NamedTuple):
+    """The value check of a cuda call, not launched yet: run_checked launches it behind the call's kernels."""
+
+    a: torch.Tensor
+    b: Optional[torch.Tensor]
+    gamma: Optional[torch.Tensor]
+
+    def ok(self) -> bool:
+        """Check now and wait for the answer (the synchronous path, :func:`finish_check`)."""
+        return _cuda_checks().start(self.a, self.b, self.gamma).ok()
+
+
+class _Failed:
+    """A pending check known to have failed: finish_check then finds the culprit and raises its error."""
+
+    @staticmethod
+    def ok() -> bool:
+        return False
+
+
+_cuda_checks_module = []
+
+
+def _cuda_checks():
+    if not _cuda_checks_module:
+        from .backends.cuda import checks
+
+        _cuda_checks_module.append(checks)
+    return _cuda_checks_module[0]
+
+
 def _check_or_defer(data, lengths, gamma: Optional[torch.Tensor], backend: str, defer: bool):
-    """The value checks of prepare / prepare_cost (arguments as :func:`check_values`): started on the GPU
-    and returned as a pending check when deferring is possible, else run now (returning None). Deferring
+    """The value checks of prepare / prepare_cost (arguments as :func:`check_values`): left to run_checked
+    (returned as a :class:`_Deferred`) when deferring is possible, else run now (returning None). Deferring
     needs the cuda backend, value checks enabled and default lengths: a kernel must never see lengths out
     of range, so user lengths are checked before any launch."""
     if defer and backend == "cuda" and all(l is None for l, *_ in lengths) and _value_checks_enabled():
-        from .backends.cuda import checks
-
-        a, b = data[0][0], (data[1][0] if len(data) > 1 else None)
-        return checks.start(a, b, gamma)
+        return _Deferred(data[0][0], data[1][0] if len(data) > 1 else None, gamma)
     check_values(data, lengths, gamma)
     return None
 
 
 def finish_check(p: Problem) -> None:
-    """Wait for the value check that prepare(defer=True) started and raise its error, if any (the
-    same messages as the synchronous checks: they run again, one by one, only when the flag is set)."""
+    """Wait for the value check of a prepared problem and raise its error, if any (the same messages as
+    the synchronous checks: they run again, one by one, only when the flag is set)."""
     if p.pending is None or p.pending.ok():
         return
     same = p.y is p.x  # prepare_cost keeps C in both
@@ -372,8 +401,19 @@ def finish_check(p: Problem) -> None:
 
 
 def run_checked(p: Problem, run):
-    """run() (the ops of a prepared problem), then the deferred value check; a bad input's error wins
-    over whatever run() raised on it."""
+    """run() (the ops of a prepared problem), then its deferred value check.
+
+    On the cuda backend the check is one kernel queued behind run()'s kernels: it reads x and y (or C) and
+    gamma, and writes NaN into run()'s result when a value is NaN or Inf (or gamma < 0). The host does not
+    wait for it. Its flag is read by :func:`settle`: at the end of this call if the GPU has finished it
+    already, else in the backward of the call's ops (after their kernels are queued: no gradient comes back
+    from bad inputs) or at the end of the next checked call, whichever comes first, and the error names this
+    call. The trade: a value-only call on bad inputs returns NaN values and its error may come at the next
+    call; a call whose check is still running at its backward makes that backward wait for the GPU (which
+    has the backward queued by then). Until the check is read, the problem (x, y, gamma) stays referenced.
+
+    If run() raises, the check runs synchronously first: a bad input's error wins over run()'s.
+    """
     if p.pending is None:
         return run()
     try:
@@ -381,8 +421,62 @@ def run_checked(p: Problem, run):
     except BaseException:
         finish_check(p)
         raise
-    finish_check(p)
+    d = p.pending
+    check = _cuda_checks().start(d.a, d.b, d.gamma, poison=out)
+    check.problem = p
+    settle(check)
     return out
+
+
+#: Value checks launched behind their calls whose flags have not been read yet, oldest first.
+_PENDING: list = []
+_pending_lock = threading.Lock()
+
+
+def settle(current=None) -> None:
+    """Read the value checks still running on the GPU; raise the first bad one's error.
+
+    The earlier checks are waited for: they ran behind earlier calls, and the caller has queued its own
+    kernels already, so the wait leaves the GPU busy. ``current`` (the check of the call that is ending)
+    is read only if it has finished, else kept for later. Called at the end of every checked call and by
+    the backward of every soft-DTW op. Inside a CUDA-graph capture nothing is waited for.
+    """
+    older = ()
+    if _PENDING and not torch.cuda.is_current_stream_capturing():  # (pending checks imply CUDA)
+        with _pending_lock:
+            older = _PENDING[:]
+            del _PENDING[:]
+    err = None
+    for check in older:
+        if not check.ok() and err is None:
+            err = _bad_values_error(check.problem, late=True)
+    if current is not None:
+        if current.done():
+            if not current.ok() and err is None:
+                err = _bad_values_error(current.problem, late=False)
+        else:
+            with _pending_lock:
+                _PENDING.append(current)
+    if err is not None:
+        raise err
+
+
+def _bad_values_error(p: Problem, late: bool) -> ValueError:
+    """The error of a problem whose value check failed: the synchronous checks' message (they run again
+    to find the culprit), and when raised after the call had returned, which call it was."""
+    try:
+        finish_check(p._replace(pending=_Failed))
+        msg = ("the inputs held NaN or Inf (or gamma a bad value) when soft-DTW ran, but hold none now: they "
+               "were changed in place since. Check them before the call.")
+    except ValueError as err:
+        msg = str(err)
+    if late:
+        x, y = p.x, p.y
+        what = f"C {_shape(x)}" if y is x else f"x {_shape(x)} and y {_shape(y)}"
+        msg += (f" (Found by the value check of an earlier soft-DTW call on {what}, {x.dtype}, on {x.device}: "
+                f"CUDA calls check their inputs on the GPU without stopping the host, set their results to NaN "
+                f"when a value is bad, and raise at the latest in their backward or at the end of the next call.)")
+    return ValueError(msg)
 
 
 def prepare(x, y, gamma, *, cost, bandwidth, itakura_max_slope, x_lengths, y_lengths, memory,
@@ -393,6 +487,17 @@ def prepare(x, y, gamma, *, cost, bandwidth, itakura_max_slope, x_lengths, y_len
     whose result is read after the caller's kernels are launched: the caller must pass the problem to
     :func:`run_checked` (or call :func:`finish_check`).
     """
+    key = None
+    if defer and x_lengths is None and y_lengths is None and type(x) is torch.Tensor and type(y) is torch.Tensor \
+            and x.is_cuda and not torch.compiler.is_compiling():
+        key = (x.shape, y.shape, x.dtype, y.dtype, x.get_device(), y.get_device(), cost, bandwidth,
+               itakura_max_slope, memory, backend, gamma if type(gamma) is float else None)
+        try:
+            hit = _PREPARED.get(key)
+        except TypeError:  # an unhashable argument: the checks below say what is wrong with it
+            hit = key = None
+        if hit is not None:
+            return _prepared(hit, x, y, gamma)
     x = as_tensor(x, "x")
     y = as_tensor(y, "y")
     unbatched = check_pair(x, y)
@@ -418,7 +523,41 @@ def prepare(x, y, gamma, *, cost, bandwidth, itakura_max_slope, x_lengths, y_len
                                (yl if y_lengths is not None else None, "y_lengths", M, "y")],
                               g_tensor, backend, defer)
     window = make_window(xl, yl, N, M, bandwidth, itakura_max_slope)
-    return Problem(x, y, g, xl, yl, window, backend, unbatched, out_dtype, pending)
+    p = Problem(x, y, g, xl, yl, window, backend, unbatched, out_dtype, pending)
+    if key is not None and backend == "cuda" and g_tensor is None and not torch.cuda.is_current_stream_capturing() \
+            and (window is None or _value_checks_enabled()):
+        if len(_PREPARED) >= _PREPARED_MAX:
+            _PREPARED.clear()
+        _PREPARED[key] = p._replace(x=None, y=None, pending=None)
+    return p
+
+
+# prepare's validation of a cuda call with default lengths, kept per (shapes, dtypes, devices, options,
+# float gamma): a training step calls with the same arguments every time, and validating them again costs
+# more than the step's kernels (issue 27). What it caches is a pure function of the key: the backend, the
+# compute dtype, the constant lengths and gamma, the window (built and checked for a path once).
+_PREPARED: dict = {}
+_PREPARED_MAX = 256
+
+
+def _prepared(hit: Problem, x, y, gamma) -> Problem:
+    """The Problem of a call whose arguments prepare has validated before (`hit`, from _PREPARED)."""
+    dtype = hit.gamma.dtype
+    if hit.unbatched:
+        x, y = x.unsqueeze(0), y.unsqueeze(0)
+    if x.dtype != dtype:
+        x, y = x.to(dtype), y.to(dtype)
+    if not x.is_contiguous():
+        x = x.contiguous()
+    if not y.is_contiguous():
+        y = y.contiguous()
+    g = hit.gamma
+    g_tensor = None
+    if type(gamma) is not float:
+        g = as_gamma(gamma, x.device, dtype)
+        g_tensor = g if isinstance(gamma, torch.Tensor) else None
+    pending = _Deferred(x, y, g_tensor) if _value_checks_enabled() else None
+    return hit._replace(x=x, y=y, gamma=g, pending=pending)
 
 
 def prepare_cost(C, gamma, *, bandwidth, itakura_max_slope, x_lengths, y_lengths, memory, backend,

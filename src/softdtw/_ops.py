@@ -19,6 +19,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from . import _checks
 from .backends import get_backend
 
 
@@ -179,6 +180,7 @@ class _Fused(torch.autograd.Function):
         dx, dy, dgamma = get_backend(ctx.backend).backward(
             grad_value.contiguous(), x, y, gamma, ctx.cost, x_lengths, y_lengths, window, value, saved,
             ctx.memory)
+        _checks.settle()  # the forward's value check (cuda), read behind the kernels: no gradient of bad inputs
         need = ctx.needs_input_grad
         return (dx if need[0] else None, dy if need[1] else None,
                 dgamma.sum().reshape(gamma.shape) if need[2] else None, None, None, None, None, None, None)
@@ -200,6 +202,7 @@ class _FromCost(torch.autograd.Function):
             raise _no_saved_error()
         dC, dgamma = get_backend(ctx.backend).backward_cost(
             grad_value.contiguous(), C, gamma, x_lengths, y_lengths, window, value, saved, ctx.memory)
+        _checks.settle()
         need = ctx.needs_input_grad
         return (dC if need[0] else None, dgamma.sum().reshape(gamma.shape) if need[1] else None,
                 None, None, None, None, None)
