@@ -8,6 +8,7 @@ training loop pays per loss call. Rows per shape:
 - ``mse``: ``F.mse_loss(x, t)`` with t shaped like x: the floor of any loss step on this machine;
 - ``mse_compile``: the same under ``torch.compile(fullgraph=True)``: what compiling costs any loss here;
 - ``eager``: ``softdtw.soft_dtw(x, y, gamma).mean()``;
+- ``eager_nocheck``: the same with the value checks off (``SOFTDTW_CHECK_VALUES=0``): what the check costs;
 - ``eager_cudacore``: the same with the kernels launched through cuda-core instead of the driver directly
   (``launch.DIRECT = False``; trees that have the switch);
 - ``compile``: the soft-DTW loss under ``torch.compile(fullgraph=True)``;
@@ -216,13 +217,18 @@ def main() -> None:
             "compile_ro": make_step(torch.compile(sdtw_loss, mode="reduce-overhead", fullgraph=True), x, y,
                                     torch.compiler.cudagraph_mark_step_begin),
         }
-        if launch is not None and hasattr(launch, "DIRECT"):
-            def set_direct(v):
-                def f():
-                    launch.DIRECT = v
-                return f
-            steps["eager_cudacore"] = make_step(sdtw_loss, x, y, set_direct(False))
-            steps["eager"] = make_step(sdtw_loss, x, y, set_direct(True))
+        direct = launch is not None and hasattr(launch, "DIRECT")
+
+        def config(direct_launch=True, check="1"):
+            def f():
+                os.environ["SOFTDTW_CHECK_VALUES"] = check
+                if direct:
+                    launch.DIRECT = direct_launch
+            return f
+        steps["eager"] = make_step(sdtw_loss, x, y, config())
+        steps["eager_nocheck"] = make_step(sdtw_loss, x, y, config(check="0"))
+        if direct:
+            steps["eager_cudacore"] = make_step(sdtw_loss, x, y, config(direct_launch=False))
         if args.impls:
             steps = {k: v for k, v in steps.items() if k in args.impls.split(",") or k == "mse"}
         ms = interleaved_ms(steps, args.reps)
@@ -233,8 +239,7 @@ def main() -> None:
                          "ms": round(ms[impl], 4), "x_mse": round(ms[impl] / ms["mse"], 2),
                          "kernels": len(names)})
             print(rows[-1], flush=True)
-        if launch is not None and hasattr(launch, "DIRECT"):
-            launch.DIRECT = True
+        config()()
         if not args.no_profile:
             text = [f"=== {name} B={B} N={N} M={M} D={D}"]
             if "eager" in steps:

@@ -528,7 +528,7 @@ def prepare(x, y, gamma, *, cost, bandwidth, itakura_max_slope, x_lengths, y_len
             and (window is None or _value_checks_enabled()):
         if len(_PREPARED) >= _PREPARED_MAX:
             _PREPARED.clear()
-        _PREPARED[key] = p._replace(x=None, y=None, pending=None)
+        _PREPARED[key] = (dtype, unbatched, g, xl, yl, window, backend, out_dtype)
     return p
 
 
@@ -540,24 +540,25 @@ _PREPARED: dict = {}
 _PREPARED_MAX = 256
 
 
-def _prepared(hit: Problem, x, y, gamma) -> Problem:
+def _prepared(hit: tuple, x, y, gamma) -> Problem:
     """The Problem of a call whose arguments prepare has validated before (`hit`, from _PREPARED)."""
-    dtype = hit.gamma.dtype
-    if hit.unbatched:
+    dtype, unbatched, g, xl, yl, window, backend, out_dtype = hit
+    if unbatched:
         x, y = x.unsqueeze(0), y.unsqueeze(0)
-    if x.dtype != dtype:
+    if x.dtype is not dtype:
         x, y = x.to(dtype), y.to(dtype)
     if not x.is_contiguous():
         x = x.contiguous()
     if not y.is_contiguous():
         y = y.contiguous()
-    g = hit.gamma
     g_tensor = None
     if type(gamma) is not float:
         g = as_gamma(gamma, x.device, dtype)
         g_tensor = g if isinstance(gamma, torch.Tensor) else None
-    pending = _Deferred(x, y, g_tensor) if _value_checks_enabled() else None
-    return hit._replace(x=x, y=y, gamma=g, pending=pending)
+    checks = not (_trusted_depth or os.environ.get("SOFTDTW_CHECK_VALUES", "1") == "0"
+                  or torch.cuda.is_current_stream_capturing())  # _value_checks_enabled on a cuda call
+    return Problem(x, y, g, xl, yl, window, backend, unbatched, out_dtype,
+                   _Deferred(x, y, g_tensor) if checks else None)
 
 
 def prepare_cost(C, gamma, *, bandwidth, itakura_max_slope, x_lengths, y_lengths, memory, backend,

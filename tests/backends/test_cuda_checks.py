@@ -33,6 +33,26 @@ def _xy(B=3, N=20, M=25, D=2, dtype=torch.float32, seed=0):
             torch.randn(B, M, D, device="cuda", dtype=dtype, generator=g))
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _warm():
+    """Load every kernel the tests launch and fill the pool of check slots first: loading a module or
+    allocating page-locked memory may wait for the GPU, which would finish a check the test means to leave
+    pending."""
+    from softdtw.backends.cuda import checks
+
+    for dtype in (torch.float32, torch.float64, torch.float16):
+        x, y = _xy(dtype=dtype)
+        softdtw.soft_dtw(x, y)
+        softdtw.soft_dtw(x.requires_grad_(), y).sum().backward()
+        softdtw.soft_dtw_divergence(x, y).sum().backward()
+    softdtw.soft_dtw_from_cost(torch.rand(2, 5, 6, device="cuda"))
+    a = torch.randn(10, device="cuda")
+    pending = [checks.start(a.double()) for _ in range(6)] + [checks.start(a) for _ in range(6)]
+    assert all(c.ok() for c in pending)
+    _checks.settle()
+    torch.cuda.synchronize()
+
+
 def _late(fn):
     """fn() on a busy GPU: it returns before its value check has run (the check is left pending)."""
     _checks.settle()

@@ -414,7 +414,7 @@ DIRECT = os.environ.get("SOFTDTW_LAUNCH", "direct") != "cuda-core"
 class _Driver:
     """The few CUDA driver calls the direct path makes, through ctypes (libcuda is loaded by PyTorch)."""
 
-    NOT_READY = 600  # CUDA_ERROR_NOT_READY, from cuEventQuery
+    NOT_READY = 600  # CUDA_ERROR_NOT_READY, from cuStreamQuery
 
     def __init__(self, lib):
         vp, u = ctypes.c_void_p, ctypes.c_uint
@@ -422,10 +422,7 @@ class _Driver:
         self.module_load = self._fn("cuModuleLoadData", ctypes.POINTER(vp), ctypes.c_char_p)
         self.get_function = self._fn("cuModuleGetFunction", ctypes.POINTER(vp), vp, ctypes.c_char_p)
         self.launch = self._fn("cuLaunchKernel", vp, u, u, u, u, u, u, u, vp, vp, vp)
-        self.event_create = self._fn("cuEventCreate", ctypes.POINTER(vp), u)
-        self.event_record = self._fn("cuEventRecord", vp, vp)
-        self.event_query = self._fn("cuEventQuery", vp)
-        self.event_sync = self._fn("cuEventSynchronize", vp)
+        self.stream_query = self._fn("cuStreamQuery", vp)
         self.error_name = self._fn("cuGetErrorName", ctypes.c_int, ctypes.POINTER(ctypes.c_char_p))
 
     def _fn(self, name, *argtypes):
@@ -445,11 +442,6 @@ class _Driver:
         self.check(self.module_load(ctypes.byref(mod), cubin), "cuModuleLoadData")
         self.check(self.get_function(ctypes.byref(fn), mod, symbol.encode()), f"cuModuleGetFunction({symbol})")
         return fn.value
-
-    def event(self) -> int:
-        ev = ctypes.c_void_p()
-        self.check(self.event_create(ctypes.byref(ev), 2), "cuEventCreate")  # CU_EVENT_DISABLE_TIMING
-        return ev.value
 
 
 _driver_state: list = []

@@ -1,10 +1,12 @@
 // Input value checks on the device (softdtw/backends/cuda/checks.py).
 //
-// Whether every value of a and b is finite, and gamma (if given) a finite number >= 0. A block that finds a
-// bad value stores 1 into `flag`, an int in mapped, page-locked host memory that the host zeroed before the
-// launch, and writes NaN into the npoison values at `poison` (the call's results, when the check runs behind
-// the kernels that wrote them): a result computed from bad inputs is NaN whether or not the host has read the
-// flag yet. Blocks that find nothing write nothing, so no atomics are needed (every writer writes the same).
+// Whether every value of a and b is finite, and gamma (if given) a finite number >= 0. A block that finds a bad
+// value writes NaN into the npoison values at `poison` (the call's results: the check runs behind the kernels
+// that wrote them), so a result computed from bad inputs is NaN whether or not the host has looked yet, and sets
+// ws[0]. The last block to finish (a ticket in ws[1]) publishes the answer in `flag`, an int in mapped,
+// page-locked host memory that the host zeroed before the launch: 1 all finite, 2 a bad value. The flag doubles
+// as the completion signal, so the host needs no event: reading it is a load from host memory. The last block
+// also zeroes ws for the slot's next check (the host reuses a slot only after reading its flag).
 namespace sdtw {
 
 __device__ __forceinline__ float quiet_nan(float) { return __int_as_float(0x7fc00000); }
@@ -12,8 +14,8 @@ __device__ __forceinline__ double quiet_nan(double) { return __longlong_as_doubl
 
 template <typename T>
 __global__ void __launch_bounds__(256) check_kernel(const T* __restrict__ a, long long na, const T* __restrict__ b,
-                                                    long long nb, const T* __restrict__ gamma, int* flag, T* poison,
-                                                    int npoison) {
+                                                    long long nb, const T* __restrict__ gamma, int* flag, int* ws,
+                                                    T* poison, int npoison) {
   bool bad = false;
   const long long stride = (long long)gridDim.x * blockDim.x;
   const long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -26,9 +28,22 @@ __global__ void __launch_bounds__(256) check_kernel(const T* __restrict__ a, lon
     bad |= !(isfinite(g) && g >= T(0));
   }
   if (__syncthreads_or(bad)) {
-    if (threadIdx.x == 0) *(volatile int*)flag = 1;
     if (poison != nullptr)
       for (int i = threadIdx.x; i < npoison; i += blockDim.x) poison[i] = quiet_nan(T(0));
+    if (threadIdx.x == 0) atomicOr(ws, 1);
+  }
+  __shared__ bool last;
+  if (threadIdx.x == 0) {
+    __threadfence();  // this block's ws[0] and poison before its ticket
+    last = atomicAdd(ws + 1, 1) == int(gridDim.x) - 1;
+  }
+  __syncthreads();
+  if (last && threadIdx.x == 0) {
+    __threadfence();
+    const int any_bad = atomicExch(ws, 0);
+    ws[1] = 0;
+    __threadfence_system();  // everything above before the flag the host reads
+    *(volatile int*)flag = 1 + any_bad;
   }
 }
 
