@@ -25,7 +25,8 @@ PYTEST="python3 -m pytest -q -rfE --tb=short -p no:cacheprovider"
 if has quicktests; then
   echo "=== quicktests" | tee -a "$LOG"
   timeout "${T_QUICK:-240}" $PYTEST -x -n 4 tests/backends/test_cuda_launch.py tests/backends/test_cuda_checks.py \
-    tests/test_cuda_integration.py 2>&1 | tee -a "$LOG" | tail -25
+    tests/test_cuda_integration.py tests/test_second_order.py tests/test_mixed_precision.py -m cuda 2>&1 \
+    | tee -a "$LOG" | tail -25
 fi
 if has bench; then
   echo "=== bench" | tee -a "$LOG"

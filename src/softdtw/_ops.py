@@ -225,10 +225,12 @@ class _Fused(torch.autograd.Function):
             raise _no_saved_error()
         if not grad_value.is_contiguous():
             grad_value = grad_value.contiguous()
-        dx, dy, dgamma = get_backend(ctx.backend).backward(
-            grad_value, x, y, gamma, ctx.cost, x_lengths, y_lengths, window, value, saved, ctx.memory)
-        _checks.settle()  # the forward's value check (cuda), read behind the kernels: no gradient of bad inputs
         need = ctx.needs_input_grad
+        # The cuda backend writes gradients nobody asked for into scratch buffers (no allocations).
+        kw = {"needs": need[:3]} if ctx.backend == "cuda" else {}
+        dx, dy, dgamma = get_backend(ctx.backend).backward(
+            grad_value, x, y, gamma, ctx.cost, x_lengths, y_lengths, window, value, saved, ctx.memory, **kw)
+        _checks.settle()  # the forward's value check (cuda), read behind the kernels: no gradient of bad inputs
         return (dx if need[0] else None, dy if need[1] else None,
                 dgamma.sum().reshape(gamma.shape) if need[2] else None, None)
 

@@ -85,3 +85,26 @@ def test_repeated_calls_through_the_prepared_cache_match_fresh_ones():
         assert got.dtype == torch.float16
         assert rel_err(got, softdtw.soft_dtw(x.half().double(), y.half().double(), 0.5)) <= 2e-3
     _checks.settle()
+
+
+@pytest.mark.parametrize("wrt", [("x",), ("y",), ("x", "y"), ("x", "gamma"), ("x", "y", "gamma")])
+def test_gradients_asked_for_are_right_whichever_are_skipped(wrt):
+    """The backward writes the gradients nobody asked for into scratch buffers shared between calls; the ones
+    asked for must match the float64 CPU backend, call after call, whatever the others were."""
+    g = torch.Generator().manual_seed(len(wrt))
+    for B, N, M, D in ((3, 20, 25, 2), (2, 40, 700, 1)):  # one chunk, several chunks
+        x = torch.randn(B, N, D, generator=g, dtype=torch.float64)
+        y = torch.randn(B, M, D, generator=g, dtype=torch.float64)
+        gamma = torch.tensor(0.4, dtype=torch.float64)
+        for _ in range(2):
+            got, want = [], []
+            for dev, out in (("cuda", got), ("cpu", want)):
+                args = {"x": x.to(dev), "y": y.to(dev), "gamma": gamma.to(dev)}
+                for k in wrt:
+                    args[k] = args[k].clone().requires_grad_()
+                v = softdtw.soft_dtw(args["x"], args["y"], args["gamma"])
+                out.extend(torch.autograd.grad((v * torch.arange(1, B + 1, device=dev)).sum(),
+                                               [args[k] for k in wrt]))
+            for a, b in zip(got, want):
+                assert rel_err(a, b) <= 1e-10, wrt
+    _checks.settle()

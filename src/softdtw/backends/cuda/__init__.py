@@ -195,11 +195,36 @@ def _sizes(x, y, C):
     return data, data.shape[0], data.shape[1], M, data.get_device()
 
 
-def _backward_outputs(x, y, data, B):
+def _backward_outputs(x, y, data, B, needs=None):
     """dx, dy (fused costs; "gram": E's row and column sums, shaped like the norms; else None) and dgamma; the
-    kernels write every element."""
+    kernels write every element. needs: which of (dx, dy, dgamma) the caller uses (None: all); the others are
+    written into scratch buffers nobody reads (y is usually a target, gamma a number) instead of fresh tensors."""
     fused = x is not None
-    return (torch.empty_like(x) if fused else None, torch.empty_like(y) if fused else None, data.new_empty((B,)))
+    if needs is None:
+        return (torch.empty_like(x) if fused else None, torch.empty_like(y) if fused else None, data.new_empty((B,)))
+    return (torch.empty_like(x) if needs[0] else _scratch(x), torch.empty_like(y) if needs[1] else _scratch(y),
+            data.new_empty((B,)) if needs[2] else _scratch(data, (B,)))
+
+
+_SCRATCH: dict = {}
+#: Largest scratch buffer kept between calls (elements); larger ones are allocated per call.
+_SCRATCH_NUMEL = 1 << 22
+
+
+def _scratch(like: torch.Tensor, shape=None) -> torch.Tensor:
+    """A buffer shaped like ``like`` (or ``shape``) that kernels write and nobody reads, kept per (shape, dtype,
+    device): an allocation costs ~10-17 µs of host time on the H100 VMs. Never kept from inside a CUDA-graph
+    capture (the graph's private pool)."""
+    shape = like.shape if shape is None else shape
+    key = (shape, like.dtype, like.get_device())
+    t = _SCRATCH.get(key)
+    if t is None:
+        t = like.new_empty(shape)
+        if t.numel() <= _SCRATCH_NUMEL and not torch.cuda.is_current_stream_capturing():
+            if len(_SCRATCH) >= 64:
+                _SCRATCH.clear()
+            _SCRATCH[key] = t
+    return t
 
 
 def _like(grad, data):
@@ -336,11 +361,12 @@ def _launch_forward_chain(expr, dev, plan, x, y, C, gamma, x_lengths, y_lengths,
     _launch.launch("forward", expr, dev, B * band.nb, plan.block(), args)
 
 
-def _run_backward_chain(grad, x, y, C, dC, cost, D, gamma, x_lengths, y_lengths, window, value, saved, plan):
+def _run_backward_chain(grad, x, y, C, dC, cost, D, gamma, x_lengths, y_lengths, window, value, saved, plan,
+                        needs=None):
     """backward_chain_kernel: one block per (pair, chunk), chunks right to left; with plan.TH > 0 saved
     holds the checkpoints and each block recomputes its tiles into its own two tile buffers."""
     data, B, N, M, dev = _sizes(x, y, C)
-    dx, dy, dgamma = _backward_outputs(x, y, data, B)
+    dx, dy, dgamma = _backward_outputs(x, y, data, B, needs)
     bufs = _backward_chain_buffers(data, B, N, M, _carried(cost, D), plan, saved, plan.nch)
     expr = _launch.expression("backward_chain_kernel", data.dtype, cost, D, plan, window is not None, plan.TH > 0)
     _launch_backward_chain(expr, dev, plan, _like(grad, data), x, y, C, dC, gamma, x_lengths, y_lengths, window,
@@ -385,7 +411,7 @@ def _carried(cost: str, D: int) -> int:
 
 
 def _run_backward(grad, x, y, C, dC, cost: str, D: int, gamma, x_lengths, y_lengths, window, value, saved,
-                  checkpoint: bool = False):
+                  checkpoint: bool = False, needs=None):
     """Launch backward_kernel. Fused: returns (dx, dy, dgamma). Precomputed: fills dC, returns (None, None, dgamma).
     "gram" (x, y: the norms, C: x·yᵀ): fills dC and returns (E's row sums, column sums, dgamma), times grad.
 
@@ -396,8 +422,8 @@ def _run_backward(grad, x, y, C, dC, cost: str, D: int, gamma, x_lengths, y_leng
     spec = _seq("backward", B, N, M, D, data.dtype, dev, cost, window is not None, True, checkpoint)
     if not spec.expr:
         return _run_backward_chain(grad, x, y, C, dC, cost, D, gamma, x_lengths, y_lengths, window, value, saved,
-                                   spec.plan)
-    dx, dy, dgamma = _backward_outputs(x, y, data, B)
+                                   spec.plan, needs)
+    dx, dy, dgamma = _backward_outputs(x, y, data, B, needs)
     bnd = data.new_empty(spec.bnd) if spec.bnd else None
     grad = _like(grad, data)
     args = (_launch.ptr(x), _launch.ptr(y), _launch.ptr(C), gamma.data_ptr(), x_lengths.data_ptr(),
@@ -449,8 +475,12 @@ def forward(x, y, gamma, cost, x_lengths, y_lengths, window, memory):
                         memory == "checkpoint")
 
 
-def backward(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved, memory):
-    """(dx `(B, N, D)`, dy `(B, M, D)`, dgamma `(B,)`) of sum_b grad_b · value_b."""
+def backward(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved, memory, needs=None):
+    """(dx `(B, N, D)`, dy `(B, M, D)`, dgamma `(B,)`) of sum_b grad_b · value_b.
+
+    needs: which of the three the caller will use (None: all). With fused costs the others come back as scratch
+    buffers shared between calls (their values are garbage): a target y and a float gamma need no fresh
+    tensors, which cost more host time than a tiny problem's kernels (issue 27)."""
     window = _window(window)
     x, y = x.contiguous(), y.contiguous()
     D = x.shape[2]
@@ -461,7 +491,7 @@ def backward(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved
     if saved.numel() == 0:
         _, saved = _run_forward(x, y, None, cost, D, gamma, x_lengths, y_lengths, window, True)
     return _run_backward(grad, x, y, None, None, cost, D, gamma, x_lengths, y_lengths, window, value, saved,
-                         memory == "checkpoint")
+                         memory == "checkpoint", needs)
 
 
 def _backward_gemm(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved):
