@@ -14,7 +14,8 @@ training loop pays per loss call. Rows per shape:
 - ``compile``: the soft-DTW loss under ``torch.compile(fullgraph=True)``;
 - ``compile_ro``: ``torch.compile(mode="reduce-overhead", fullgraph=True)`` (CUDA graphs).
 
-Each row gives the median wall-clock ms over interleaved repetitions (host included: that is the point),
+Each row gives the median wall-clock ms over repetitions that run every row once in a random order (host
+included: that is the point),
 the ratio to the MSE step, and the CUDA kernels (and memcpy/memset) one step launches, counted with
 torch.profiler (their names go to the JSON). ``<out>.profile.txt`` gets, per shape, the host time of each
 piece of the eager step (perf_counter timers around the functions the step goes through, median µs per step,
@@ -30,6 +31,7 @@ import cProfile
 import io
 import os
 import pstats
+import random
 import sys
 import time
 from collections import defaultdict
@@ -85,14 +87,19 @@ def make_step(loss_fn, x, y, before=None):
 
 
 def interleaved_ms(steps: dict, reps: int, warmup: int = 5) -> dict:
+    """Median ms of each step, the steps run in a fresh random order every repetition (a fixed order lets
+    whatever one row leaves behind, allocator or cache state, bias the row after it)."""
     for s in steps.values():
         for _ in range(warmup):
             s()
     times = {k: [] for k in steps}
+    order = list(steps)
+    rng = random.Random(0)
     for _ in range(reps):
-        for k, s in steps.items():
+        rng.shuffle(order)
+        for k in order:
             t0 = time.perf_counter()
-            s()
+            steps[k]()
             times[k].append((time.perf_counter() - t0) * 1e3)
     return {k: median(v) for k, v in times.items()}
 

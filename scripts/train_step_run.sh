@@ -2,11 +2,13 @@
 # Issue 27's GPU run: the cuda tests of the host path and the train-step benchmark of this tree and, side by
 # side on the same machine, of a baseline tree (BASE_SRC, its src/ folder).
 #
-#   scripts/train_step_run.sh [quicktests] [bench] [tests] [base]      (default: all four)
+#   scripts/train_step_run.sh [quicktests] [bench] [tests] [base] [ab] [probe]   (default: the first four)
 #
 # Everything is logged to $OUT/run.log; results: $OUT/h100_train_step.{json,md,profile.txt} and
-# $OUT/h100_train_step_base.{json,md,profile.txt}. Env: SHAPES (indices into the benchmark's SHAPES), REPS,
-# T_QUICK / T_BENCH / T_TESTS / T_BASE (time limits, s), SOFTDTW_GIT_SHA (the tree's commit).
+# $OUT/h100_train_step_base.{json,md,profile.txt}; "ab" alternates this tree and the baseline, two benchmark
+# processes each (new, base, new, base: the machine's speed drifts over minutes), into $OUT/ab.tgz; "probe" runs
+# scripts/launch_probe.py. Env: SHAPES (indices into the benchmark's SHAPES), REPS, T_QUICK / T_BENCH / T_TESTS /
+# T_BASE (time limits, s), SOFTDTW_GIT_SHA (the tree's commit), BASE_SRC / BASE_SHA (the baseline).
 set -u
 OUT=${OUT:-$PWD/gpu_out}
 mkdir -p "$OUT"
@@ -42,4 +44,23 @@ if has base && [ -n "${BASE_SRC:-}" ]; then
   echo "=== base ($BASE_SRC)" | tee -a "$LOG"
   SOFTDTW_GIT_SHA=${BASE_SHA:-base} timeout "${T_BASE:-240}" python3 benchmarks/bench_train_step.py --src "$BASE_SRC" \
     --out "$OUT/h100_train_step_base.json" --reps "$REPS" ${SHAPES:+--shapes $SHAPES} 2>&1 | tee -a "$LOG" | tail -40
+fi
+if has ab && [ -n "${BASE_SRC:-}" ]; then
+  W=$OUT/ab
+  mkdir -p "$W"
+  for pass in 1 2; do
+    prof=""
+    [ "$pass" = 2 ] && prof=--no-profile
+    echo "=== ab: new, pass $pass" | tee -a "$LOG"
+    timeout "${T_BENCH:-300}" python3 benchmarks/bench_train_step.py --out "$W/new$pass.json" --reps "$REPS" $prof \
+      ${SHAPES:+--shapes $SHAPES} 2>&1 | tee -a "$LOG" | tail -12
+    echo "=== ab: base, pass $pass" | tee -a "$LOG"
+    SOFTDTW_GIT_SHA=${BASE_SHA:-base} timeout "${T_BASE:-240}" python3 benchmarks/bench_train_step.py --src "$BASE_SRC" \
+      --out "$W/base$pass.json" --reps "$REPS" --no-profile ${SHAPES:+--shapes $SHAPES} 2>&1 | tee -a "$LOG" | tail -12
+  done
+  tar czf "$OUT/ab.tgz" -C "$OUT" ab && rm -rf "$W"
+fi
+if has probe; then
+  echo "=== launch probe" | tee -a "$LOG"
+  timeout 120 python3 scripts/launch_probe.py 2>&1 | tee -a "$LOG" | tail -12
 fi
