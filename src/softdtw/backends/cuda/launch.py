@@ -398,14 +398,16 @@ def i32(v: int) -> np.int32:
 
 # --- launches ---------------------------------------------------------------------------------------
 #
-# A launch's host time is what a small training step pays (issue 27). cuda-core's launch packs its
-# arguments by their Python types on every call (~11 us of host time on the H100 VMs, ~22 us with our
-# wrapper around it: benchmarks/OPTIMIZATION_LOG.md, "Public API: where a tiny call's time goes"). The
-# kernels are NVRTC-compiled by cuda-core (compile.py) either way; the direct path then loads each cubin
-# with the driver and launches it through ``cuLaunchKernel`` via ctypes: every argument sits in an
-# 8-byte slot of a buffer that lives as long as the kernel, and ``kernelParams`` points at the slots,
-# so a launch is one struct.pack_into and one foreign call. The driver copies each parameter's own size
-# out of its slot, so a little-endian int64 slot serves int32 and pointer parameters alike.
+# A launch's host time is what a small training step pays (issue 27). The kernels are NVRTC-compiled by
+# cuda-core (compile.py) either way; the direct path then loads each cubin with the driver and launches it
+# through ``cuLaunchKernel`` via ctypes: every argument sits in an 8-byte slot of a buffer that lives as long
+# as the kernel, and ``kernelParams`` points at the slots, so a launch is one struct.pack_into and one foreign
+# call. The driver copies each parameter's own size out of its slot, so a little-endian int64 slot serves
+# int32 and pointer parameters alike. Measured on the H100 VMs (benchmarks/OPTIMIZATION_LOG.md, "Training
+# step"): 8.15 µs per launch against 7.42 µs through cuda-core 1.2.0's launch (results/h100_launch_probe.json),
+# −16 µs per training step on average in the step itself: the driver's own time dominates both. The direct
+# path is the default because it is what the test suite ran; ``SOFTDTW_LAUNCH=cuda-core`` (or DIRECT = False)
+# launches through cuda-core.
 
 #: Launch through the driver directly (False: through cuda-core's launch; ``SOFTDTW_LAUNCH=cuda-core``).
 DIRECT = os.environ.get("SOFTDTW_LAUNCH", "direct") != "cuda-core"
