@@ -4,9 +4,10 @@ Every message says what was wrong, what was expected and how to fix it. Nothing 
 the caller's tensors. Checks that need the data's values (NaN/Inf, length ranges, band feasibility)
 read them from the device; they are skipped while a CUDA graph is being captured or torch.compile
 is tracing, where a read would break the capture or the graph. On the cuda backend, soft_dtw,
-soft_dtw_divergence and soft_dtw_from_cost check NaN/Inf (and a gamma tensor) in a kernel whose
-result is read only after their own kernels are queued (prepare(defer=True), run_checked), so the
-check does not hold the GPU idle in front of the forward (backends/cuda/checks.py).
+soft_dtw_divergence and soft_dtw_from_cost check NaN/Inf (and a gamma tensor) in a kernel queued in front
+of their own kernels and read only after those are queued (prepare(defer=True), run_checked), so the check
+does not hold the GPU idle in front of the forward (backends/cuda/checks.py); the range bound (REACH_LIMIT)
+is queued and read beside it.
 """
 from __future__ import annotations
 
@@ -40,8 +41,8 @@ class Problem(NamedTuple):
     backend: str
     unbatched: bool
     out_dtype: torch.dtype
-    # prepare(defer=True): the value check still running on the GPU (backends/cuda/checks.py), else None.
-    # The caller launches its kernels, then calls finish_check(problem).
+    # prepare(defer=True): the value check (and range bound, _Pending) queued on the GPU in front of the
+    # call's kernels, else None. The caller runs its ops through run_checked(problem, run), which reads it.
     pending: object = None
 
 
@@ -556,30 +557,38 @@ class _Pending:
         return _out_of_range(max(norms), g, self.span, "cuda", self.dtype)
 
 
+def _defer(a: torch.Tensor, b: Optional[torch.Tensor], gamma: Optional[torch.Tensor], g: torch.Tensor,
+           span: Span):
+    """Queue the value check of a cuda call (and, where the dtype has a REACH_LIMIT, the range bound) on the
+    current stream, before the call's kernels: a PendingCheck or a :class:`_Pending`, read by
+    :func:`run_checked` after them. gamma: a gamma tensor to check with the data, or None; g: the
+    problem's gamma tensor."""
+    from .backends.cuda import checks
+
+    check = checks.start(a, b, gamma)
+    if not _needs_range("cuda", a.dtype):
+        return check
+    return _Pending(check, [a] if b is None else [a, b], g, span)
+
+
 def _check_or_defer(data, lengths, gamma: Optional[torch.Tensor], backend: str, defer: bool,
                     g: torch.Tensor, span: Span):
     """The value checks of prepare / prepare_cost (arguments as :func:`check_values`) and the range
     bound: (pending, backend). Started on the GPU and returned as a pending check when deferring is
-    possible (the caller reruns on the reference backend if the bound says so, :func:`run_checked`), else
-    run now, with the backend the bound picks. Deferring needs the cuda backend, value checks enabled and
-    default lengths: a kernel must never see lengths out of range, so user lengths are checked before any
-    launch. g: the gamma tensor of the problem."""
+    possible (:func:`_defer`; the caller reruns on the reference backend if the bound says so,
+    :func:`run_checked`), else run now, with the backend the bound picks. Deferring needs the cuda backend,
+    value checks enabled and default lengths: a kernel must never see lengths out of range, so user lengths
+    are checked before any launch. g: the gamma tensor of the problem."""
     tensors = [t for t, *_ in data]
     if defer and backend == "cuda" and all(l is None for l, *_ in lengths) and _value_checks_enabled():
-        from .backends.cuda import checks
-
-        a, b = data[0][0], (data[1][0] if len(data) > 1 else None)
-        check = checks.start(a, b, gamma)
-        if not _needs_range(backend, a.dtype):
-            return check, backend
-        return _Pending(check, tensors, g, span), backend
+        return _defer(tensors[0], tensors[1] if len(tensors) > 1 else None, gamma, g, span), backend
     check_values(data, lengths, gamma)
     return None, route_by_range(tensors, g, span, backend)
 
 
 def finish_check(p: Problem) -> None:
-    """Wait for the value check that prepare(defer=True) started and raise its error, if any (the
-    same messages as the synchronous checks: they run again, one by one, only when the flag is set)."""
+    """Wait for the value check of a prepared problem and raise its error, if any (the same messages as
+    the synchronous checks: they run again, one by one, only when the flag is set)."""
     if p.pending is None or p.pending.ok():
         return
     if p.y is p.x:  # prepare_cost keeps C in both; +inf is a forbidden cell there, not an error
@@ -628,6 +637,17 @@ def prepare(x, y, gamma, *, cost, bandwidth, itakura_max_slope, x_lengths, y_len
     :func:`run_checked` (or call :func:`finish_check`). x and y may be PackedSequences (read as a
     padded batch with its lengths, :mod:`softdtw._packed`).
     """
+    key = None
+    if defer and x_lengths is None and y_lengths is None and type(x) is torch.Tensor and type(y) is torch.Tensor \
+            and x.is_cuda and not torch.compiler.is_compiling():
+        key = (x.shape, y.shape, x.dtype, y.dtype, x.get_device(), y.get_device(), cost, bandwidth,
+               itakura_max_slope, memory, backend, gamma if type(gamma) is float else None)
+        try:
+            hit = _PREPARED.get(key)
+        except TypeError:  # an unhashable argument: the checks below say what is wrong with it
+            hit = key = None
+        if hit is not None:
+            return _prepared(hit, x, y, gamma, cost)
     x, x_lengths = unpack(x, x_lengths, "x", "x_lengths")
     y, y_lengths = unpack(y, y_lengths, "y", "y_lengths")
     x = as_tensor(x, "x")
@@ -658,6 +678,42 @@ def prepare(x, y, gamma, *, cost, bandwidth, itakura_max_slope, x_lengths, y_len
                                         (yl if y_lengths is not None else None, "y_lengths", M, "y")],
                                        g_tensor, backend, defer, g, Span(cost, x.shape[2], N, M))
     window = make_window(xl, yl, N, M, bandwidth, itakura_max_slope)
+    p = Problem(x, y, g, xl, yl, window, backend, unbatched, out_dtype, pending)
+    if key is not None and backend == "cuda" and g_tensor is None and not torch.cuda.is_current_stream_capturing() \
+            and (window is None or _value_checks_enabled()):
+        if len(_PREPARED) >= _PREPARED_MAX:
+            _PREPARED.clear()
+        _PREPARED[key] = (dtype, unbatched, g, xl, yl, window, backend, out_dtype)
+    return p
+
+
+# prepare's validation of a cuda call with default lengths, kept per (shapes, dtypes, devices, options,
+# float gamma): a training step calls with the same arguments every time, and validating them again costs
+# more than the step's kernels (issue 27). What it caches is a pure function of the key: the backend, the
+# compute dtype, the constant lengths and gamma, the window (built and checked for a path once).
+_PREPARED: dict = {}
+_PREPARED_MAX = 256
+
+
+def _prepared(hit: tuple, x, y, gamma, cost) -> Problem:
+    """The Problem of a call whose arguments prepare has validated before (`hit`, from _PREPARED)."""
+    dtype, unbatched, g, xl, yl, window, backend, out_dtype = hit
+    if unbatched:
+        x, y = x.unsqueeze(0), y.unsqueeze(0)
+    if x.dtype is not dtype:
+        x, y = x.to(dtype), y.to(dtype)
+    if not x.is_contiguous():
+        x = x.contiguous()
+    if not y.is_contiguous():
+        y = y.contiguous()
+    g_tensor = None
+    if type(gamma) is not float:
+        g = as_gamma(gamma, x.device, dtype)
+        g_tensor = g if isinstance(gamma, torch.Tensor) else None
+    checks = not (_trusted_depth or os.environ.get("SOFTDTW_CHECK_VALUES", "1") == "0"
+                  or torch.cuda.is_current_stream_capturing())  # _value_checks_enabled on a cuda call
+    # The values are new on every call: their check and range bound are queued as on a miss (never cached).
+    pending = _defer(x, y, g_tensor, g, Span(cost, x.shape[2], x.shape[1], y.shape[1])) if checks else None
     return Problem(x, y, g, xl, yl, window, backend, unbatched, out_dtype, pending)
 
 

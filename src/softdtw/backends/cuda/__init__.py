@@ -114,10 +114,22 @@ def saved_spec(kind, B, N, M, D, dtype, memory):
     saved_dtype = dtype if memory == "checkpoint" else _saved_dtype(dtype)
     if not all(isinstance(v, int) for v in (B, N, M, D)):
         return None, saved_dtype
-    plan = _plan(kind, B, N, M, D, dtype, torch.cuda.current_device(), memory)
-    if memory == "checkpoint":
-        return (B * plan.checkpoint_numel(N, _launch.has_frames(dtype, True)),), saved_dtype
-    return (B * plan.saved_numel(N),), saved_dtype
+    device = _launch._get_device()
+    key = (kind, B, N, M, D, dtype, memory, device)
+    spec = _SAVED_SPECS.get(key)
+    if spec is None or _launch._forced:
+        plan = _plan(kind, B, N, M, D, dtype, device, memory)
+        if memory == "checkpoint":
+            spec = (B * plan.checkpoint_numel(N, _launch.has_frames(dtype, True)),), saved_dtype
+        else:
+            spec = (B * plan.saved_numel(N),), saved_dtype
+        if not _launch._forced:
+            _SAVED_SPECS[key] = spec
+    return spec
+
+
+# saved_spec per (kind, sizes, dtype, memory, device): asked by the memory mode and the fake kernels each call.
+_SAVED_SPECS: dict = {}
 
 
 # --- launches ---------------------------------------------------------------------------------------
@@ -180,15 +192,39 @@ def _sizes(x, y, C):
     norms of x and y for the "gram" cost)."""
     data = C if C is not None else x
     M = C.shape[2] if C is not None else y.shape[1]
-    return data, data.shape[0], data.shape[1], M, data.device.index
+    return data, data.shape[0], data.shape[1], M, data.get_device()
 
 
-def _backward_outputs(x, y, data, B):
+def _backward_outputs(x, y, data, B, needs=None):
     """dx, dy (fused costs; "gram": E's row and column sums, shaped like the norms; else None) and dgamma; the
-    kernels write every element."""
+    kernels write every element. needs: which of (dx, dy, dgamma) the caller uses (None: all); the others are
+    written into scratch buffers nobody reads (y is usually a target, gamma a number) instead of fresh tensors."""
     fused = x is not None
-    return (torch.empty_like(x) if fused else None, torch.empty_like(y) if fused else None,
-            torch.empty(B, dtype=data.dtype, device=data.device))
+    if needs is None:
+        return (torch.empty_like(x) if fused else None, torch.empty_like(y) if fused else None, data.new_empty((B,)))
+    return (torch.empty_like(x) if needs[0] else _scratch(x), torch.empty_like(y) if needs[1] else _scratch(y),
+            data.new_empty((B,)) if needs[2] else _scratch(data, (B,)))
+
+
+_SCRATCH: dict = {}
+#: Largest scratch buffer kept between calls (elements); larger ones are allocated per call.
+_SCRATCH_NUMEL = 1 << 22
+
+
+def _scratch(like: torch.Tensor, shape=None) -> torch.Tensor:
+    """A buffer shaped like ``like`` (or ``shape``) that kernels write and nobody reads, kept per (shape, dtype,
+    device): an allocation costs ~10-17 µs of host time on the H100 VMs. Never kept from inside a CUDA-graph
+    capture (the graph's private pool)."""
+    shape = like.shape if shape is None else shape
+    key = (shape, like.dtype, like.get_device())
+    t = _SCRATCH.get(key)
+    if t is None:
+        t = like.new_empty(shape)
+        if t.numel() <= _SCRATCH_NUMEL and not torch.cuda.is_current_stream_capturing():
+            if len(_SCRATCH) >= 64:
+                _SCRATCH.clear()
+            _SCRATCH[key] = t
+    return t
 
 
 def _like(grad, data):
@@ -212,26 +248,68 @@ class Band(NamedTuple):
         return slice(self.cbase, self.cbase + self.ldc)
 
 
+class _Seq(NamedTuple):
+    """What a forward_kernel or backward_kernel launch needs besides its tensors, for one (sizes, dtype, device,
+    cost, window, mode): built once (:func:`_seq`), not per call."""
+    plan: _launch.Plan
+    expr: str  # "" for a chained plan (the _run_*_chain functions take over)
+    grid: int
+    block: int
+    saved_numel: int  # forward: the stored table's length
+    bnd: tuple  # shape of the hand-over buffer between column chunks, () when there is one chunk
+    tail: tuple  # the integer parameters B, N, M, nch
+
+
+_SEQ: dict = {}
+
+
+def _seq(kernel: str, B: int, N: int, M: int, D: int, dtype: torch.dtype, dev: int, cost: str, window: bool,
+         store: bool, checkpoint: bool) -> _Seq:
+    """The launch spec of forward_kernel (kernel "forward") or backward_kernel ("backward"), cached unless a plan
+    is forced (launch.forced_plan)."""
+    key = (kernel, B, N, M, D, dtype, dev, cost, window, store, checkpoint)
+    spec = _SEQ.get(key)
+    if spec is not None and not _launch._forced:
+        return spec
+    plan = _launch.plan_for(B, N, M, D, dtype, dev, checkpoint)
+    if plan.chain:
+        spec = _Seq(plan, "", 0, 0, 0, (), ())
+    elif kernel == "forward":
+        long = _launch.seq_frames(dtype, store, N, M)
+        # One column (with frames: value, frame per row), reused chunk after chunk.
+        frames = long or _launch.has_frames(dtype, store)
+        spec = _Seq(plan, _launch.expression("forward_kernel", dtype, cost, D, plan, window, store, long),
+                    plan.grid(B), plan.block(), B * plan.saved_numel(N),
+                    (B, N * (2 if frames else 1)) if plan.nch > 1 else (), _ints(B, N, M, plan.nch))
+    else:
+        spec = _Seq(plan, _launch.expression("backward_kernel", dtype, cost, D, plan, window), plan.grid(B),
+                    plan.block(), 0, (B, N, 2 + _carried(cost, D)) if plan.nch > 1 else (), _ints(B, N, M, plan.nch))
+    if not _launch._forced:
+        if len(_SEQ) > 4096:  # sizes that vary forever: keep the cache bounded
+            _SEQ.clear()
+        _SEQ[key] = spec
+    return spec
+
+
+def _ints(*values: int) -> tuple:
+    return tuple(_launch.i32(v) for v in values)
+
+
 def _run_forward(x, y, C, cost: str, D: int, gamma, x_lengths, y_lengths, window, store: bool,
                  checkpoint: bool = False):
     """Launch forward_kernel; x, y for fused costs (C None) or C for a precomputed one (x, y None)."""
     data, B, N, M, dev = _sizes(x, y, C)
-    plan = _launch.plan_for(B, N, M, D, data.dtype, dev, checkpoint)
-    if plan.chain:
-        return _run_forward_chain(x, y, C, cost, D, gamma, x_lengths, y_lengths, window, store, plan)
-    value = torch.empty(B, dtype=data.dtype, device=data.device)
-    saved = (_alloc(data, B * plan.saved_numel(N), _saved_dtype(data.dtype),
-                    "the stored backward table (memory='store')", B, N, M) if store
-             else data.new_empty((0,)))
-    long = _launch.seq_frames(data.dtype, store, N, M)
-    # One column (with frames: value, frame per row), reused chunk after chunk.
-    frames = long or _launch.has_frames(data.dtype, store)
-    bnd = data.new_empty((B, N * (2 if frames else 1))) if plan.nch > 1 else None
-    expr = _launch.expression("forward_kernel", data.dtype, cost, D, plan, window is not None, store, long)
+    spec = _seq("forward", B, N, M, D, data.dtype, dev, cost, window is not None, store, checkpoint)
+    if not spec.expr:
+        return _run_forward_chain(x, y, C, cost, D, gamma, x_lengths, y_lengths, window, store, spec.plan)
+    value = data.new_empty((B,))
+    saved = (_alloc(data, spec.saved_numel, _saved_dtype(data.dtype), "the stored backward table (memory='store')",
+                    B, N, M) if store else data.new_empty((0,)))
+    bnd = data.new_empty(spec.bnd) if spec.bnd else None
     args = (_launch.ptr(x), _launch.ptr(y), _launch.ptr(C), gamma.data_ptr(), x_lengths.data_ptr(),
-            y_lengths.data_ptr(), _launch.ptr(window), value.data_ptr(), _launch.ptr(saved if store else None),
-            _launch.ptr(bnd), _launch.i32(B), _launch.i32(N), _launch.i32(M), _launch.i32(plan.nch))
-    _launch.launch("forward", expr, dev, plan.grid(B), plan.block(), args)
+            y_lengths.data_ptr(), _launch.ptr(window), value.data_ptr(), saved.data_ptr() if store else 0,
+            _launch.ptr(bnd), *spec.tail)
+    _launch.launch("forward", spec.expr, dev, spec.grid, spec.block, args)
     return value, saved
 
 
@@ -283,11 +361,12 @@ def _launch_forward_chain(expr, dev, plan, x, y, C, gamma, x_lengths, y_lengths,
     _launch.launch("forward", expr, dev, B * band.nb, plan.block(), args)
 
 
-def _run_backward_chain(grad, x, y, C, dC, cost, D, gamma, x_lengths, y_lengths, window, value, saved, plan):
+def _run_backward_chain(grad, x, y, C, dC, cost, D, gamma, x_lengths, y_lengths, window, value, saved, plan,
+                        needs=None):
     """backward_chain_kernel: one block per (pair, chunk), chunks right to left; with plan.TH > 0 saved
     holds the checkpoints and each block recomputes its tiles into its own two tile buffers."""
     data, B, N, M, dev = _sizes(x, y, C)
-    dx, dy, dgamma = _backward_outputs(x, y, data, B)
+    dx, dy, dgamma = _backward_outputs(x, y, data, B, needs)
     bufs = _backward_chain_buffers(data, B, N, M, _carried(cost, D), plan, saved, plan.nch)
     expr = _launch.expression("backward_chain_kernel", data.dtype, cost, D, plan, window is not None, plan.TH > 0)
     _launch_backward_chain(expr, dev, plan, _like(grad, data), x, y, C, dC, gamma, x_lengths, y_lengths, window,
@@ -332,7 +411,7 @@ def _carried(cost: str, D: int) -> int:
 
 
 def _run_backward(grad, x, y, C, dC, cost: str, D: int, gamma, x_lengths, y_lengths, window, value, saved,
-                  checkpoint: bool = False):
+                  checkpoint: bool = False, needs=None):
     """Launch backward_kernel. Fused: returns (dx, dy, dgamma). Precomputed: fills dC, returns (None, None, dgamma).
     "gram" (x, y: the norms, C: x·yᵀ): fills dC and returns (E's row sums, column sums, dgamma), times grad.
 
@@ -340,19 +419,17 @@ def _run_backward(grad, x, y, C, dC, cost: str, D: int, gamma, x_lengths, y_leng
     window, dgamma = 0 at gamma = 0); dC may be C itself (overwritten in place).
     """
     data, B, N, M, dev = _sizes(x, y, C)
-    plan = _launch.plan_for(B, N, M, D, data.dtype, dev, checkpoint)
-    if plan.chain:
+    spec = _seq("backward", B, N, M, D, data.dtype, dev, cost, window is not None, True, checkpoint)
+    if not spec.expr:
         return _run_backward_chain(grad, x, y, C, dC, cost, D, gamma, x_lengths, y_lengths, window, value, saved,
-                                   plan)
-    dx, dy, dgamma = _backward_outputs(x, y, data, B)
-    bnd = data.new_empty((B, N, 2 + _carried(cost, D))) if plan.nch > 1 else None
+                                   spec.plan, needs)
+    dx, dy, dgamma = _backward_outputs(x, y, data, B, needs)
+    bnd = data.new_empty(spec.bnd) if spec.bnd else None
     grad = _like(grad, data)
-    expr = _launch.expression("backward_kernel", data.dtype, cost, D, plan, window is not None)
     args = (_launch.ptr(x), _launch.ptr(y), _launch.ptr(C), gamma.data_ptr(), x_lengths.data_ptr(),
             y_lengths.data_ptr(), _launch.ptr(window), grad.data_ptr(), saved.data_ptr(), _launch.ptr(dx),
-            _launch.ptr(dy), _launch.ptr(dC), value.data_ptr(), dgamma.data_ptr(), _launch.ptr(bnd),
-            _launch.i32(B), _launch.i32(N), _launch.i32(M), _launch.i32(plan.nch))
-    _launch.launch("backward", expr, dev, plan.grid(B), plan.block(), args)
+            _launch.ptr(dy), _launch.ptr(dC), value.data_ptr(), dgamma.data_ptr(), _launch.ptr(bnd), *spec.tail)
+    _launch.launch("backward", spec.expr, dev, spec.grid, spec.block, args)
     return dx, dy, dgamma
 
 
@@ -398,8 +475,12 @@ def forward(x, y, gamma, cost, x_lengths, y_lengths, window, memory):
                         memory == "checkpoint")
 
 
-def backward(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved, memory):
-    """(dx `(B, N, D)`, dy `(B, M, D)`, dgamma `(B,)`) of sum_b grad_b · value_b."""
+def backward(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved, memory, needs=None):
+    """(dx `(B, N, D)`, dy `(B, M, D)`, dgamma `(B,)`) of sum_b grad_b · value_b.
+
+    needs: which of the three the caller will use (None: all). With fused costs the others come back as scratch
+    buffers shared between calls (their values are garbage): a target y and a float gamma need no fresh
+    tensors, which cost more host time than a tiny problem's kernels (issue 27)."""
     window = _window(window)
     x, y = x.contiguous(), y.contiguous()
     D = x.shape[2]
@@ -410,7 +491,7 @@ def backward(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved
     if saved.numel() == 0:
         _, saved = _run_forward(x, y, None, cost, D, gamma, x_lengths, y_lengths, window, True)
     return _run_backward(grad, x, y, None, None, cost, D, gamma, x_lengths, y_lengths, window, value, saved,
-                         memory == "checkpoint")
+                         memory == "checkpoint", needs)
 
 
 def _backward_gemm(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved):

@@ -2,18 +2,23 @@
 
 A check through PyTorch (``torch.isfinite(x).all()`` read on the host) waits for every kernel queued so
 far and leaves the GPU idle while the host then launches the soft-DTW kernels: on a small problem that
-wait costs more than the kernels. Here one kernel checks the values and writes a flag into mapped
-page-locked host memory; the host launches the soft-DTW kernels behind it and only then waits, for an
-event recorded right after the check, while the GPU already runs the forward.
+wait costs more than the kernels. Here one kernel checks the values in front of the call's own kernels;
+the host launches those behind it and only then reads the answer (``softdtw._checks.run_checked``), while
+the GPU already runs the forward. The kernel's last block writes the answer into an int of mapped
+page-locked host memory (0 running, 1 all finite, 2 a bad value), which is also how the host learns that
+the check has run: no event is recorded or queried (each driver call costs ~10 µs of host time on the
+H100 VMs).
 
 :func:`start` launches a check and returns a :class:`PendingCheck`; its :meth:`~PendingCheck.ok` waits
-and tells whether every value was finite (and gamma >= 0). Flags and events are pooled per thread, so
-nested calls (a cost callable that calls soft-DTW itself) each get their own.
+and tells whether every value was finite (and gamma >= 0). Slots (flag and the kernel's two counters) are
+pooled per device and shared by all threads, so nested calls (a cost callable that calls soft-DTW itself)
+each get their own.
 """
 from __future__ import annotations
 
 import ctypes
 import threading
+import time
 
 import numpy as np
 import torch
@@ -21,10 +26,11 @@ import torch
 from . import launch as _launch
 
 _THREADS = 256
-_local = threading.local()
+_lock = threading.Lock()
+_free: dict = {}  # device index -> idle slots
 
 
-def _driver():
+def _bindings():
     try:
         from cuda.bindings import driver
     except ImportError:  # older cuda-python layout
@@ -40,61 +46,89 @@ def _check(result):
 
 
 class _Slot:
-    """One mapped host int (the flag) and one reusable event, for one device."""
+    """One mapped host int (the flag) and the kernel's two device counters (zeroed between checks by the
+    kernel itself), for one device."""
 
-    __slots__ = ("host", "dev", "flag", "event")
+    __slots__ = ("host", "dev", "flag", "ws")
 
     def __init__(self, device_index: int):
-        drv = _driver()
+        drv = _bindings()
         _launch.ensure_context(device_index)
         self.host = int(_check(drv.cuMemHostAlloc(4, drv.CU_MEMHOSTALLOC_DEVICEMAP)))
         self.dev = int(_check(drv.cuMemHostGetDevicePointer(self.host, 0)))
         self.flag = ctypes.c_int.from_address(self.host)
-        self.event = None
+        self.ws = torch.zeros(2, dtype=torch.int32, device=f"cuda:{device_index}")
 
 
 def _take(device_index: int) -> _Slot:
-    pools = getattr(_local, "pools", None)
-    if pools is None:
-        pools = _local.pools = {}
-    free = pools.setdefault(device_index, [])
-    return free.pop() if free else _Slot(device_index)
+    with _lock:
+        free = _free.setdefault(device_index, [])
+        if free:
+            return free.pop()
+    return _Slot(device_index)
 
 
 def _give(device_index: int, slot: _Slot) -> None:
-    _local.pools[device_index].append(slot)
+    with _lock:
+        _free[device_index].append(slot)
 
 
 class PendingCheck:
-    """A value check running on the GPU. Call :meth:`ok` exactly once."""
+    """A value check running on the GPU. Call :meth:`ok` exactly once (it returns the slot to the pool)."""
 
-    __slots__ = ("device_index", "slot")
+    __slots__ = ("device_index", "stream", "slot")
 
-    def __init__(self, device_index: int, slot: _Slot):
-        self.device_index, self.slot = device_index, slot
+    def __init__(self, device_index: int, stream: int, slot: _Slot):
+        self.device_index, self.stream, self.slot = device_index, stream, slot
 
     def ok(self) -> bool:
         """Wait for the check kernel (only for it and what was queued before it) and return whether every
         value was finite and gamma a number >= 0."""
         slot = self.slot
-        slot.event.sync()
-        bad = slot.flag.value
+        answer = slot.flag.value or self._wait()
+        self.slot = None
         _give(self.device_index, slot)
-        return bad == 0
+        return answer == 1
+
+    def _wait(self) -> int:
+        """Poll the flag: a short spin (the usual case: the kernel is about to finish), then sleeps. Never
+        hangs on a check that cannot finish: once its stream has nothing left to run, the flag must be set."""
+        flag = self.slot.flag
+        for _ in range(2000):
+            if flag.value:
+                return flag.value
+        drv = _launch.driver()
+        polls = 0
+        while not flag.value:
+            polls += 1
+            if polls % 16 == 0:
+                if drv is not None:
+                    err = drv.stream_query(self.stream)
+                    if err != drv.NOT_READY:
+                        drv.check(err, "cuStreamQuery")
+                        break
+                else:
+                    torch.cuda.synchronize(self.device_index)
+                    break
+            time.sleep(2e-5 if polls < 5000 else 1e-3)
+        if not flag.value:
+            raise RuntimeError("softdtw: the value check kernel finished without writing its answer; this is a "
+                               "bug, please report it.")
+        return flag.value
+
+
+_EXPR = {torch.float32: "sdtw::check_kernel<float>", torch.float64: "sdtw::check_kernel<double>"}
 
 
 def start(a: torch.Tensor, b: torch.Tensor | None = None, gamma: torch.Tensor | None = None) -> PendingCheck:
     """Launch the check of a and b (contiguous, same float32 or float64 dtype, one CUDA device) and of
     gamma (a 0-d tensor of that dtype on that device, or None) on the current stream."""
-    dev = a.device.index
+    dev = a.get_device()
     slot = _take(dev)
     slot.flag.value = 0
-    n = a.numel() + (0 if b is None else b.numel())
-    blocks = max(1, min(-(-n // (4 * _THREADS)), 4 * _launch.sm_count(dev)))
-    expr = f"sdtw::check_kernel<{_launch._CTYPE[a.dtype]}>"
-    args = (a.data_ptr(), np.int64(a.numel()), _launch.ptr(b), np.int64(0 if b is None else b.numel()),
-            _launch.ptr(gamma), slot.dev)
-    _launch.launch("check", expr, dev, blocks, _THREADS, args)
-    stream = _launch.current_stream(dev)
-    slot.event = stream.record(slot.event)
-    return PendingCheck(dev, slot)
+    na, nb = a.numel(), (0 if b is None else b.numel())
+    blocks = max(1, min(-(-(na + nb) // (4 * _THREADS)), 4 * _launch.sm_count(dev)))
+    args = (a.data_ptr(), np.int64(na), _launch.ptr(b), np.int64(nb), _launch.ptr(gamma), slot.dev,
+            slot.ws.data_ptr())
+    _launch.launch("check", _EXPR[a.dtype], dev, blocks, _THREADS, args)
+    return PendingCheck(dev, _launch._raw_stream(dev), slot)

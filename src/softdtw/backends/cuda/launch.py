@@ -11,7 +11,10 @@ capture work unchanged); arguments are raw pointers (``tensor.data_ptr()``) and 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import math
+import os
+import struct
 import threading
 from dataclasses import dataclass
 from functools import lru_cache
@@ -364,12 +367,12 @@ def ensure_context(device_index: int):
     return dev
 
 
-def _raw_stream(device_index: int) -> int:
-    """Raw CUstream of PyTorch's current stream; the private accessor saves ~2 µs per call where present."""
-    get = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    if get is not None:
-        return get(device_index)
+def _raw_stream_public(device_index: int) -> int:
     return torch.cuda.current_stream(device_index).cuda_stream
+
+
+#: Raw CUstream of PyTorch's current stream on a device; the private accessor saves ~2 µs per call.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or _raw_stream_public
 
 
 def current_stream(device_index: int):
@@ -393,16 +396,147 @@ def i32(v: int) -> np.int32:
     return np.int32(v)
 
 
+# --- launches ---------------------------------------------------------------------------------------
+#
+# A launch's host time is what a small training step pays (issue 27). The kernels are NVRTC-compiled by
+# cuda-core (compile.py) either way; the direct path then loads each cubin with the driver and launches it
+# through ``cuLaunchKernel`` via ctypes: every argument sits in an 8-byte slot of a buffer that lives as long
+# as the kernel, and ``kernelParams`` points at the slots, so a launch is one struct.pack_into and one foreign
+# call. The driver copies each parameter's own size out of its slot, so a little-endian int64 slot serves
+# int32 and pointer parameters alike. Measured on the H100 VMs (benchmarks/OPTIMIZATION_LOG.md, "Training
+# step"): 8.15 µs per launch against 7.42 µs through cuda-core 1.2.0's launch (results/h100_launch_probe.json),
+# −16 µs per training step on average in the step itself: the driver's own time dominates both. The direct
+# path is the default because it is what the test suite ran; ``SOFTDTW_LAUNCH=cuda-core`` (or DIRECT = False)
+# launches through cuda-core.
+
+#: Launch through the driver directly (False: through cuda-core's launch; ``SOFTDTW_LAUNCH=cuda-core``).
+DIRECT = os.environ.get("SOFTDTW_LAUNCH", "direct") != "cuda-core"
+
+
+class _Driver:
+    """The few CUDA driver calls the direct path makes, through ctypes (libcuda is loaded by PyTorch)."""
+
+    NOT_READY = 600  # CUDA_ERROR_NOT_READY, from cuStreamQuery
+
+    def __init__(self, lib):
+        vp, u = ctypes.c_void_p, ctypes.c_uint
+        self.lib = lib
+        self.module_load = self._fn("cuModuleLoadData", ctypes.POINTER(vp), ctypes.c_char_p)
+        self.get_function = self._fn("cuModuleGetFunction", ctypes.POINTER(vp), vp, ctypes.c_char_p)
+        self.launch = self._fn("cuLaunchKernel", vp, u, u, u, u, u, u, u, vp, vp, vp)
+        self.stream_query = self._fn("cuStreamQuery", vp)
+        self.error_name = self._fn("cuGetErrorName", ctypes.c_int, ctypes.POINTER(ctypes.c_char_p))
+
+    def _fn(self, name, *argtypes):
+        f = getattr(self.lib, name)
+        f.argtypes, f.restype = argtypes, ctypes.c_int
+        return f
+
+    def check(self, err: int, what: str) -> None:
+        if err:
+            name = ctypes.c_char_p()
+            self.error_name(err, ctypes.byref(name))
+            raise RuntimeError(f"softdtw: {what} failed with {(name.value or b'?').decode()} ({err}).")
+
+    def function(self, cubin: bytes, symbol: str) -> int:
+        """Load a cubin into the current context and return the CUfunction of ``symbol`` (mangled)."""
+        mod, fn = ctypes.c_void_p(), ctypes.c_void_p()
+        self.check(self.module_load(ctypes.byref(mod), cubin), "cuModuleLoadData")
+        self.check(self.get_function(ctypes.byref(fn), mod, symbol.encode()), f"cuModuleGetFunction({symbol})")
+        return fn.value
+
+
+_driver_state: list = []
+
+
+def driver():
+    """The ctypes :class:`_Driver`, or None where libcuda cannot be opened (then cuda-core launches)."""
+    if not _driver_state:
+        lib = None
+        for name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
+            try:
+                lib = ctypes.CDLL(name)
+                break
+            except OSError:
+                continue
+        try:
+            _driver_state.append(_Driver(lib) if lib is not None else None)
+        except AttributeError:  # a libcuda without one of the entry points
+            _driver_state.append(None)
+    return _driver_state[0]
+
+
+class _Direct:
+    """One loaded kernel and its parameter slots; calling it launches on a raw stream."""
+
+    __slots__ = ("fn", "expr", "lock", "n", "buf", "ptrs", "params", "pack")
+
+    def __init__(self, fn: int, expr: str):
+        self.fn, self.expr, self.lock, self.n = fn, expr, threading.Lock(), -1
+
+    def _slots(self, n: int) -> None:
+        self.buf = (ctypes.c_int64 * n)()
+        base = ctypes.addressof(self.buf)
+        self.ptrs = (ctypes.c_void_p * n)(*(base + 8 * i for i in range(n)))  # kernelParams: one per slot
+        self.params = ctypes.addressof(self.ptrs)
+        self.pack = struct.Struct(f"<{n}q").pack_into
+        self.n = n
+
+    def __call__(self, drv: _Driver, grid: int, block: int, stream: int, args) -> None:
+        with self.lock:  # the slots are shared: pack and launch as one step
+            if len(args) != self.n:
+                self._slots(len(args))
+            self.pack(self.buf, 0, *args)
+            err = drv.launch(self.fn, grid, 1, 1, block, 1, 1, 0, stream, self.params, None)
+        if err:
+            drv.check(err, f"cuLaunchKernel of {self.expr} (grid {grid}, block {block})")
+
+
+class _ViaCore:
+    """The fallback: cuda-core's Kernel and launch."""
+
+    __slots__ = ("kernel",)
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+
+    def __call__(self, drv, grid: int, block: int, stream: int, args) -> None:
+        cc = _compile.cuda_core()
+        cc.launch(current_stream(_get_device()), _config(cc, grid, block), self.kernel, *args)
+
+
+_launchers: dict = {}
+
+
+def _launcher(name: str, expr: str, device_index: int):
+    key = (name, expr, device_index, DIRECT)
+    launcher = _launchers.get(key)
+    if launcher is None:
+        drv = driver() if DIRECT else None
+        if drv is not None:
+            cubin, mangled = _compile.cubin_for(name, expr, _compile.arch_of(device_index))
+            launcher = _Direct(drv.function(cubin, mangled), expr)
+        else:
+            launcher = _ViaCore(_compile.get_kernel(name, expr, device_index))
+        launcher = _launchers.setdefault(key, launcher)
+    return launcher
+
+
+_get_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
+
+
 def launch(name: str, expr: str, device_index: int, grid: int, block: int, args) -> None:
-    """Compile (first use) and launch ``expr`` from ``kernels/<name>.cu`` on the current torch stream."""
-    if torch.cuda.current_device() != device_index:
+    """Compile (first use) and launch ``expr`` from ``kernels/<name>.cu`` on the current torch stream.
+
+    args: one int per kernel parameter (pointers as ``data_ptr()`` ints, NumPy or Python ints for the
+    integer parameters).
+    """
+    if _get_device() != device_index:
         with torch.cuda.device(device_index):
             return launch(name, expr, device_index, grid, block, args)
-    cc = _compile.cuda_core()
     ensure_context(device_index)
-    kernel = _compile.get_kernel(name, expr, device_index)
-    config = _config(cc, grid, block)
-    cc.launch(current_stream(device_index), config, kernel, *args)
+    launcher = _launchers.get((name, expr, device_index, DIRECT)) or _launcher(name, expr, device_index)
+    launcher(_driver_state[0] if _driver_state else None, grid, block, _raw_stream(device_index), args)
 
 
 _configs: dict = {}

@@ -1,15 +1,17 @@
 // Input value checks on the device (softdtw/backends/cuda/checks.py).
 //
-// Whether every value of a and b is finite, and gamma (if given) a finite number >= 0. A block that finds a
-// bad value stores 1 into `flag`, an int in mapped, page-locked host memory that the host zeroed before the
-// launch; blocks that find nothing write nothing, so no atomics are needed. The host waits for an event
-// recorded right after this kernel, not for the soft-DTW kernels launched behind it, so a call's checks
-// overlap its forward instead of holding the GPU idle in front of it.
+// Whether every value of a and b is finite, and gamma (if given) a finite number >= 0. A block that finds a bad
+// value sets ws[0]. The last block to finish (a ticket in ws[1]) publishes the answer in `flag`, an int in mapped,
+// page-locked host memory that the host zeroed before the launch: 1 all finite, 2 a bad value. The flag doubles
+// as the completion signal, so the host needs no event: reading it is a load from host memory. The check is
+// queued in front of the call's soft-DTW kernels and read after they are launched, so it overlaps the host's
+// launches instead of holding the GPU idle. The last block also zeroes ws for the slot's next check (the host
+// reuses a slot only after reading its flag).
 namespace sdtw {
 
 template <typename T>
 __global__ void __launch_bounds__(256) check_kernel(const T* __restrict__ a, long long na, const T* __restrict__ b,
-                                                    long long nb, const T* __restrict__ gamma, int* flag) {
+                                                    long long nb, const T* __restrict__ gamma, int* flag, int* ws) {
   bool bad = false;
   const long long stride = (long long)gridDim.x * blockDim.x;
   const long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -21,7 +23,20 @@ __global__ void __launch_bounds__(256) check_kernel(const T* __restrict__ a, lon
     const T g = *gamma;
     bad |= !(isfinite(g) && g >= T(0));
   }
-  if (__syncthreads_or(bad) && threadIdx.x == 0) *(volatile int*)flag = 1;
+  if (__syncthreads_or(bad) && threadIdx.x == 0) atomicOr(ws, 1);
+  __shared__ bool last;
+  if (threadIdx.x == 0) {
+    __threadfence();  // this block's ws[0] before its ticket
+    last = atomicAdd(ws + 1, 1) == int(gridDim.x) - 1;
+  }
+  __syncthreads();
+  if (last && threadIdx.x == 0) {
+    __threadfence();
+    const int any_bad = atomicExch(ws, 0);
+    ws[1] = 0;
+    __threadfence_system();  // everything above before the flag the host reads
+    *(volatile int*)flag = 1 + any_bad;
+  }
 }
 
 }  // namespace sdtw
