@@ -533,42 +533,34 @@ def route_by_range(tensors, gamma: torch.Tensor, span: Span, backend: str) -> st
 
 
 class _Pending:
-    """A deferred value check (backends/cuda/checks.py) and the range bound read beside it: both queued
-    before the caller's kernels, read after them."""
+    """A deferred value check (backends/cuda/checks.py) that also reports the range bound's inputs (the
+    largest finite |value| and gamma, from the same kernel): queued before the caller's kernels, read after
+    them (ok() first, then out_of_range())."""
 
-    __slots__ = ("check", "host", "event", "span", "dtype")
+    __slots__ = ("check", "span", "dtype")
 
-    def __init__(self, check, tensors, gamma: torch.Tensor, span: Span):
-        # Three small launches and a copy: the norms in the data dtype (a max of |v| cannot overflow it).
-        self.check, self.span, self.dtype = check, span, tensors[0].dtype
-        stats = torch.stack([torch.linalg.vector_norm(t.detach(), math.inf) for t in tensors]
-                            + [gamma.detach().reshape(())])
-        self.host = torch.empty(stats.shape, dtype=stats.dtype, pin_memory=True)
-        self.host.copy_(stats, non_blocking=True)
-        self.event = torch.cuda.Event()
-        self.event.record()
+    def __init__(self, check, span: Span, dtype: torch.dtype):
+        self.check, self.span, self.dtype = check, span, dtype
 
     def ok(self) -> bool:
         return self.check.ok()
 
     def out_of_range(self) -> bool:
-        self.event.synchronize()
-        *norms, g = self.host.tolist()
-        return _out_of_range(max(norms), g, self.span, "cuda", self.dtype)
+        return _out_of_range(self.check.vmax, self.check.gamma, self.span, "cuda", self.dtype)
 
 
 def _defer(a: torch.Tensor, b: Optional[torch.Tensor], gamma: Optional[torch.Tensor], g: torch.Tensor,
            span: Span):
-    """Queue the value check of a cuda call (and, where the dtype has a REACH_LIMIT, the range bound) on the
-    current stream, before the call's kernels: a PendingCheck or a :class:`_Pending`, read by
-    :func:`run_checked` after them. gamma: a gamma tensor to check with the data, or None; g: the
-    problem's gamma tensor."""
+    """Queue the value check of a cuda call (which also measures the range bound's inputs, where the dtype
+    has a REACH_LIMIT) on the current stream, before the call's kernels: a PendingCheck or a
+    :class:`_Pending`, read by :func:`run_checked` after them. gamma: a gamma tensor to check with the data,
+    or None; g: the problem's gamma tensor."""
     from .backends.cuda import checks
 
-    check = checks.start(a, b, gamma)
+    check = checks.start(a, b, gamma, g)
     if not _needs_range("cuda", a.dtype):
         return check
-    return _Pending(check, [a] if b is None else [a, b], g, span)
+    return _Pending(check, span, a.dtype)
 
 
 def _check_or_defer(data, lengths, gamma: Optional[torch.Tensor], backend: str, defer: bool,

@@ -178,6 +178,19 @@ def test_check_kernel_flags_directly():
 
     a = torch.randn(100_000, device="cuda", dtype=torch.float64)
     assert checks.start(a, None, torch.tensor(0.0, device="cuda", dtype=torch.float64)).ok()
+    # the range bound's inputs come from the same pass: max finite |v| of a and b, and gamma
+    for dtype in (torch.float32, torch.float64):
+        u = torch.randn(70_001, device="cuda", dtype=dtype)
+        v = torch.randn(333, device="cuda", dtype=dtype)
+        v[5] = -1e30
+        g = torch.tensor(0.37, device="cuda", dtype=dtype)
+        c = checks.start(u, v, None, g)
+        assert c.ok() and c.vmax == float(v.abs().max()) and c.gamma == float(g)
+        c = checks.start(u, None, g)
+        assert c.ok() and c.vmax == float(u.abs().max()) and c.gamma == float(g)
+        v[7], v[9] = float("nan"), -float("inf")  # NaN is left out of the max, +inf counts
+        c = checks.start(u, v, None, g)
+        assert not c.ok() and c.vmax == float("inf")
     a[77_777] = float("inf")
     c = checks.start(a, a[:10])
     assert not c.ok() and c.slot is None  # the slot went back to the pool

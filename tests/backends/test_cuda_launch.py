@@ -40,7 +40,8 @@ def test_direct_launch_equals_cuda_core_launch(B, N, M, D):
 
 
 def test_a_small_step_launches_three_kernels_of_ours():
-    """check (behind the forward), forward, backward: no fills, copies or syncs besides them."""
+    """check (in front of the forward; it also measures the range bound's inputs), forward, backward: no
+    fills, copies, norms or syncs besides them."""
     from torch.profiler import ProfilerActivity, profile
 
     x = torch.randn(4, 30, 2, device="cuda", requires_grad=True)
@@ -54,7 +55,7 @@ def test_a_small_step_launches_three_kernels_of_ours():
     names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     ours = [n for n in names if "sdtw" in n]
     assert len(ours) == 3, names
-    assert "check_kernel" in ours[1] and "forward_kernel" in ours[0] and "backward_kernel" in ours[2]
+    assert "check_kernel" in ours[0] and "forward_kernel" in ours[1] and "backward_kernel" in ours[2]
 
 
 def test_repeated_calls_through_the_prepared_cache_match_fresh_ones():

@@ -49,15 +49,18 @@ class _Slot:
     """One mapped host int (the flag) and the kernel's two device counters (zeroed between checks by the
     kernel itself), for one device."""
 
-    __slots__ = ("host", "dev", "flag", "ws")
+    __slots__ = ("host", "dev", "flag", "stats", "ws", "wmax")
 
     def __init__(self, device_index: int):
         drv = _bindings()
         _launch.ensure_context(device_index)
-        self.host = int(_check(drv.cuMemHostAlloc(4, drv.CU_MEMHOSTALLOC_DEVICEMAP)))
+        # The flag (an int at 0), then the range bound's max |v| and gamma (doubles at 8 and 16).
+        self.host = int(_check(drv.cuMemHostAlloc(24, drv.CU_MEMHOSTALLOC_DEVICEMAP)))
         self.dev = int(_check(drv.cuMemHostGetDevicePointer(self.host, 0)))
         self.flag = ctypes.c_int.from_address(self.host)
+        self.stats = (ctypes.c_double * 2).from_address(self.host + 8)
         self.ws = torch.zeros(2, dtype=torch.int32, device=f"cuda:{device_index}")
+        self.wmax = torch.zeros(1, dtype=torch.int64, device=f"cuda:{device_index}")
 
 
 def _take(device_index: int) -> _Slot:
@@ -76,16 +79,18 @@ def _give(device_index: int, slot: _Slot) -> None:
 class PendingCheck:
     """A value check running on the GPU. Call :meth:`ok` exactly once (it returns the slot to the pool)."""
 
-    __slots__ = ("device_index", "stream", "slot")
+    __slots__ = ("device_index", "stream", "slot", "vmax", "gamma")
 
     def __init__(self, device_index: int, stream: int, slot: _Slot):
         self.device_index, self.stream, self.slot = device_index, stream, slot
+        self.vmax = self.gamma = None  # set by ok(): the largest finite |value| of a and b, and gamma
 
     def ok(self) -> bool:
         """Wait for the check kernel (only for it and what was queued before it) and return whether every
         value was finite and gamma a number >= 0."""
         slot = self.slot
         answer = slot.flag.value or self._wait()
+        self.vmax, self.gamma = slot.stats[0], slot.stats[1]  # written before the flag
         self.slot = None
         _give(self.device_index, slot)
         return answer == 1
@@ -120,15 +125,19 @@ class PendingCheck:
 _EXPR = {torch.float32: "sdtw::check_kernel<float>", torch.float64: "sdtw::check_kernel<double>"}
 
 
-def start(a: torch.Tensor, b: torch.Tensor | None = None, gamma: torch.Tensor | None = None) -> PendingCheck:
+def start(a: torch.Tensor, b: torch.Tensor | None = None, gamma: torch.Tensor | None = None,
+          gval: torch.Tensor | None = None) -> PendingCheck:
     """Launch the check of a and b (contiguous, same float32 or float64 dtype, one CUDA device) and of
-    gamma (a 0-d tensor of that dtype on that device, or None) on the current stream."""
+    gamma (a 0-d tensor of that dtype on that device, or None) on the current stream. gval: the call's
+    gamma as a 0-d tensor of that dtype (default: gamma, else 0), reported by ok() with the max |value|."""
+    if gval is None:
+        gval = gamma if gamma is not None else torch.zeros((), dtype=a.dtype, device=a.device)
     dev = a.get_device()
     slot = _take(dev)
     slot.flag.value = 0
     na, nb = a.numel(), (0 if b is None else b.numel())
     blocks = max(1, min(-(-(na + nb) // (4 * _THREADS)), 4 * _launch.sm_count(dev)))
-    args = (a.data_ptr(), np.int64(na), _launch.ptr(b), np.int64(nb), _launch.ptr(gamma), slot.dev,
-            slot.ws.data_ptr())
+    args = (a.data_ptr(), np.int64(na), _launch.ptr(b), np.int64(nb), _launch.ptr(gamma), gval.data_ptr(),
+            slot.dev, slot.ws.data_ptr(), slot.wmax.data_ptr())
     _launch.launch("check", _EXPR[a.dtype], dev, blocks, _THREADS, args)
     return PendingCheck(dev, _launch._raw_stream(dev), slot)

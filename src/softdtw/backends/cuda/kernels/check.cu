@@ -7,18 +7,36 @@
 // queued in front of the call's soft-DTW kernels and read after they are launched, so it overlaps the host's
 // launches instead of holding the GPU idle. The last block also zeroes ws for the slot's next check (the host
 // reuses a slot only after reading its flag).
+//
+// The same pass gives the range bound of the call (softdtw/_checks.py, REACH_LIMIT): the largest |v| of the values of
+// a and b (NaN left out, +inf counted), and the value of gamma, written as doubles to out[1] and out[2] (host memory, next to the flag)
+// before the flag. Non-negative doubles order as their bit patterns, so the blocks combine their maxima with an
+// integer atomicMax on wmax.
 namespace sdtw {
 
 template <typename T>
 __global__ void __launch_bounds__(256) check_kernel(const T* __restrict__ a, long long na, const T* __restrict__ b,
-                                                    long long nb, const T* __restrict__ gamma, int* flag, int* ws) {
+                                                    long long nb, const T* __restrict__ gamma,
+                                                    const T* __restrict__ gval, int* flag, int* ws,
+                                                    unsigned long long* wmax) {
   bool bad = false;
+  double vmax = 0.0;
   const long long stride = (long long)gridDim.x * blockDim.x;
   const long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x;
 #pragma unroll 4
-  for (long long i = first; i < na; i += stride) bad |= !isfinite(a[i]);
+  for (long long i = first; i < na; i += stride) {
+    const T v = a[i];
+    bad |= !isfinite(v);
+    vmax = fmax(vmax, fabs((double)v));  // fmax drops NaN; +inf counts (a forbidden cell of C is out of range)
+  }
 #pragma unroll 4
-  for (long long i = first; i < nb; i += stride) bad |= !isfinite(b[i]);
+  for (long long i = first; i < nb; i += stride) {
+    const T v = b[i];
+    bad |= !isfinite(v);
+    vmax = fmax(vmax, fabs((double)v));  // fmax drops NaN; +inf counts (a forbidden cell of C is out of range)
+  }
+  for (int o = 16; o > 0; o >>= 1) vmax = fmax(vmax, __shfl_down_sync(0xffffffffu, vmax, o));
+  if ((threadIdx.x & 31) == 0 && vmax > 0.0) atomicMax(wmax, (unsigned long long)__double_as_longlong(vmax));
   if (gamma != nullptr && first == 0) {
     const T g = *gamma;
     bad |= !(isfinite(g) && g >= T(0));
@@ -34,6 +52,9 @@ __global__ void __launch_bounds__(256) check_kernel(const T* __restrict__ a, lon
     __threadfence();
     const int any_bad = atomicExch(ws, 0);
     ws[1] = 0;
+    double* out = (double*)flag;  // out[0] holds the flag (an int), out[1] the max |v|, out[2] gamma
+    *(volatile double*)(out + 1) = __longlong_as_double((long long)atomicExch(wmax, 0ull));
+    *(volatile double*)(out + 2) = (double)*gval;
     __threadfence_system();  // everything above before the flag the host reads
     *(volatile int*)flag = 1 + any_bad;
   }
