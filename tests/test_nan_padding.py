@@ -142,10 +142,18 @@ def test_cuda_reads_padding_where_values_are_checked_synchronously():
     # pairwise_soft_dtw, alignments, paths, barycenters and the estimators read NaN padding on CUDA too.
     torch.testing.assert_close(pairwise_soft_dtw(xnc, ync, 0.5).diagonal().cpu(), ref)
     torch.testing.assert_close(soft_dtw_alignment(xnc, yc, 0.3).cpu(), soft_dtw_alignment(x, y, 0.3, x_lengths=xl))
-    # soft_dtw / soft_dtw_divergence / SoftDTW check CUDA values after launching (no sync): a clear error.
-    for fn in (soft_dtw, soft_dtw_divergence, softdtw.SoftDTW(gamma=0.5)):
-        with pytest.raises(ValueError, match="x contains NaN. NaN padding .* on CUDA tensors.* pass x_lengths"):
-            fn(xnc, yc)
+    # soft_dtw / soft_dtw_divergence / SoftDTW check CUDA values after launching: NaN padding found there runs
+    # the call again with the padding's lengths (values and gradients as with the lengths given).
+    for fn, name in ((soft_dtw, "sdtw"), (soft_dtw_divergence, "div"), (softdtw.SoftDTW(gamma=0.5), "module")):
+        for a, b, al, bl in ((xnc, yc, xl, None), (xnc, ync, xl, yl), (xc, ync, None, yl)):
+            a = a.clone().requires_grad_(True)
+            got = fn(a, b) if name == "module" else fn(a, b, 0.5)
+            (g,) = torch.autograd.grad(got.sum(), a)
+            kw = dict(x_lengths=al, y_lengths=bl)
+            want = (soft_dtw_divergence if name == "div" else soft_dtw)(
+                torch.nan_to_num(a.detach().cpu()).requires_grad_(True), torch.nan_to_num(b.cpu()), 0.5, **kw)
+            torch.testing.assert_close(got.detach().cpu(), want.detach())
+            assert torch.isfinite(g).all() and not g[torch.isnan(a.detach())].any()
     inner = xc.clone()
     inner[1, 2, 0] = NAN
     with pytest.raises(ValueError, match=r"x contains NaN values inside series 1 \(step 2"):

@@ -578,23 +578,46 @@ def _check_or_defer(data, lengths, gamma: Optional[torch.Tensor], backend: str, 
     return None, route_by_range(tensors, g, span, backend)
 
 
+class NaNPadded(ValueError):
+    """finish_check found NaN padding in x or y of a call whose values were checked after its kernels (cuda,
+    default lengths), so the kernels ran without the lengths the padding gives. The public functions catch it
+    and run the call again with them (:func:`rerun_args`); the message is for anyone else.
+
+    filled: {"x": (x with its padding set to 0, `(B,)` lengths), "y": ...} for the NaN-padded inputs."""
+
+    def __init__(self, message: str, filled: dict):
+        super().__init__(message)
+        self.filled = filled
+
+
+def rerun_args(e: NaNPadded, p: Problem) -> dict:
+    """The x, y, x_lengths and y_lengths of the call that :class:`NaNPadded` asks for: the problem's own x and
+    y (batched, compute dtype) with the padding filled, and the lengths the padding gives (None where the
+    input had no NaN, so that input keeps its full length)."""
+    x, xl = e.filled.get("x", (p.x, None))
+    y, yl = e.filled.get("y", (p.y, None))
+    return {"x": x, "y": y, "x_lengths": xl, "y_lengths": yl}
+
+
 def finish_check(p: Problem) -> None:
     """Wait for the value check of a prepared problem and raise its error, if any (the same messages as
-    the synchronous checks: they run again, one by one, only when the flag is set)."""
+    the synchronous checks: they run again, one by one, only when the flag is set). NaN padding of x or y
+    (trailing all-NaN steps) raises :class:`NaNPadded`, which the public functions turn into a rerun."""
     if p.pending is None or p.pending.ok():
         return
     if p.y is p.x:  # prepare_cost keeps C in both; +inf is a forbidden cell there, not an error
         check_cost_values(p.x, "C")
+    filled = {}
     for t, name in (() if p.y is p.x else ((p.x, "x"), (p.y, "y"))):
         if bool(torch.isnan(t).any()):
-            nan_padding(t, name, None, f"{name}_lengths")  # NaN that is not padding: its own message
-            raise ValueError(
-                f"{name} contains NaN. NaN padding (whole steps at the end of a series) is read as lengths "
-                f"everywhere except by soft_dtw / soft_dtw_divergence / SoftDTW on CUDA tensors, which check "
-                f"values without waiting for the GPU: there pass {name}_lengths and fill the padding with 0."
-            )
+            t, lengths = nan_padding(t, name, None, f"{name}_lengths")  # NaN that is not padding raises here
+            filled[name] = (t, lengths)
         check_finite(t, name)
     _check_gamma_value(float(p.gamma.detach()))
+    if filled:
+        names = " and ".join(filled)
+        raise NaNPadded(f"{names} NaN-padded: the call runs again with the lengths the padding gives "
+                        f"(pass {names.replace(' and ', '_lengths and ')}_lengths to skip the first run).", filled)
 
 
 def run_checked(p: Problem, run):

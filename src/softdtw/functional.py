@@ -24,8 +24,8 @@ from typing import List, Union
 import torch
 
 from . import _ops, costs
-from ._checks import (Problem, Span, _value_checks_enabled, check_cost_matrix, cost_name, make_window, prepare,
-                      prepare_cost, route_by_range, run_checked)
+from ._checks import (NaNPadded, Problem, Span, _value_checks_enabled, check_cost_matrix, cost_name, make_window,
+                      prepare, prepare_cost, rerun_args, route_by_range, run_checked)
 from .backends import FUSED_COSTS
 
 __all__ = [
@@ -108,7 +108,12 @@ def soft_dtw(x, y, gamma: Union[float, torch.Tensor] = 1.0, *, cost="sqeuclidean
     """
     p = prepare(x, y, gamma, cost=cost, bandwidth=bandwidth, itakura_max_slope=itakura_max_slope,
                 x_lengths=x_lengths, y_lengths=y_lengths, memory=memory, backend=backend, defer=True)
-    return _finish(run_checked(p, lambda q: _run(q, cost, memory)), p)
+    try:
+        value = run_checked(p, lambda q: _run(q, cost, memory))
+    except NaNPadded as e:  # cuda checked the values after its kernels: again, with the padding's lengths
+        value = soft_dtw(**rerun_args(e, p), gamma=gamma, cost=cost, bandwidth=bandwidth,
+                         itakura_max_slope=itakura_max_slope, memory=memory, backend=backend)
+    return _finish(value, p)
 
 
 def soft_dtw_divergence(x, y, gamma: Union[float, torch.Tensor] = 1.0, *, cost="sqeuclidean", bandwidth=None,
@@ -147,7 +152,12 @@ def soft_dtw_divergence(x, y, gamma: Union[float, torch.Tensor] = 1.0, *, cost="
         qyy = q._replace(x=q.y, x_lengths=q.y_lengths, window=wyy)
         return _run(q, cost, memory) - 0.5 * _run(qxx, cost, memory) - 0.5 * _run(qyy, cost, memory)
 
-    value = run_checked(p, run)
+    try:
+        value = run_checked(p, run)
+    except NaNPadded as e:  # cuda checked the values after its kernels: again, with the padding's lengths
+        return _finish(soft_dtw_divergence(**rerun_args(e, p), gamma=gamma, cost=cost, bandwidth=bandwidth,
+                                           itakura_max_slope=itakura_max_slope, memory=memory, backend=backend),
+                       p)
     # With the named costs a series against itself has a path of cost 0 (the diagonal): the self terms are
     # finite, and the divergence is +inf only when sdtw(x, y) is. A callable may forbid that path.
     if not isinstance(cost, str) and _value_checks_enabled() and bool(torch.isnan(value).any()):
