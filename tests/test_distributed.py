@@ -57,6 +57,10 @@ def _ddp_worker(rank, port, backend, out_dir):
         ddp(past[share].to(device)).unsqueeze(-1), future[share].to(device))
     loss.backward()  # DDP averages the gradients over the ranks
     torch.save({n: p.grad.cpu() for n, p in model.named_parameters()}, os.path.join(out_dir, f"ddp{rank}.pt"))
+    # Let both ranks finish before the group goes: tearing gloo down while the other rank (or DDP's reducer)
+    # still talks to it aborted a worker once in CI ("terminate called without an active exception").
+    del ddp
+    dist.barrier()
     dist.destroy_process_group()
 
 
