@@ -1,7 +1,6 @@
 """Every bad input gets a clear error: what was wrong, what was expected, how to fix it."""
 import math
 
-import numpy as np
 import pytest
 import torch
 

@@ -299,22 +299,26 @@ def _host_free_bytes() -> int:
     """Bytes a large host allocation can get: Linux's MemAvailable (free pages plus reclaimable
     page cache: free pages alone, SC_AVPHYS_PAGES, are near zero on a machine that has read a
     lot of files), capped by the memory cgroup's limit less its usage (containers)."""
-    free = None
+    free = _meminfo("MemAvailable:", "SC_AVPHYS_PAGES")
+    if free is None:
+        return 1 << 62
+    room = _cgroup_room()
+    return free if room is None else min(free, room)
+
+
+def _meminfo(key: str, pages: str) -> Optional[int]:
+    """Bytes of a /proc/meminfo field ("MemAvailable:", "MemTotal:"), else os.sysconf(pages) pages, else None."""
     try:
         with open("/proc/meminfo") as f:
             for line in f:
-                if line.startswith("MemAvailable:"):
-                    free = int(line.split()[1]) * 1024
-                    break
+                if line.startswith(key):
+                    return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
-    if free is None:
-        try:
-            free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        except (ValueError, OSError, AttributeError):
-            return 1 << 62
-    room = _cgroup_room()
-    return free if room is None else min(free, room)
+    try:
+        return os.sysconf(pages) * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 def _cgroup_room() -> Optional[int]:
@@ -328,20 +332,9 @@ def _total_bytes(device: torch.device) -> int:
     the memory cgroup's limit. A mode whose buffers exceed it raises at once (no attempt to allocate)."""
     if device.type == "cuda":
         return torch.cuda.mem_get_info(device)[1]
-    total = None
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    total = int(line.split()[1]) * 1024
-                    break
-    except (OSError, ValueError, IndexError):
-        pass
+    total = _meminfo("MemTotal:", "SC_PHYS_PAGES")
     if total is None:
-        try:
-            total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        except (ValueError, OSError, AttributeError):
-            return 1 << 62
+        return 1 << 62
     found = _cgroup_memory()
     return total if found is None else min(total, found[0])
 

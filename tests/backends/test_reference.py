@@ -1,5 +1,4 @@
 """The oracle itself: against tslearn, brute force over all paths, and its own autograd."""
-import itertools
 import math
 
 import pytest
