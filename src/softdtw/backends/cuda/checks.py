@@ -107,13 +107,9 @@ class PendingCheck:
         while not flag.value:
             polls += 1
             if polls % 16 == 0:
-                if drv is not None:
-                    err = drv.stream_query(self.stream)
-                    if err != drv.NOT_READY:
-                        drv.check(err, "cuStreamQuery")
-                        break
-                else:
-                    torch.cuda.synchronize(self.device_index)
+                err = drv.stream_query(self.stream)
+                if err != drv.NOT_READY:
+                    drv.check(err, "cuStreamQuery")
                     break
             time.sleep(2e-5 if polls < 5000 else 1e-3)
         if not flag.value:

@@ -5,15 +5,15 @@ per pair, and ``nch`` chunks of CW = 32·W·K columns to cover M. It is a pure f
 size and the device's SM count, so :func:`softdtw.backends.cuda.saved_spec` and the kernels agree on
 the saved table's shape, ``(B, nch · N · CW)``.
 
-Launches go through cuda-core on ``torch.cuda.current_stream()`` (a non-default stream and CUDA-graph
-capture work unchanged); arguments are raw pointers (``tensor.data_ptr()``) and NumPy scalars.
+Launches go through the CUDA driver (``cuLaunchKernel`` via ctypes) on ``torch.cuda.current_stream()`` (a
+non-default stream and CUDA-graph capture work unchanged); arguments are raw pointers (``tensor.data_ptr()``)
+and NumPy scalars.
 """
 from __future__ import annotations
 
 import contextlib
 import ctypes
 import math
-import os
 import struct
 import threading
 from dataclasses import dataclass
@@ -335,18 +335,7 @@ def chain_frames(dtype: torch.dtype) -> bool:
 
 # --- streams and contexts ---------------------------------------------------------------------------
 
-class _StreamHandle:
-    """Exposes a raw CUstream through the ``__cuda_stream__`` protocol cuda-core understands."""
-
-    def __init__(self, handle: int):
-        self.handle = handle
-
-    def __cuda_stream__(self):
-        return (0, self.handle)
-
-
 _local = threading.local()
-_streams: dict = {}
 
 
 def ensure_context(device_index: int):
@@ -375,18 +364,6 @@ def _raw_stream_public(device_index: int) -> int:
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or _raw_stream_public
 
 
-def current_stream(device_index: int):
-    """cuda-core Stream wrapping ``torch.cuda.current_stream(device)`` (cached per raw handle)."""
-    handle = _raw_stream(device_index)
-    key = (device_index, handle)
-    stream = _streams.get(key)
-    if stream is None:
-        dev = ensure_context(device_index)
-        stream = dev.create_stream(_StreamHandle(handle))
-        _streams[key] = stream
-    return stream
-
-
 def ptr(t: torch.Tensor | None) -> int:
     """Raw device pointer of a tensor, 0 for an unused argument."""
     return 0 if t is None else t.data_ptr()
@@ -399,18 +376,13 @@ def i32(v: int) -> np.int32:
 # --- launches ---------------------------------------------------------------------------------------
 #
 # A launch's host time is what a small training step pays (issue 27). The kernels are NVRTC-compiled by
-# cuda-core (compile.py) either way; the direct path then loads each cubin with the driver and launches it
-# through ``cuLaunchKernel`` via ctypes: every argument sits in an 8-byte slot of a buffer that lives as long
-# as the kernel, and ``kernelParams`` points at the slots, so a launch is one struct.pack_into and one foreign
-# call. The driver copies each parameter's own size out of its slot, so a little-endian int64 slot serves
-# int32 and pointer parameters alike. Measured on the H100 VMs (benchmarks/OPTIMIZATION_LOG.md, "Training
-# step"): 8.15 µs per launch against 7.42 µs through cuda-core 1.2.0's launch (results/h100_launch_probe.json),
-# −16 µs per training step on average in the step itself: the driver's own time dominates both. The direct
-# path is the default because it is what the test suite ran; ``SOFTDTW_LAUNCH=cuda-core`` (or DIRECT = False)
-# launches through cuda-core.
-
-#: Launch through the driver directly (False: through cuda-core's launch; ``SOFTDTW_LAUNCH=cuda-core``).
-DIRECT = os.environ.get("SOFTDTW_LAUNCH", "direct") != "cuda-core"
+# cuda-core (compile.py); each cubin is then loaded with the driver and launched through ``cuLaunchKernel`` via
+# ctypes: every argument sits in an 8-byte slot of a buffer that lives as long as the kernel, and ``kernelParams``
+# points at the slots, so a launch is one struct.pack_into and one foreign call. The driver copies each
+# parameter's own size out of its slot, so a little-endian int64 slot serves int32 and pointer parameters alike.
+# cuda-core's own launch was the other path until this was measured (benchmarks/OPTIMIZATION_LOG.md, "One launch
+# path"): the training step was 1-5 % faster this way on all 7 shapes of results/h100_train_step.md, so only this
+# path is kept.
 
 
 class _Driver:
@@ -449,20 +421,26 @@ class _Driver:
 _driver_state: list = []
 
 
-def driver():
-    """The ctypes :class:`_Driver`, or None where libcuda cannot be opened (then cuda-core launches)."""
+def driver() -> "_Driver":
+    """The ctypes :class:`_Driver` (libcuda is already loaded by PyTorch wherever it runs CUDA)."""
     if not _driver_state:
-        lib = None
-        for name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
+        lib, tried = None, ("libcuda.so.1", "libcuda.so", "nvcuda.dll")
+        for name in tried:
             try:
                 lib = ctypes.CDLL(name)
                 break
             except OSError:
                 continue
+        if lib is None:
+            raise RuntimeError(
+                f"softdtw's CUDA backend launches its kernels through the CUDA driver library, but none of "
+                f"{tried} could be opened. PyTorch needs the same library to run on the GPU: check the NVIDIA "
+                f"driver installation, or use backend='reference' (slower).")
         try:
-            _driver_state.append(_Driver(lib) if lib is not None else None)
-        except AttributeError:  # a libcuda without one of the entry points
-            _driver_state.append(None)
+            _driver_state.append(_Driver(lib))
+        except AttributeError as e:  # a libcuda without one of the entry points
+            raise RuntimeError(f"softdtw: the CUDA driver library {name} lacks an entry point the launches need "
+                               f"({e}); update the NVIDIA driver.") from None
     return _driver_state[0]
 
 
@@ -492,33 +470,16 @@ class _Direct:
             drv.check(err, f"cuLaunchKernel of {self.expr} (grid {grid}, block {block})")
 
 
-class _ViaCore:
-    """The fallback: cuda-core's Kernel and launch."""
-
-    __slots__ = ("kernel",)
-
-    def __init__(self, kernel):
-        self.kernel = kernel
-
-    def __call__(self, drv, grid: int, block: int, stream: int, args) -> None:
-        cc = _compile.cuda_core()
-        cc.launch(current_stream(_get_device()), _config(cc, grid, block), self.kernel, *args)
-
-
 _launchers: dict = {}
 
 
 def _launcher(name: str, expr: str, device_index: int):
-    key = (name, expr, device_index, DIRECT)
+    key = (name, expr, device_index)
     launcher = _launchers.get(key)
     if launcher is None:
-        drv = driver() if DIRECT else None
-        if drv is not None:
-            cubin, mangled = _compile.cubin_for(name, expr, _compile.arch_of(device_index))
-            launcher = _Direct(drv.function(cubin, mangled), expr)
-        else:
-            launcher = _ViaCore(_compile.get_kernel(name, expr, device_index))
-        launcher = _launchers.setdefault(key, launcher)
+        drv = driver()
+        cubin, mangled = _compile.cubin_for(name, expr, _compile.arch_of(device_index))
+        launcher = _launchers.setdefault(key, _Direct(drv.function(cubin, mangled), expr))
     return launcher
 
 
@@ -535,18 +496,5 @@ def launch(name: str, expr: str, device_index: int, grid: int, block: int, args)
         with torch.cuda.device(device_index):
             return launch(name, expr, device_index, grid, block, args)
     ensure_context(device_index)
-    launcher = _launchers.get((name, expr, device_index, DIRECT)) or _launcher(name, expr, device_index)
-    launcher(_driver_state[0] if _driver_state else None, grid, block, _raw_stream(device_index), args)
-
-
-_configs: dict = {}
-
-
-def _config(cc, grid: int, block: int):
-    key = (grid, block)
-    config = _configs.get(key)
-    if config is None:
-        if len(_configs) > 4096:  # batch sizes that vary forever: keep the cache bounded
-            _configs.clear()
-        config = _configs[key] = cc.LaunchConfig(grid=grid, block=block)
-    return config
+    launcher = _launchers.get((name, expr, device_index)) or _launcher(name, expr, device_index)
+    launcher(_driver_state[0], grid, block, _raw_stream(device_index), args)
