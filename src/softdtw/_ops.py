@@ -416,9 +416,34 @@ def resolve_memory(memory: str, needs_grad: bool, backend: str, kind: str, B: in
     """
     if not needs_grad:
         return "none"
-    if torch.compiler.is_compiling() or (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
-        # No free-memory query inside a traced graph or a CUDA-graph capture; "auto" stores.
+    if torch.compiler.is_compiling():
+        # No free-memory query inside a traced graph (sizes may be symbolic); "auto" stores.
         return "store" if memory == "auto" else memory
+    key = (memory, backend, kind, B, N, M, D, dtype)
+    known = _RESOLVED.get(key)
+    if known is not None and known[1] <= _SMALL_TABLE:
+        return known[0]
+    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        return "store" if memory == "auto" else memory  # no free-memory query inside a CUDA-graph capture
+    mode = _resolve(memory, backend, kind, B, N, M, D, dtype, device)
+    asked = "store" if memory == "auto" else memory
+    need = _mode_bytes(get_backend(backend), asked, kind, B, N, M, D, dtype)
+    if need <= _SMALL_TABLE:
+        # Decided without asking how much memory is free or there is: a pure function of the key, kept (a
+        # training step asks with the same sizes every time).
+        if len(_RESOLVED) >= 1024:
+            _RESOLVED.clear()
+        _RESOLVED[key] = (mode, need)
+    return mode
+
+
+#: resolve_memory's answers (mode, bytes asked) for tables below _SMALL_TABLE, per (memory, backend, kind, sizes,
+#: dtype).
+_RESOLVED: dict = {}
+
+
+def _resolve(memory: str, backend: str, kind: str, B: int, N: int, M: int, D: int, dtype: torch.dtype,
+             device: torch.device) -> str:
     module = get_backend(backend)
     modes = getattr(module, "MEMORY_MODES", ("none", "store"))
     if memory == "auto":
