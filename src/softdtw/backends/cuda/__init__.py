@@ -614,3 +614,8 @@ def _cost_vjp(cost, x, y, dC):
         dx[:, :, d0:d1] = s.sum(2)
         dy[:, :, d0:d1] = -s.sum(1)
     return dx, dy
+
+
+# --- second order (issue 24) ------------------------------------------------------------------------
+
+from .hvp import hvp_cost  # noqa: E402,F401  (kernels/hvp.cu: the Hessian-vector product, SECOND_ORDER.md)

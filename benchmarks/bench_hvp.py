@@ -1,0 +1,139 @@
+"""GPU benchmark of the second order (issue 24): the cuda backend's hvp_cost, alone and after value + gradient.
+
+    PYTHONPATH=src python3 benchmarks/bench_hvp.py --out benchmarks/results/h100_hvp [--quick]
+
+Rows, float32 unless noted, D = 1 (squared Euclidean), gamma = 1, cells counted once (GCUPS = B·N·M / time):
+- "value_grad": the fused first-order forward (storing) + backward from x, y (backend calls), what a
+  training step of the soft-DTW loss runs;
+- "hvp_cost": hvp_cost alone (C and the direction Cdot given, its scratch allocation included);
+- "value_grad_hvp": value + gradient + one HVP as the double backward runs them: the fused forward and
+  backward, then C and Cdot = dC/dx · xdot built by elementwise torch ops (D = 1), then hvp_cost (the issue's
+  target: >= 150 GCUPS at B = 1024, N = M = 256 on an H100);
+- peak_mb: memory above what was allocated before the timed closure.
+Timings: CUDA events around the closure, median of the repetitions after two warm-up calls (the first compiles
+with NVRTC; compile time is kept out). Writes <out>.json and <out>.md (default
+benchmarks/results/<gpu>_hvp.{json,md}).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from _harness import git_sha, markdown_table, write_results  # noqa: E402
+from softdtw.backends import cuda as backend  # noqa: E402
+
+SIZES = [  # B, N, M
+    (1024, 256, 256),
+    (4096, 128, 128),
+    (256, 512, 512),
+    (64, 1024, 1024),
+    (16, 2048, 2048),
+]
+QUICK_SIZES = [(1024, 256, 256), (64, 512, 512)]
+
+
+def median_ms(fn, reps: int, warmup: int = 2) -> float:
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return float(np.median(times))
+
+
+def peak_mb(fn) -> float:
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    fn()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - base) / 1e6
+
+
+def closures(B, N, M, dtype, gamma):
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(B, N, 1, device="cuda", dtype=dtype, generator=g)
+    y = torch.randn(B, M, 1, device="cuda", dtype=dtype, generator=g)
+    xdot = torch.randn(B, N, 1, device="cuda", dtype=dtype, generator=g)
+    gam = torch.tensor(gamma, device="cuda", dtype=dtype)
+    gdot = torch.zeros(B, device="cuda", dtype=dtype)
+    xl = torch.full((B,), N, device="cuda", dtype=torch.int64)
+    yl = torch.full((B,), M, device="cuda", dtype=torch.int64)
+    grad = torch.ones(B, device="cuda", dtype=dtype)
+
+    def cost_and_direction():
+        diff = x - y.transpose(1, 2)  # (B, N, M), D = 1
+        return diff.square(), (2 * diff).mul_(xdot)  # C, Cdot = dC/dx · xdot
+
+    C, Cdot = cost_and_direction()
+
+    def value_grad():
+        v, saved = backend.forward(x, y, gam, "sqeuclidean", xl, yl, None, "store")
+        return backend.backward(grad, x, y, gam, "sqeuclidean", xl, yl, None, v, saved, "store")
+
+    def hvp():
+        return backend.hvp_cost(C, gam, xl, yl, None, Cdot, gdot)
+
+    def value_grad_hvp():
+        value_grad()
+        Cc, Cd = cost_and_direction()
+        return backend.hvp_cost(Cc, gam, xl, yl, None, Cd, gdot)
+
+    return {"value_grad": value_grad, "hvp_cost": hvp, "value_grad_hvp": value_grad_hvp}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    gpu = torch.cuda.get_device_name().split()[1].lower() if torch.cuda.is_available() else "gpu"
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / f"{gpu}_hvp"),
+                        help="path of the results without suffix (.json and .md are written)")
+    parser.add_argument("--quick", action="store_true", help="two sizes, fewer repetitions")
+    parser.add_argument("--reps", type=int, default=None)
+    args = parser.parse_args()
+    out = Path(args.out)
+    if out.suffix in (".json", ".md"):
+        out = out.with_suffix("")
+    reps = args.reps or (3 if args.quick else 10)
+    rows = []
+    cases = [(s, torch.float32, 1.0) for s in (QUICK_SIZES if args.quick else SIZES)]
+    cases += [((1024, 256, 256), torch.float32, 0.1), ((256, 256, 256), torch.float64, 1.0)]
+    for (B, N, M), dtype, gamma in cases:
+        fns = closures(B, N, M, dtype, gamma)
+        for name, fn in fns.items():
+            ms = median_ms(fn, reps)
+            peak = peak_mb(fn)
+            r = {"mode": name, "B": B, "N": N, "M": M, "D": 1, "dtype": str(dtype).replace("torch.", ""),
+                 "gamma": gamma, "ms": round(ms, 4), "gcups": round(B * N * M / (ms * 1e-3) / 1e9, 2),
+                 "peak_mb": round(peak, 1)}
+            rows.append(r)
+            print(f"{name:>15} B={B:5d} N={N:5d} M={M:5d} {r['dtype']:>7} gamma={gamma:<4} "
+                  f"{ms:9.3f} ms {r['gcups']:8.2f} GCUPS  peak {peak:9.1f} MB", flush=True)
+        del fns
+        torch.cuda.empty_cache()
+    meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "git_sha": git_sha(),
+            "script": "benchmarks/bench_hvp.py"}
+    md = ("# Second order on the GPU: hvp_cost (issue 24)\n\n"
+          f"{meta['device']}, torch {meta['torch']}, commit {meta['git_sha']}. GCUPS = B·N·M / time, cells "
+          "counted once; value_grad_hvp = fused forward + backward, C and Cdot, hvp_cost "
+          "(benchmarks/bench_hvp.py).\n\n"
+          + markdown_table(rows, ["mode", "B", "N", "M", "dtype", "gamma", "ms", "gcups", "peak_mb"]))
+    write_results(out.with_suffix(".json"), meta, rows, md)
+    print(f"wrote {out.with_suffix('.json')} and {out.with_suffix('.md')}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""The cuda backend's second order: :func:`hvp_cost`, the Hessian-vector product of soft-DTW (kernels/hvp.cu).
+
+One block per pair walks the anti-diagonals twice (SECOND_ORDER.md): R and R-dot forward, then E, E-dot and the
+per-pair sums backward. It recomputes the forward from C and reads nothing the first-order forward saved, so it is
+right after memory="store" and memory="checkpoint" alike. Buffers come from torch's allocator and the kernel runs
+on torch's current stream (no host synchronisation: gamma is read on the device).
+"""
+from __future__ import annotations
+
+import torch
+
+from . import launch as _launch
+
+#: Threads per block (one block per pair): rows of an anti-diagonal, each thread looping over several rows
+#: when the diagonal is longer.
+HVP_THREADS = 256  # kernels/hvp.cu, HVP_MAX_THREADS
+
+
+def _threads(N: int) -> int:
+    return min(HVP_THREADS, 32 * -(-N // 32))
+
+
+def hvp_cost(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot):
+    """(E, vgamma, Edot, vgamma_dot): soft-DTW's gradient in C and gamma and its derivative along (Cdot, gamma_dot).
+
+    C `(B, N, M)` float32 or float64 (+inf cells are forbidden), gamma a 0-d tensor (0 = hard DTW), x_lengths and
+    y_lengths int64 `(B,)`, window None or int32 `(B, N, 2)`, Cdot `(B, N, M)` (ignored on forbidden cells and
+    outside the pair), gamma_dot `(B,)`. Returns E `(B, N, M)` = dv/dC, vgamma `(B,)` = dv/dgamma, Edot `(B, N, M)`
+    and vgamma_dot `(B,)`, the Hessian of v_b = R_b[n_b - 1, m_b - 1] times (Cdot_b, gamma_dot_b), all in the
+    data dtype; zero outside each pair, everything zero for a pair with no finite path, and at gamma == 0 the hard
+    path E with vgamma = Edot = vgamma_dot = 0.
+
+    Working memory (freed on return): the R table, diagonal-major, as B·N·M float64 values (R in log2 units,
+    float64 for float32 data too), and B·N·M values of each of R-dot, E and E-dot in the data dtype: 20 bytes per
+    cell for float32 data, 32 for float64, besides the outputs.
+    """
+    from . import _alloc, _window  # the package's helpers (imported here: the package imports this module)
+
+    C = C.contiguous()
+    dtype = C.dtype
+    B, N, M = C.shape
+    Cdot = Cdot.to(dtype).contiguous()
+    gamma_dot = gamma_dot.to(dtype).reshape(B).contiguous()
+    gamma = gamma.to(dtype)
+    window = _window(window)
+    dev = C.get_device()
+    E = torch.empty_like(C)
+    Edot = torch.empty_like(C)
+    vgamma = C.new_empty((B,))
+    vgamma_dot = C.new_empty((B,))
+    cells = B * N * M
+    R = _alloc(C, cells, torch.float64, "the HVP's R table (hvp_cost)", B, N, M)
+    Q = _alloc(C, 3 * cells, dtype, "the HVP's R-dot, E and E-dot tables (hvp_cost)", B, N, M)
+    expr = f"sdtw::hvp_kernel<{_launch._CTYPE[dtype]}, {'true' if window is not None else 'false'}>"
+    args = (C.data_ptr(), Cdot.data_ptr(), gamma.data_ptr(), gamma_dot.data_ptr(), x_lengths.data_ptr(),
+            y_lengths.data_ptr(), _launch.ptr(window), R.data_ptr(), Q.data_ptr(), E.data_ptr(), Edot.data_ptr(),
+            vgamma.data_ptr(), vgamma_dot.data_ptr(), _launch.i32(B), _launch.i32(N), _launch.i32(M))
+    _launch.launch("hvp", expr, dev, B, _threads(N), args)
+    return E, vgamma, Edot, vgamma_dot

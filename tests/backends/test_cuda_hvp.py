@@ -1,0 +1,274 @@
+"""The cuda backend's second order: ``hvp_cost`` (kernels/hvp.cu, SECOND_ORDER.md) on the GPU.
+
+Checked against the brute-force path oracle (tests/_paths.py) on tiny pairs, against the first order (E and
+vgamma are cuda backward_cost's dC and dgamma with grad = 1, and the reference backend's in float64), against
+central differences of backward_cost in float64 (E-dot, vgamma-dot), float32 against float64 on fresh random
+data, per-pair lengths, bands, +inf cells, gamma in {1e-3, 0.1, 1, 10} and 0 (hard DTW); every output finite.
+N = 1500 runs the kernel's threads over several rows of a diagonal (256 threads per block).
+
+Marked ``cuda``, skipped without a GPU:
+``PYTHONPATH=src python3 -m pytest -m cuda tests/backends/test_cuda_hvp.py``.
+"""
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+
+from softdtw._checks import make_window
+from softdtw.backends import reference as ref
+from tests._helpers import rel_err
+from tests._paths import directional, oracle
+
+pytestmark = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+F64 = torch.float64
+
+
+def cuda_backend():
+    return importlib.import_module("softdtw.backends.cuda")
+
+
+def _problem(B, N, M, seed=0, lengths=False, band=None, scale=1.0, dtype=F64):
+    """Fresh data on the GPU: C `(B, N, M)` (squared differences of two random walks' steps, times scale),
+    a direction Cdot, gamma_dot `(B,)`, lengths and the window (or None)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(B, N, 1, generator=g, dtype=F64)
+    y = torch.randn(B, M, 1, generator=g, dtype=F64)
+    C = (x - y.transpose(1, 2)).square() * scale
+    Cd = torch.randn(B, N, M, generator=g, dtype=F64) * scale
+    gd = torch.randn(B, generator=g, dtype=F64) * scale
+    xl = torch.full((B,), N, dtype=torch.int64)
+    yl = torch.full((B,), M, dtype=torch.int64)
+    if lengths and B > 1:
+        xl[1:] = torch.randint(max(1, N // 2), N + 1, (B - 1,), generator=g)
+        yl[1:] = torch.randint(max(1, M // 2), M + 1, (B - 1,), generator=g)
+    window = make_window(xl, yl, N, M, band, None)
+    dev = "cuda"
+    return (C.to(dev, dtype), Cd.to(dev, dtype), gd.to(dev, dtype), xl.to(dev), yl.to(dev),
+            None if window is None else window.to(dev))
+
+
+def _gamma(value, dtype=F64):
+    return torch.tensor(value, dtype=dtype, device="cuda")
+
+
+def hvp(C, gamma, xl, yl, window, Cd, gd):
+    """hvp_cost, with the checks every call must pass: finite outputs, zeros outside each pair."""
+    out = cuda_backend().hvp_cost(C, gamma, xl, yl, window, Cd, gd)
+    E, vg, Ed, vgd = out
+    B, N, M = C.shape
+    assert E.shape == Ed.shape == C.shape and vg.shape == vgd.shape == (B,)
+    assert all(t.dtype == C.dtype for t in out)
+    for t in out:
+        assert torch.isfinite(t).all(), "non-finite output of hvp_cost"
+    for b in range(B):
+        n, m = int(xl[b]), int(yl[b])
+        for t in (E, Ed):
+            assert (t[b, n:] == 0).all() and (t[b, :, m:] == 0).all(), "nonzero outside the pair"
+    return out
+
+
+def first_order(C, gamma, xl, yl, window, backend=None):
+    """(value, dC, dgamma) of the first-order forward_cost + backward_cost with grad = 1 (memory="store")."""
+    be = backend or cuda_backend()
+    v, saved = be.forward_cost(C, gamma, xl, yl, window, "store")
+    dC, dg = be.backward_cost(torch.ones_like(v), C, gamma, xl, yl, window, v, saved, "store")
+    return v, dC, dg
+
+
+def _close(got, want, tol, floor=0.0):
+    """max |got - want| <= tol · max(max |want|, floor)."""
+    got, want = got.detach().double().cpu(), want.detach().double().cpu()
+    err = float((got - want).abs().max()) if got.numel() else 0.0
+    scale = max(float(want.abs().max()) if want.numel() else 0.0, floor, 1e-300)
+    assert err <= tol * scale, f"error {err:.3e} against scale {scale:.3e} (tol {tol:g})"
+
+
+def _window_mask(window, b, n, m):
+    if window is None:
+        return torch.ones(n, m, dtype=torch.bool)
+    w = window[b, :n].cpu()
+    j = torch.arange(m)
+    return (j[None, :] >= w[:, :1]) & (j[None, :] < w[:, 1:])
+
+
+# --- the path oracle (tiny pairs) ---------------------------------------------------------------------
+
+ORACLE_CASES = [
+    # B, N, M, lengths, band, +inf cells
+    (3, 4, 5, True, None, False),
+    (2, 5, 3, False, 1, False),
+    (3, 5, 5, True, None, True),
+    (2, 1, 6, False, None, False),
+    (2, 6, 1, False, None, False),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("gamma", [1e-3, 0.1, 1.0, 10.0])
+@pytest.mark.parametrize("B,N,M,lengths,band,inf", ORACLE_CASES)
+def test_matches_the_path_oracle(dtype, gamma, B, N, M, lengths, band, inf):
+    # gamma = 1e-3 on costs of size 1e-3, so the soft-min is not degenerate.
+    C, Cd, gd, xl, yl, window = _problem(B, N, M, seed=N * 10 + M, lengths=lengths, band=band,
+                                         scale=1e-3 if gamma == 1e-3 else 1.0)
+    if inf:
+        C[0, 1, 2] = float("inf")
+        C[-1, 2, 1] = float("inf")
+        C[-1, 0, 3] = float("inf")
+    E, vg, Ed, vgd = hvp(C.to(dtype), _gamma(gamma, dtype), xl, yl, window, Cd.to(dtype), gd.to(dtype))
+    tol = 1e-9 if dtype == torch.float64 else 2e-4
+    for b in range(B):
+        n, m = int(xl[b]), int(yl[b])
+        Cb = C[b, :n, :m].cpu()
+        allowed = torch.isfinite(Cb) & _window_mask(window, b, n, m)
+        v, Ew, dg = oracle(Cb, gamma, allowed)
+        Edw, dgdw = directional(Cb, gamma, Cd[b, :n, :m].cpu(), float(gd[b]), allowed)
+        if not torch.isfinite(v):  # no path: all four are zero
+            Ew, dg, Edw, dgdw = (torch.zeros_like(t) for t in (Ew, dg, Edw, dgdw))
+        _close(E[b, :n, :m], Ew, tol, 1.0)
+        _close(vg[b], dg, tol, 1.0)
+        _close(Ed[b, :n, :m], Edw, tol, 1.0)
+        _close(vgd[b], dgdw, tol, max(1.0, float(Edw.abs().max())))
+
+
+def test_a_pair_without_a_finite_path_gets_zeros():
+    C, Cd, gd, xl, yl, window = _problem(3, 6, 7, seed=3)
+    C[1, 2, :] = float("inf")  # no path crosses row 2
+    Cd[1, 2, :] = float("nan")  # a direction on forbidden cells is ignored
+    for gamma in (0.0, 0.1, 1.0):
+        E, vg, Ed, vgd = hvp(C, _gamma(gamma), xl, yl, window, Cd, gd)
+        assert (E[1] == 0).all() and (Ed[1] == 0).all() and vg[1] == 0 and vgd[1] == 0
+        assert (E[0] != 0).any() and (E[2] != 0).any()
+
+
+# --- the first order: E and vgamma are backward_cost's ------------------------------------------------
+
+FIRST_ORDER_CASES = [
+    # B, N, M, lengths, band, gamma
+    (3, 40, 33, True, None, 0.1),
+    (3, 40, 33, True, 4, 1.0),
+    (3, 33, 40, False, None, 10.0),
+    (2, 1500, 1100, True, None, 1.0),
+    (2, 1500, 1100, False, 200, 0.1),
+]
+
+
+@pytest.mark.parametrize("B,N,M,lengths,band,gamma", FIRST_ORDER_CASES)
+def test_first_order_matches_backward_cost(B, N, M, lengths, band, gamma):
+    C, Cd, gd, xl, yl, window = _problem(B, N, M, seed=B + N, lengths=lengths, band=band)
+    g = _gamma(gamma)
+    E, vg, _, _ = hvp(C, g, xl, yl, window, Cd, gd)
+    v, dC, dg = first_order(C, g, xl, yl, window)
+    assert rel_err(E, dC) <= 1e-10
+    # backward_cost's dgamma is (value - <E, C>) / gamma: two terms of size |value| / gamma nearly cancel.
+    _close(vg, dg, 1e-10, float(v.abs().max()) / gamma)
+    if N <= 64:  # the reference backend sums w log w as the kernel does
+        _, dCr, dgr = first_order(C, g, xl, yl, window, ref)
+        assert rel_err(E, dCr) <= 1e-10
+        _close(vg, dgr, 1e-10)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("B,N,M,lengths,band", [(3, 40, 33, True, None), (3, 33, 40, True, 3), (2, 1500, 1100, True, None)])
+def test_hard_dtw_is_backward_costs_path(dtype, B, N, M, lengths, band):
+    C, Cd, gd, xl, yl, window = _problem(B, N, M, seed=7, lengths=lengths, band=band, dtype=dtype)
+    C_ties = torch.randint(0, 3, C.shape, device="cuda").to(dtype)  # integer costs: many ties
+    for Cc in (C, C_ties):
+        g = _gamma(0.0, dtype)
+        E, vg, Ed, vgd = hvp(Cc, g, xl, yl, window, Cd, gd)
+        _, dC, _ = first_order(Cc, g, xl, yl, window)
+        assert torch.equal(E, dC)  # the same path, tie-breaking included (diagonal, up, left)
+        assert (vg == 0).all() and (Ed == 0).all() and (vgd == 0).all()
+
+
+# --- central differences of backward_cost ---------------------------------------------------------------
+
+@pytest.mark.parametrize("B,N,M,lengths,band,gamma", FIRST_ORDER_CASES + [(3, 40, 33, True, None, 1e-3)])
+def test_directional_derivative_matches_central_differences(B, N, M, lengths, band, gamma):
+    scale = 1e-3 if gamma == 1e-3 else 1.0
+    C, Cd, gd, xl, yl, window = _problem(B, N, M, seed=B + M, lengths=lengths, band=band, scale=scale)
+    gd = torch.full_like(gd, float(gd[0]))  # gamma is one number for the batch: one gamma_dot too
+    g = _gamma(gamma)
+    _, _, Ed, vgd = hvp(C, g, xl, yl, window, Cd, gd)
+    h = 1e-6  # Cd, gd are of the size of C (scale): a relative step of 1e-6 in C and gamma
+    hg = h * float(gd[0])
+    _, dCp, dgp = first_order(C + h * Cd, _gamma(gamma + hg), xl, yl, window)
+    _, dCm, dgm = first_order(C - h * Cd, _gamma(gamma - hg), xl, yl, window)
+    _close(Ed, (dCp - dCm) / (2 * h), 1e-5)
+    # dgamma's own rounding, |value| / gamma · eps, divided by the step (ten times over).
+    v, _, _ = first_order(C, g, xl, yl, window)
+    floor = float(v.abs().max()) / gamma * 1e-16 / h * 1e6
+    _close(vgd, (dgp - dgm) / (2 * h), 1e-5, floor)
+
+
+def test_directional_derivative_through_inf_cells():
+    """+inf cells against the reference backend (the cuda first order sends +inf costs to it) and central
+    differences of its backward_cost; a NaN direction on forbidden cells is ignored."""
+    C, Cd, gd, xl, yl, window = _problem(3, 12, 10, seed=11, lengths=True)
+    gen = torch.Generator().manual_seed(5)
+    forbid = (torch.rand(C.shape, generator=gen) < 0.1).to("cuda")
+    forbid[:, 0, 0] = False
+    for b in range(3):
+        forbid[b, int(xl[b]) - 1, int(yl[b]) - 1] = False
+    C = C.masked_fill(forbid, float("inf"))
+    Cd_nan = Cd.masked_fill(forbid, float("nan"))
+    Cd0 = Cd.masked_fill(forbid, 0.0)
+    gd = torch.full_like(gd, 0.3)
+    for gamma in (0.1, 1.0):
+        g = _gamma(gamma)
+        E, vg, Ed, vgd = hvp(C, g, xl, yl, window, Cd_nan, gd)
+        v, dC, dg = first_order(C, g, xl, yl, window, ref)
+        finite = torch.isfinite(v)
+        assert finite.any()
+        assert rel_err(E, dC) <= 1e-10
+        _close(vg, dg, 1e-10, 1.0)
+        h = 1e-5
+        _, dCp, dgp = first_order(C + h * Cd0, _gamma(gamma + h * 0.3), xl, yl, window, ref)
+        _, dCm, dgm = first_order(C - h * Cd0, _gamma(gamma - h * 0.3), xl, yl, window, ref)
+        _close(Ed, (dCp - dCm) / (2 * h), 1e-5)
+        _close(vgd, (dgp - dgm) / (2 * h), 1e-5, 1.0)
+
+
+# --- float32 against float64 ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("gamma", [1e-3, 0.1, 1.0, 10.0])
+@pytest.mark.parametrize("B,N,M,lengths,band", [(4, 64, 50, True, None), (4, 50, 64, True, 6), (2, 256, 256, False, None)])
+def test_float32_matches_float64(gamma, B, N, M, lengths, band):
+    scale = 1e-3 if gamma == 1e-3 else 1.0
+    C, Cd, gd, xl, yl, window = _problem(B, N, M, seed=N * M + 1, lengths=lengths, band=band, scale=scale)
+    want = hvp(C, _gamma(gamma), xl, yl, window, Cd, gd)
+    got = hvp(C.float(), _gamma(gamma, torch.float32), xl, yl, window, Cd.float(), gd.float())
+    for name, a, b in zip(("E", "vgamma", "Edot", "vgamma_dot"), got, want):
+        err = rel_err(a, b)
+        assert err <= 1e-3, f"{name}: {err:.2e}"
+
+
+# --- launch: streams and sizes ----------------------------------------------------------------------------
+
+def test_runs_on_the_current_stream():
+    C, Cd, gd, xl, yl, window = _problem(4, 300, 200, seed=2, lengths=True)
+    g = _gamma(0.5)
+    want = hvp(C, g, xl, yl, window, Cd, gd)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        torch.cuda._sleep(50_000_000)  # the kernel must wait for this, not run beside it
+        got = cuda_backend().hvp_cost(C, g, xl, yl, window, Cd, gd)
+    s.synchronize()
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("N,M", [(1, 1), (1, 300), (300, 1), (257, 3), (3, 257), (513, 511)])
+def test_edge_shapes_match_backward_cost(N, M):
+    C, Cd, gd, xl, yl, window = _problem(2, N, M, seed=N + 2 * M, lengths=True)
+    g = _gamma(0.3)
+    E, vg, _, _ = hvp(C, g, xl, yl, window, Cd, gd)
+    v, dC, dg = first_order(C, g, xl, yl, window)
+    assert rel_err(E, dC) <= 1e-10
+    _close(vg, dg, 1e-10, float(v.abs().max()) / 0.3)
