@@ -20,6 +20,22 @@ def _threads(N: int) -> int:
     return min(HVP_THREADS, 32 * -(-N // 32))
 
 
+#: The second kernel (hvp_fast_kernel): at most HVPF_THREADS threads per block, each owning RPT consecutive
+#: rows, RPT the first of HVPF_RPTS with HVPF_THREADS · RPT >= N; beyond HVPF_THREADS · HVPF_RPTS[-1] rows
+#: hvp_kernel (the first version, tables in global memory) runs instead.
+HVPF_THREADS = 256  # kernels/hvp.cu, HVPF_MAX_THREADS
+HVPF_RPTS = (1, 2, 4)  # kernels/hvp.cu, HVPF_MAX_RPT
+HVPF_MAX_N = HVPF_THREADS * HVPF_RPTS[-1]
+
+
+def _fast_plan(N: int):
+    """(threads, rows per thread) of hvp_fast_kernel for N rows, or None above HVPF_MAX_N."""
+    for rpt in HVPF_RPTS:
+        if N <= HVPF_THREADS * rpt:
+            return 32 * -(-(-(-N // rpt)) // 32), rpt
+    return None
+
+
 def hvp_cost(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot):
     """(E, vgamma, Edot, vgamma_dot): soft-DTW's gradient in C and gamma and its derivative along (Cdot, gamma_dot).
 
@@ -31,8 +47,9 @@ def hvp_cost(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot):
     path E with vgamma = Edot = vgamma_dot = 0.
 
     Working memory (freed on return): the R table, diagonal-major, as B·N·M float64 values (R in log2 units,
-    float64 for float32 data too), and B·N·M values of each of R-dot, E and E-dot in the data dtype: 20 bytes per
-    cell for float32 data, 32 for float64, besides the outputs.
+    float64 for float32 data too), and B·N·M R-dot values in the data dtype: 12 bytes per cell for float32 data,
+    16 for float64, besides the outputs (N <= 1024; above, the first kernel also keeps E and E-dot tables:
+    20 and 32 bytes per cell).
     """
     from . import _alloc, _window  # the package's helpers (imported here: the package imports this module)
 
@@ -49,11 +66,23 @@ def hvp_cost(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot):
     vgamma = C.new_empty((B,))
     vgamma_dot = C.new_empty((B,))
     cells = B * N * M
+    plan = _fast_plan(N)
     R = _alloc(C, cells, torch.float64, "the HVP's R table (hvp_cost)", B, N, M)
-    Q = _alloc(C, 3 * cells, dtype, "the HVP's R-dot, E and E-dot tables (hvp_cost)", B, N, M)
-    expr = f"sdtw::hvp_kernel<{_launch._CTYPE[dtype]}, {'true' if window is not None else 'false'}>"
-    args = (C.data_ptr(), Cdot.data_ptr(), gamma.data_ptr(), gamma_dot.data_ptr(), x_lengths.data_ptr(),
-            y_lengths.data_ptr(), _launch.ptr(window), R.data_ptr(), Q.data_ptr(), E.data_ptr(), Edot.data_ptr(),
-            vgamma.data_ptr(), vgamma_dot.data_ptr(), _launch.i32(B), _launch.i32(N), _launch.i32(M))
-    _launch.launch("hvp", expr, dev, B, _threads(N), args)
+    win = "true" if window is not None else "false"
+    args = [C.data_ptr(), Cdot.data_ptr(), gamma.data_ptr(), gamma_dot.data_ptr(), x_lengths.data_ptr(),
+            y_lengths.data_ptr(), _launch.ptr(window), R.data_ptr()]
+    if plan is not None:
+        threads, rpt = plan
+        Q = _alloc(C, cells, dtype, "the HVP's R-dot table (hvp_cost)", B, N, M)
+        vec = all(t.data_ptr() % 16 == 0 for t in (C, Cdot, E, Edot))  # 16-byte groups of C, C-dot, E, E-dot
+        expr = f"sdtw::hvp_fast_kernel<{_launch._CTYPE[dtype]}, {win}, {rpt}>"
+        args += [Q.data_ptr(), E.data_ptr(), Edot.data_ptr(), vgamma.data_ptr(), vgamma_dot.data_ptr(),
+                 _launch.i32(B), _launch.i32(N), _launch.i32(M), _launch.i32(int(vec))]
+    else:
+        threads = _threads(N)
+        Q = _alloc(C, 3 * cells, dtype, "the HVP's R-dot, E and E-dot tables (hvp_cost)", B, N, M)
+        expr = f"sdtw::hvp_kernel<{_launch._CTYPE[dtype]}, {win}>"
+        args += [Q.data_ptr(), E.data_ptr(), Edot.data_ptr(), vgamma.data_ptr(), vgamma_dot.data_ptr(),
+                 _launch.i32(B), _launch.i32(N), _launch.i32(M)]
+    _launch.launch("hvp", expr, dev, B, threads, tuple(args))
     return E, vgamma, Edot, vgamma_dot

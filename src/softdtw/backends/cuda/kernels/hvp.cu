@@ -255,4 +255,392 @@ hvp_kernel(const T* __restrict__ C, const T* __restrict__ Cdot, const T* __restr
   }
 }
 
+
+// ================================================================================================================
+// Second version (hvp_fast_kernel, used up to N = HVPF_MAX_THREADS * HVPF_MAX_RPT rows; hvp_kernel above beyond):
+// the same two passes, recursions and conventions, with nothing on the step's critical path in global memory
+// and C, C-dot, E, E-dot accessed 16 bytes at a time (benchmarks/OPTIMIZATION_LOG.md, "hvp_cost, second
+// version").
+//   * Thread t owns the RPT consecutive rows t·RPT .. t·RPT + RPT - 1 (rows past n idle). Within a thread the
+//     neighbouring row's and its own row's previous cells are registers; the diagonal neighbour (d - 2 in
+//     pass 1, d + 2 in pass 2) is the previous step's up (down) neighbour, carried in a register. Only the
+//     thread's last row (pass 1) / first row (pass 2) crosses threads, through a 2-slot shared ring indexed by
+//     thread: step d writes slot d & 1 and reads the other, so one barrier per anti-diagonal suffices.
+//   * A thread walks along each of its rows, one column per step (j up in pass 1, down in pass 2). C and C-dot
+//     are read in groups of G = 16 / sizeof(T) elements aligned in the whole tensor (one float4 / double2 load
+//     per G steps, issued the step before the group is needed), and E, E-dot are collected in such groups and
+//     stored 16 bytes at once (scalar loads / stores where a group leaves the row or the tensor, or the
+//     pointers are not 16-byte aligned: vec == 0).
+//   * Scratch: R' (float64) and R-dot (data dtype), diagonal-major as in hvp_kernel; pass 2 keeps S', S-dot,
+//     E, E-dot on chip instead of writing them back. Pass 2 loads the next step's R', R-dot before the barrier.
+constexpr int HVPF_MAX_THREADS = 256;  // hvp.py, HVPF_THREADS
+constexpr int HVPF_MAX_RPT = 4;        // rows per thread at most (hvp.py, HVPF_RPTS)
+
+template <typename T> struct HvpVec;
+template <> struct HvpVec<float> {
+  static constexpr int G = 4;
+  using V = float4;
+  static __device__ __forceinline__ void unpack(const V& v, float (&g)[G]) { g[0] = v.x; g[1] = v.y; g[2] = v.z; g[3] = v.w; }
+  static __device__ __forceinline__ V pack(const float (&g)[G]) { return make_float4(g[0], g[1], g[2], g[3]); }
+};
+template <> struct HvpVec<double> {
+  static constexpr int G = 2;
+  using V = double2;
+  static __device__ __forceinline__ void unpack(const V& v, double (&g)[G]) { g[0] = v.x; g[1] = v.y; }
+  static __device__ __forceinline__ V pack(const double (&g)[G]) { return make_double2(g[0], g[1]); }
+};
+
+// g = p[e0 .. e0 + G) (e0 a multiple of G; elements past the tensor's end read as 0).
+template <typename T>
+__device__ __forceinline__ void hvpf_load(const T* __restrict__ p, long long e0, long long total, bool vec,
+                                          T (&g)[HvpVec<T>::G]) {
+  constexpr int G = HvpVec<T>::G;
+  if (vec && e0 + G <= total) {
+    HvpVec<T>::unpack(__ldg(reinterpret_cast<const typename HvpVec<T>::V*>(p + e0)), g);
+  } else {
+#pragma unroll
+    for (int x = 0; x < G; ++x) g[x] = e0 + x < total ? p[e0 + x] : T(0);
+  }
+}
+
+// p[e0 + x] = g[x] for the elements in [lo, hi) (the owner's row).
+template <typename T>
+__device__ __forceinline__ void hvpf_store(T* __restrict__ p, long long e0, long long lo, long long hi, bool vec,
+                                           const T (&g)[HvpVec<T>::G]) {
+  constexpr int G = HvpVec<T>::G;
+  if (vec && e0 >= lo && e0 + G <= hi) {
+    *reinterpret_cast<typename HvpVec<T>::V*>(p + e0) = HvpVec<T>::pack(g);
+  } else {
+#pragma unroll
+    for (int x = 0; x < G; ++x)
+      if (e0 + x >= lo && e0 + x < hi) p[e0 + x] = g[x];
+  }
+}
+
+template <typename T, int G>
+__device__ __forceinline__ T hvpf_get(const T (&g)[G], int pos) {
+  T v = g[0];
+#pragma unroll
+  for (int x = 1; x < G; ++x) v = pos == x ? g[x] : v;
+  return v;
+}
+
+template <typename T, int G>
+__device__ __forceinline__ void hvpf_set(T (&g)[G], int pos, T v) {
+#pragma unroll
+  for (int x = 0; x < G; ++x) g[x] = pos == x ? v : g[x];
+}
+
+template <typename T, bool WINDOW, bool HARD, int RPT>
+__device__ void hvpf_pair(const HvpArgs<T>& a, const int b, const T g, const bool vec, const long long total,
+                          double* sd, T* st, double* red) {
+  constexpr int G = HvpVec<T>::G;
+  constexpr int S = HVPF_MAX_THREADS;  // ring slot stride
+  const int N = a.N, M = a.M;
+  const int n = int(a.xlen[b]), m = int(a.ylen[b]);
+  const int tid = threadIdx.x, nt = blockDim.x;
+  const size_t NM = size_t(N) * M;
+  const long long pairoff = (long long)b * (long long)NM;  // element index of the pair's C[0, 0] in the tensor
+  const int* wb = a.window + size_t(b) * N * 2;
+  double* Rb = a.R + size_t(b) * NM;
+  T* Qb = a.Q + size_t(b) * NM;  // R-dot (hard: the argmin)
+  T* Eo = a.E + pairoff;
+  T* Fo = a.Edot + pairoff;
+  const double scale = HARD ? 1.0 : 1.0 / (double(g) * LN2);
+  const T gd = HARD ? T(0) : a.gamma_dot[b];
+  const T ig = HARD ? T(0) : T(1) / g;
+  const T BIGT = Num<T>::big();
+  const int i0 = tid * RPT;
+
+  // Outputs outside the pair: rows past n, and columns past m of the first n rows.
+  for (size_t q = size_t(n) * M + tid; q < NM; q += nt) { Eo[q] = T(0); Fo[q] = T(0); }
+  for (int i = 0; i < n; ++i)
+    for (int j = m + tid; j < M; j += nt) { Eo[size_t(i) * M + j] = T(0); Fo[size_t(i) * M + j] = T(0); }
+
+  int wlo[RPT], whi[RPT];
+#pragma unroll
+  for (int k = 0; k < RPT; ++k) {
+    wlo[k] = 0;
+    whi[k] = M;
+    if (WINDOW && i0 + k < n) {
+      wlo[k] = wb[2 * (i0 + k)];
+      whi[k] = wb[2 * (i0 + k) + 1];
+    }
+  }
+  T cg[RPT][G], dg[RPT][G];  // the current groups of C and C-dot of each row
+#pragma unroll
+  for (int k = 0; k < RPT; ++k)
+#pragma unroll
+    for (int x = 0; x < G; ++x) { cg[k][x] = T(0); dg[k][x] = T(0); }
+
+  // ---- pass 1: R' and R-dot (hard: R and the argmin) -------------------------------------------------------
+  {
+    double Rl[RPT], Rg[RPT];  // the row's cell on d - 1 (left neighbour of the next), and the diagonal one
+    T Ql[RPT], Qg[RPT];
+#pragma unroll
+    for (int k = 0; k < RPT; ++k) { Rl[k] = Rg[k] = HVP_BIG; Ql[k] = Qg[k] = T(0); }
+    // Groups for step d + 1: a row's first cell, or the first cell of a group.
+    auto prefetch = [&](int d) {
+#pragma unroll
+      for (int k = 0; k < RPT; ++k) {
+        const int i = i0 + k, jn = d + 1 - i;
+        if (i < n && jn >= 0 && jn < m) {
+          const long long e = pairoff + (long long)i * M + jn;
+          if (jn == 0 || (e & (G - 1)) == 0) {
+            const long long e0 = e & ~(long long)(G - 1);
+            hvpf_load(a.C, e0, total, vec, cg[k]);
+            if (!HARD) hvpf_load(a.Cdot, e0, total, vec, dg[k]);
+          }
+        }
+      }
+    };
+    prefetch(-1);
+    for (int d = 0; d <= n + m - 2; ++d) {
+      const int cur = d & 1, prv = cur ^ 1;
+      const long long b0 = hvp_diag_base(d, N, M);
+      double Rup = HVP_BIG;  // the thread above's last row on d - 1
+      T Qup = T(0);
+      if (tid > 0) { Rup = sd[prv * S + tid - 1]; Qup = st[prv * S + tid - 1]; }
+#pragma unroll
+      for (int k = RPT - 1; k >= 0; --k) {  // downwards: row k reads row k - 1's cell on d - 1 before it moves
+        const int i = i0 + k, j = d - i;
+        if (i < n && j >= 0 && j < m) {
+          const int pos = int((pairoff + (long long)i * M + j) & (G - 1));
+          const T c = hvpf_get(cg[k], pos);
+          bool ok = c <= hvp_finite_max<T>();  // +inf: a forbidden cell (NaN too)
+          if (WINDOW) ok = ok && j >= wlo[k] && j < whi[k];
+          // Predecessors: diagonal (i-1, j-1), up (i-1, j), left (i, j-1); the virtual start R[-1, -1] = 0.
+          double Rd = HVP_BIG, Ru = HVP_BIG, Rlf = HVP_BIG;
+          T Qd = T(0), Qu = T(0), Qlf = T(0);
+          if (i == 0 && j == 0) {
+            Rd = 0.0;
+          } else if (i > 0 && j > 0) {
+            Rd = Rg[k];
+            Qd = Qg[k];
+          }
+          if (i > 0) {
+            Ru = k > 0 ? Rl[k > 0 ? k - 1 : 0] : Rup;
+            Qu = k > 0 ? Ql[k > 0 ? k - 1 : 0] : Qup;
+          }
+          if (j > 0) { Rlf = Rl[k]; Qlf = Ql[k]; }
+          Rg[k] = Ru;  // the next cell's diagonal neighbour
+          Qg[k] = Qu;
+          double Rs = HVP_BIG;
+          T Qs = T(0);
+          if (ok) {
+            if (HARD) {
+              const T dT = Rd >= HVP_HALF ? BIGT : T(Rd), uT = Ru >= HVP_HALF ? BIGT : T(Ru),
+                      lT = Rlf >= HVP_HALF ? BIGT : T(Rlf);
+              int choice;
+              const T mn = hard_min3(dT, uT, lT, choice);
+              if (mn < T(0.5) * BIGT) {
+                Rs = double(mn + c);
+                Qs = T(choice);
+              }
+            } else {
+              const double mn = fmin(Rd, fmin(Ru, Rlf));
+              if (mn < HVP_HALF) {
+                const T od = hvp_clamp_lw(T(mn - Rd)), ou = hvp_clamp_lw(T(mn - Ru)), ol = hvp_clamp_lw(T(mn - Rlf));
+                const T ed = Num<T>::ex2(od), eu = Num<T>::ex2(ou), el = Num<T>::ex2(ol);
+                const T Z = ed + eu + el;
+                const T lz = Num<T>::lg2(Z);
+                const T iz = T(1) / Z;
+                const T wd = ed * iz, wu = eu * iz, wl = el * iz;
+                const T H = T(LN2) * (wd * (od - lz) + wu * (ou - lz) + wl * (ol - lz));
+                Qs = hvpf_get(dg[k], pos) + wd * Qd + wu * Qu + wl * Qlf + gd * H;
+                Rs = (mn - double(lz)) + double(c) * scale;
+              }
+            }
+          }
+          Rb[b0 + i] = Rs;
+          Qb[b0 + i] = Qs;
+          Rl[k] = Rs;
+          Ql[k] = Qs;
+        }
+      }
+      sd[cur * S + tid] = Rl[RPT - 1];
+      st[cur * S + tid] = Ql[RPT - 1];
+      prefetch(d);
+      __syncthreads();
+    }
+  }
+
+  // ---- pass 2: E, Edot, vgamma, vgamma_dot from the end cell back ------------------------------------------
+  double vg = 0.0, vgd = 0.0;
+  {
+    // The row's cell on d + 1 (its right successor, the row above's down successor): S', S-dot (hard: the
+    // argmin), E, E-dot; and the diagonal successor (the previous step's down successor).
+    double As[RPT], Gs[RPT], Rn[RPT];
+    T Aq[RPT], Ae[RPT], Af[RPT], Gq[RPT], Ge[RPT], Gf[RPT], Qn[RPT];
+    T eg[RPT][G], fg[RPT][G];  // E and E-dot of the current group
+#pragma unroll
+    for (int k = 0; k < RPT; ++k) {
+      As[k] = Gs[k] = Rn[k] = HVP_BIG;
+      Aq[k] = Ae[k] = Af[k] = Gq[k] = Ge[k] = Gf[k] = Qn[k] = T(0);
+#pragma unroll
+      for (int x = 0; x < G; ++x) { eg[k][x] = T(0); fg[k][x] = T(0); }
+    }
+    T* se = st + 2 * S;
+    T* sf = st + 4 * S;
+    // R', R-dot of step d - 1's cells, and the groups of C, C-dot where a row or a group starts (going left).
+    auto prefetch = [&](int d) {
+      const long long bn = hvp_diag_base(d - 1, N, M);
+#pragma unroll
+      for (int k = 0; k < RPT; ++k) {
+        const int i = i0 + k, jn = d - 1 - i;
+        if (i < n && jn >= 0 && jn < m) {
+          Rn[k] = Rb[bn + i];
+          Qn[k] = Qb[bn + i];
+          const long long e = pairoff + (long long)i * M + jn;
+          if (!HARD && (jn == m - 1 || (e & (G - 1)) == G - 1)) {
+            const long long e0 = e & ~(long long)(G - 1);
+            hvpf_load(a.C, e0, total, vec, cg[k]);
+            hvpf_load(a.Cdot, e0, total, vec, dg[k]);
+          }
+        }
+      }
+    };
+    prefetch(n + m - 1);
+    for (int d = n + m - 2; d >= 0; --d) {
+      const int cur = d & 1, nxt = cur ^ 1;
+      double Sdn = HVP_BIG;  // the thread below's first row on d + 1
+      T Qdn = T(0), Edn = T(0), Fdn = T(0);
+      if (tid + 1 < nt) {
+        Sdn = sd[nxt * S + tid + 1];
+        Qdn = st[nxt * S + tid + 1];
+        Edn = se[nxt * S + tid + 1];
+        Fdn = sf[nxt * S + tid + 1];
+      }
+#pragma unroll
+      for (int k = 0; k < RPT; ++k) {  // upwards: row k reads row k + 1's cell on d + 1 before it moves
+        const int i = i0 + k, j = d - i;
+        if (i < n && j >= 0 && j < m) {
+          const long long rowstart = pairoff + (long long)i * M;
+          const long long e = rowstart + j;
+          const int pos = int(e & (G - 1));
+          const double Rp = Rn[k];
+          const T Qp = Qn[k];
+          // Successors: diagonal (i+1, j+1) on d + 2 (choice 0), down (i+1, j) on d + 1 (choice 1: p is its
+          // "up"), right (i, j+1) on d + 1 (choice 2: p is its "left").
+          const bool last = k + 1 == RPT;
+          const double Sdw = last ? Sdn : As[last ? k : k + 1];
+          const T Qdw = last ? Qdn : Aq[last ? k : k + 1];
+          const T Edw = last ? Edn : Ae[last ? k : k + 1];
+          const T Fdw = last ? Fdn : Af[last ? k : k + 1];
+          const double Sdg = Gs[k];
+          const T Qdg = Gq[k], Edg = Ge[k], Fdg = Gf[k];
+          Gs[k] = Sdw;  // the next cell's diagonal successor
+          Gq[k] = Qdw;
+          Ge[k] = Edw;
+          Gf[k] = Fdw;
+          T e_ = T(0), ed = T(0);
+          double Sout = HVP_BIG;
+          T Qout = T(0);
+          if (Rp < HVP_HALF) {  // allowed and reachable
+            if (i == n - 1 && j == m - 1) {
+              e_ = T(1);
+            } else {
+#pragma unroll
+              for (int rel = 0; rel < 3; ++rel) {
+                const bool exists = rel == 0 ? (i + 1 < n && j + 1 < m) : (rel == 1 ? i + 1 < n : j + 1 < m);
+                if (!exists) continue;
+                const double Ss = rel == 0 ? Sdg : (rel == 1 ? Sdw : As[k]);
+                if (Ss >= HVP_HALF) continue;  // forbidden or unreachable successor
+                const T es = rel == 0 ? Edg : (rel == 1 ? Edw : Ae[k]);
+                const T Qs = rel == 0 ? Qdg : (rel == 1 ? Qdw : Aq[k]);
+                if (HARD) {
+                  if (int(Qs) == rel) e_ += es;
+                } else {
+                  const T eds = rel == 0 ? Fdg : (rel == 1 ? Fdw : Af[k]);
+                  const T lw2 = hvp_clamp_lw(T(Ss - Rp));  // log2 of p's weight in s's soft-min, <= 0
+                  const T w = Num<T>::ex2(lw2);
+                  const T lw = T(LN2) * lw2;
+                  const T aa = (Qs - Qp - gd * lw) * ig;  // wdot / w
+                  const T t = w * (eds + es * aa);
+                  e_ += es * w;
+                  ed += t;
+                  vg += double(es * w * lw);
+                  vgd += double(t * lw);
+                }
+              }
+            }
+            if (HARD) {
+              Sout = Rp;  // any value below the sentinel: the cell is allowed; Q keeps the argmin
+              Qout = Qp;
+            } else {
+              Sout = Rp - double(hvpf_get(cg[k], pos)) * scale;  // S' = R' - C'
+              Qout = Qp - hvpf_get(dg[k], pos);                  // S-dot = R-dot - C-dot
+            }
+          }
+          As[k] = Sout;
+          Aq[k] = Qout;
+          Ae[k] = e_;
+          Af[k] = ed;
+          hvpf_set(eg[k], pos, e_);
+          hvpf_set(fg[k], pos, ed);
+          if (pos == 0 || j == 0) {  // the group is complete (going left): store it
+            hvpf_store(a.E, e - pos, rowstart, rowstart + M, vec, eg[k]);
+            hvpf_store(a.Edot, e - pos, rowstart, rowstart + M, vec, fg[k]);
+#pragma unroll
+            for (int x = 0; x < G; ++x) { eg[k][x] = T(0); fg[k][x] = T(0); }
+          }
+        }
+      }
+      sd[cur * S + tid] = As[0];
+      st[cur * S + tid] = Aq[0];
+      se[cur * S + tid] = Ae[0];
+      sf[cur * S + tid] = Af[0];
+      prefetch(d);
+      __syncthreads();
+    }
+  }
+
+  // Block sums of vgamma and vgamma_dot (one block per pair: no atomics).
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    vg += __shfl_xor_sync(FULL_MASK, vg, o);
+    vgd += __shfl_xor_sync(FULL_MASK, vgd, o);
+  }
+  const int warp = tid >> 5, nw = (nt + 31) >> 5;
+  if ((tid & 31) == 0) {
+    red[warp] = vg;
+    red[HVPF_MAX_THREADS / 32 + warp] = vgd;
+  }
+  __syncthreads();
+  if (tid == 0) {
+    double s = 0.0, s2 = 0.0;
+    for (int w = 0; w < nw; ++w) {
+      s += red[w];
+      s2 += red[HVPF_MAX_THREADS / 32 + w];
+    }
+    a.vgamma[b] = HARD ? T(0) : T(s);
+    a.vgamma_dot[b] = HARD ? T(0) : T(s2);
+  }
+}
+
+// Grid: B blocks (one per pair) of a multiple of 32 threads, at most HVPF_MAX_THREADS, with
+// threads · RPT >= N. Q: (B, N·M) R-dot scratch (not hvp_kernel's three tables). vec: C, Cdot, E and Edot are
+// 16-byte aligned (then the 16-byte groups are used).
+template <typename T, bool WINDOW, int RPT>
+__global__ void __launch_bounds__(HVPF_MAX_THREADS, (RPT == 1 && sizeof(T) == 4) ? 4 : 1)
+hvp_fast_kernel(const T* __restrict__ C, const T* __restrict__ Cdot, const T* __restrict__ gamma,
+                const T* __restrict__ gamma_dot, const long long* __restrict__ xlen,
+                const long long* __restrict__ ylen, const int* __restrict__ window, double* R, T* Q,
+                T* __restrict__ E, T* __restrict__ Edot, T* __restrict__ vgamma, T* __restrict__ vgamma_dot,
+                int B, int N, int M, int vec) {
+  __shared__ double sd[2 * HVPF_MAX_THREADS];
+  __shared__ T st[6 * HVPF_MAX_THREADS];
+  __shared__ double red[2 * HVPF_MAX_THREADS / 32];
+  const int b = blockIdx.x;
+  if (b >= B) return;
+  const HvpArgs<T> a{C, Cdot, gamma_dot, xlen, ylen, window, R, Q, E, Edot, vgamma, vgamma_dot, N, M};
+  const long long total = (long long)B * N * M;
+  const T g = *gamma;  // read on the device: no host sync
+  if (g == T(0)) {
+    hvpf_pair<T, WINDOW, true, RPT>(a, b, g, vec != 0, total, sd, st, red);
+  } else {
+    hvpf_pair<T, WINDOW, false, RPT>(a, b, g, vec != 0, total, sd, st, red);
+  }
+}
+
 }  // namespace sdtw
