@@ -4,7 +4,9 @@ Checked against the brute-force path oracle (tests/_paths.py) on tiny pairs, aga
 vgamma are cuda backward_cost's dC and dgamma with grad = 1, and the reference backend's in float64), against
 central differences of backward_cost in float64 (E-dot, vgamma-dot), float32 against float64 on fresh random
 data, per-pair lengths, bands, +inf cells, gamma in {1e-3, 0.1, 1, 10} and 0 (hard DTW); every output finite.
-N = 1500 runs the kernel's threads over several rows of a diagonal (256 threads per block).
+N <= 1024 runs hvp_fast_kernel (N = 700, 1000: each thread owns 4 rows; N = 300, 513: 2 and 4), N = 1100 and
+1500 the first kernel (several rows per thread); N != M both ways; unaligned C (the scalar path of the 16-byte
+groups) equals aligned C exactly.
 
 Marked ``cuda``, skipped without a GPU:
 ``PYTHONPATH=src python3 -m pytest -m cuda tests/backends/test_cuda_hvp.py``.
@@ -155,6 +157,9 @@ FIRST_ORDER_CASES = [
     (3, 33, 40, False, None, 10.0),
     (2, 1500, 1100, True, None, 1.0),
     (2, 1500, 1100, False, 200, 0.1),
+    (2, 1100, 1500, True, None, 0.1),
+    (2, 1000, 700, True, None, 0.1),
+    (2, 700, 1000, False, 150, 1.0),
 ]
 
 
@@ -174,7 +179,8 @@ def test_first_order_matches_backward_cost(B, N, M, lengths, band, gamma):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-@pytest.mark.parametrize("B,N,M,lengths,band", [(3, 40, 33, True, None), (3, 33, 40, True, 3), (2, 1500, 1100, True, None)])
+@pytest.mark.parametrize("B,N,M,lengths,band", [(3, 40, 33, True, None), (3, 33, 40, True, 3), (2, 1500, 1100, True, None),
+                                                (2, 1000, 700, True, None), (2, 513, 40, False, 5)])
 def test_hard_dtw_is_backward_costs_path(dtype, B, N, M, lengths, band):
     C, Cd, gd, xl, yl, window = _problem(B, N, M, seed=7, lengths=lengths, band=band, dtype=dtype)
     C_ties = torch.randint(0, 3, C.shape, device="cuda").to(dtype)  # integer costs: many ties
@@ -195,15 +201,34 @@ def test_directional_derivative_matches_central_differences(B, N, M, lengths, ba
     gd = torch.full_like(gd, float(gd[0]))  # gamma is one number for the batch: one gamma_dot too
     g = _gamma(gamma)
     _, _, Ed, vgd = hvp(C, g, xl, yl, window, Cd, gd)
-    h = 1e-6  # Cd, gd are of the size of C (scale): a relative step of 1e-6 in C and gamma
-    hg = h * float(gd[0])
-    _, dCp, dgp = first_order(C + h * Cd, _gamma(gamma + hg), xl, yl, window)
-    _, dCm, dgm = first_order(C - h * Cd, _gamma(gamma - hg), xl, yl, window)
-    _close(Ed, (dCp - dCm) / (2 * h), 1e-5)
+
+    def central(h):  # Cd, gd are of the size of C (scale): a relative step of h in C and gamma
+        hg = h * float(gd[0])
+        _, dCp, dgp = first_order(C + h * Cd, _gamma(gamma + hg), xl, yl, window)
+        _, dCm, dgm = first_order(C - h * Cd, _gamma(gamma - hg), xl, yl, window)
+        return (dCp - dCm) / (2 * h), (dgp - dgm) / (2 * h)
+
+    # Richardson: (4 D(h/2) - D(h)) / 3 cancels the h^2 term of the central difference (at gamma = 0.1, N = 1500
+    # the plain one is 4e-5 off in vgamma_dot at h = 1e-6: its truncation error, not the kernel's).
+    h = 1e-6
+    (dC1, dg1), (dC2, dg2) = central(h), central(h / 2)
+    _close(Ed, (4 * dC2 - dC1) / 3, 1e-5)
     # dgamma's own rounding, |value| / gamma · eps, divided by the step (ten times over).
     v, _, _ = first_order(C, g, xl, yl, window)
     floor = float(v.abs().max()) / gamma * 1e-16 / h * 1e6
-    _close(vgd, (dgp - dgm) / (2 * h), 1e-5, floor)
+    _close(vgd, (4 * dg2 - dg1) / 3, 1e-5, floor)
+
+
+@pytest.mark.parametrize("B,N,M,lengths,band,gamma", FIRST_ORDER_CASES)
+def test_mixed_second_derivative_is_symmetric(B, N, M, lengths, band, gamma):
+    """d2v/dgamma dC: vgamma_dot along (Cdot, 0) equals <E-dot along (0, 1), Cdot>, two different sums of the
+    kernel (no finite differences)."""
+    C, Cd, _, xl, yl, window = _problem(B, N, M, seed=B + 3 * N, lengths=lengths, band=band)
+    g = _gamma(gamma)
+    zeros, ones = torch.zeros(B, dtype=F64, device="cuda"), torch.ones(B, dtype=F64, device="cuda")
+    _, _, _, vgd = hvp(C, g, xl, yl, window, Cd, zeros)
+    _, _, Ed, _ = hvp(C, g, xl, yl, window, torch.zeros_like(Cd), ones)
+    _close(vgd, (Ed * Cd).sum((1, 2)), 1e-9, float((Ed.abs() * Cd.abs()).sum((1, 2)).max()))
 
 
 def test_directional_derivative_through_inf_cells():
@@ -237,7 +262,8 @@ def test_directional_derivative_through_inf_cells():
 # --- float32 against float64 ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("gamma", [1e-3, 0.1, 1.0, 10.0])
-@pytest.mark.parametrize("B,N,M,lengths,band", [(4, 64, 50, True, None), (4, 50, 64, True, 6), (2, 256, 256, False, None)])
+@pytest.mark.parametrize("B,N,M,lengths,band", [(4, 64, 50, True, None), (4, 50, 64, True, 6), (2, 256, 256, False, None),
+                                                (2, 1000, 300, True, None)])
 def test_float32_matches_float64(gamma, B, N, M, lengths, band):
     scale = 1e-3 if gamma == 1e-3 else 1.0
     C, Cd, gd, xl, yl, window = _problem(B, N, M, seed=N * M + 1, lengths=lengths, band=band, scale=scale)
@@ -264,7 +290,7 @@ def test_runs_on_the_current_stream():
         assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("N,M", [(1, 1), (1, 300), (300, 1), (257, 3), (3, 257), (513, 511)])
+@pytest.mark.parametrize("N,M", [(1, 1), (1, 300), (300, 1), (257, 3), (3, 257), (513, 511), (1024, 5), (1025, 5)])
 def test_edge_shapes_match_backward_cost(N, M):
     C, Cd, gd, xl, yl, window = _problem(2, N, M, seed=N + 2 * M, lengths=True)
     g = _gamma(0.3)
@@ -272,3 +298,26 @@ def test_edge_shapes_match_backward_cost(N, M):
     v, dC, dg = first_order(C, g, xl, yl, window)
     assert rel_err(E, dC) <= 1e-10
     _close(vg, dg, 1e-10, float(v.abs().max()) / 0.3)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("N,M", [(37, 45), (300, 257), (700, 33)])
+def test_unaligned_inputs_match_aligned(dtype, N, M):
+    """C and C-dot one element into their storage: not 16-byte aligned, so hvp_fast_kernel takes its scalar
+    loads; the results are the aligned ones bit for bit (same arithmetic)."""
+    B = 3
+    C, Cd, gd, xl, yl, window = _problem(B, N, M, seed=N + M, lengths=True, dtype=dtype)
+    Cd = Cd.to(dtype)
+    gd = gd.to(dtype)
+    numel = B * N * M
+    Cu = torch.empty(numel + 1, dtype=dtype, device="cuda")[1:].view(B, N, M)
+    Cdu = torch.empty(numel + 1, dtype=dtype, device="cuda")[1:].view(B, N, M)
+    Cu.copy_(C)
+    Cdu.copy_(Cd)
+    assert Cu.data_ptr() % 16 != 0 and Cu.is_contiguous()
+    for gamma in (0.0, 0.5):
+        g = _gamma(gamma, dtype)
+        want = hvp(C, g, xl, yl, window, Cd, gd)
+        got = hvp(Cu, g, xl, yl, window, Cdu, gd)
+        for a, b in zip(got, want):
+            assert torch.equal(a, b)
