@@ -152,3 +152,18 @@ def test_bad_inputs_are_refused_clearly():
 def test_cuda_tensors_raise_not_implemented():
     with pytest.raises(NotImplementedError, match="CPU only"):
         search.dtw_search(torch.zeros(3, 1, device="cuda"), torch.zeros(10, 1, device="cuda"))
+
+
+@pytest.mark.parametrize("n, cost_kind", [(1, 0), (16, 1), (37, 0)])
+def test_hard_wavefront_equals_the_column_order(n, cost_kind):
+    """The hard-DTW wavefront (strips of 16 rows) gives the column-order DP's values and starts, bit for bit,
+    including ties (integer-valued data)."""
+    from softdtw.backends import _cpu_search as kern
+    rng = np.random.default_rng(n)
+    q = rng.integers(0, 3, size=(n, 2)).astype(np.float64)
+    s = rng.integers(0, 3, size=(90, 2)).astype(np.float64)
+    v1, s1 = np.empty(90), np.empty(90, np.int64)
+    v2, s2 = np.empty(90), np.empty(90, np.int64)
+    kern._search_one(q, s, cost_kind, 0.0, v1, s1)
+    kern._search_one_hard_wave(q, s, cost_kind, v2, s2)
+    assert np.array_equal(v1, v2) and np.array_equal(s1, s2)

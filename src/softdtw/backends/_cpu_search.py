@@ -7,8 +7,11 @@ recursion): rows are the query's n steps, columns the series' L steps, and
 - R[i, j] = C[i, j] + smin(R[i-1, j-1], R[i-1, j], R[i, j-1]) for i >= 1;
 - the value of a match ending at column j is R[n-1, j] (every end column is kept, not only the best).
 
-It runs column by column (a column of n cells is the state: O(n) memory per query, whatever L), so
-a series of 10^7 steps streams through once. Each cell also carries the start column of its path:
+Soft-DTW (gamma > 0) runs column by column (a column of n cells is the state: O(n) memory per query,
+whatever L), so a series of 10^7 steps streams through once. Hard DTW runs as a wavefront over strips
+of 16 rows (lanes across rows, one vector loop per step; the strip's last row, `(L + 1,)` values and
+starts, is the state between strips): measured on the 2-core machine, one query of 128 steps in 10^5
+steps, 2.5x faster than the column order (the same bits). Each cell also carries the start column of its path:
 for gamma = 0 the start of the optimal path (the argmin predecessor, ties diagonal, vertical,
 horizontal as in the backward; at row 0 a tie between starting and coming from the left starts
 here), for gamma > 0 that of the path that follows each cell's largest-weight predecessor (the same
@@ -37,7 +40,8 @@ def _smin(a, b, c, gamma):
 
 @njit(**_JIT)
 def _search_one(q, series, cost_kind, gamma, values, starts):
-    """values[j] = R[n-1, j], starts[j] = its start column, for one query q `(n, D)`."""
+    """values[j] = R[n-1, j] (for gamma > 0 the soft-min over the paths ending at column j), starts[j] =
+    its start column, for one query q `(n, D)`."""
     n, D = q.shape
     L = series.shape[0]
     inf = np.inf
@@ -71,13 +75,93 @@ def _search_one(q, series, cost_kind, gamma, values, starts):
         prev_s, cur_s = cur_s, prev_s
 
 
+_WAVE = 16  # rows per strip of the hard wavefront (lanes)
+
+
+@njit(**_JIT)
+def _search_one_hard_wave(q, series, cost_kind, values, starts):
+    """:func:`_search_one` for gamma = 0 as a wavefront over strips of _WAVE rows: at step t, lane k
+    computes row i0 + k, column t - k; its diagonal, vertical and horizontal predecessors are lane k - 1
+    at step t - 2, lane k - 1 at t - 1 and itself at t - 1, so the lanes are independent within a step
+    (one vector loop), where a column's chain of cells is sequential. The strip's last row (values and
+    starts, `(L + 1,)`) is the next strip's top row. Same tie order (diagonal, vertical, horizontal)."""
+    n, D = q.shape
+    L = series.shape[0]
+    H = _WAVE
+    inf = np.inf
+    top = np.full(L + 1, inf)  # top[p]: row i0 - 1 at column p - 1 (p = 0: column -1)
+    top_s = np.zeros(L + 1, np.int64)
+    bottom = np.full(L + 1, inf)
+    bottom_s = np.zeros(L + 1, np.int64)
+    p0 = np.full(H + 1, inf)
+    p1 = np.full(H + 1, inf)
+    p2 = np.full(H + 1, inf)
+    s0 = np.zeros(H + 1, np.int64)
+    s1 = np.zeros(H + 1, np.int64)
+    s2 = np.zeros(H + 1, np.int64)
+    qs = np.zeros((H, D))
+    c = np.zeros(H)
+    live = np.zeros(H, np.bool_)
+    for i0 in range(0, n, H):
+        h = min(H, n - i0)
+        for k in range(H):
+            for d in range(D):
+                qs[k, d] = q[i0 + k, d] if k < h else 0.0
+        p1[:] = inf
+        p2[:] = inf
+        bottom[:] = inf
+        for t in range(L + h - 1):
+            if i0 == 0:  # row 0: the diagonal predecessor is "start here" (0, start t), the vertical none
+                p1[0], s1[0] = inf, t
+                p2[0], s2[0] = 0.0, t
+            else:
+                p1[0], s1[0] = (top[t + 1], top_s[t + 1]) if t < L else (inf, 0)
+                p2[0], s2[0] = top[t], top_s[t]
+            c[:] = 0.0
+            for k in range(H):
+                j = t - k
+                live[k] = (j >= 0) & (j < L) & (k < h)
+            for d in range(D):
+                for k in range(H):
+                    j = min(max(t - k, 0), L - 1)
+                    diff = qs[k, d] - series[j, d]
+                    c[k] += diff * diff if cost_kind == 0 else abs(diff)
+            for k in range(H):
+                best, bs = p2[k], s2[k]
+                up, us = p1[k], s1[k]
+                lf, ls = p1[k + 1], s1[k + 1]
+                take_up = up < best
+                best = up if take_up else best
+                bs = us if take_up else bs
+                take_left = lf < best
+                best = lf if take_left else best
+                bs = ls if take_left else bs
+                p0[k + 1] = c[k] + best if live[k] else inf
+                s0[k + 1] = bs
+            col = t - (h - 1)
+            if col >= 0:
+                bottom[col + 1] = p0[h]
+                bottom_s[col + 1] = s0[h]
+                if i0 + h == n:
+                    values[col] = p0[h]
+                    starts[col] = s0[h]
+            p2, p1, p0 = p1, p0, p2
+            s2, s1, s0 = s1, s0, s2
+        top, bottom = bottom, top
+        top_s, bottom_s = bottom_s, top_s
+        top[0] = inf
+
+
 @njit(parallel=True, **_JIT)
 def search_kernel(queries, series, cost_kind, gamma, values, starts):
     """For each query b of queries `(Q, n, D)` (float64) in series `(L, D)`: values[b, j] = the subsequence
-    (soft-)DTW value of the best match ending at column j, starts[b, j] its start column (`(Q, L)` float64
-    and int64, filled here)."""
+    DTW value of the best match ending at column j (soft-DTW: the soft-min over all matches ending there),
+    starts[b, j] its start column (`(Q, L)` float64 and int64, filled here)."""
     for b in prange(queries.shape[0]):
-        _search_one(queries[b], series, cost_kind, gamma, values[b], starts[b])
+        if gamma == 0.0:
+            _search_one_hard_wave(queries[b], series, cost_kind, values[b], starts[b])
+        else:
+            _search_one(queries[b], series, cost_kind, gamma, values[b], starts[b])
 
 
 @njit(**_JIT)
