@@ -155,7 +155,7 @@ def dtw_search(query, series, k: int = 1, gamma: float = 0.0, exclusion: Optiona
     from .backends import _cpu_search as kern
     from .backends._cpu_loading import prepare
 
-    prepare(kern, ("search_kernel", "select_matches"))
+    prepare(kern, ("search_kernel", "search_serial", "select_matches"))
     starts = torch.full((Q, k), -1, dtype=torch.int64)
     ends = torch.full((Q, k), -1, dtype=torch.int64)
     values = torch.full((Q, k), float("inf"), dtype=torch.float64)
@@ -172,7 +172,8 @@ def dtw_search(query, series, k: int = 1, gamma: float = 0.0, exclusion: Optiona
             q1 = min(Q, q0 + chunk)
             v = np.empty((q1 - q0, L))
             st = np.empty((q1 - q0, L), np.int64)
-            kern.search_kernel(qn[q0:q1], sn, _COSTS[cost], gamma, v, st)
+            run = kern.search_serial if q1 - q0 == 1 else kern.search_kernel  # one query: no parallel region
+            run(qn[q0:q1], sn, _COSTS[cost], gamma, v, st)
             for b in range(q1 - q0):
                 kern.select_matches(v[b], st[b], int(k), exclusion, starts[q0 + b].numpy(), ends[q0 + b].numpy(),
                                     values[q0 + b].numpy())
