@@ -1,4 +1,5 @@
 """The softdtw command line end to end: every command runs and writes its files."""
+import importlib.util
 import json
 import re
 import subprocess
@@ -15,7 +16,7 @@ SMALL_DEMO = ["demo", "--n-train", "9", "--n-test", "9", "--length", "32", "--km
               "--barycenter-iter", "4", "--no-progress"]
 
 
-@pytest.mark.parametrize("command", ["demo", "align", "cluster", "bench"])
+@pytest.mark.parametrize("command", ["demo", "align", "search", "cluster", "bench"])
 def test_help_of_every_command(command, capsys):
     with pytest.raises(SystemExit) as e:
         cli.main([command, "--help"])
@@ -277,3 +278,35 @@ def test_examples_run(script, args, tmp_path):
                        env={**__import__("os").environ, "PYTHONPATH": str(root / "src")})
     assert r.returncode == 0, r.stderr[-2000:]
     assert "figure" in r.stdout
+
+
+def test_search_prints_matches_csv_and_figure(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    pattern = np.sin(np.linspace(0, 2 * np.pi, 12))
+    series = 0.05 * rng.normal(size=200)
+    series[40:52] += pattern
+    series[150:162] += pattern
+    np.save(tmp_path / "q.npy", pattern)
+    (tmp_path / "s.csv").write_text("value\n" + "\n".join(f"{v:.17g}" for v in series) + "\n")
+    args = ["search", str(tmp_path / "q.npy"), str(tmp_path / "s.csv"), "-k", "2", "--csv", str(tmp_path / "m.csv")]
+    assert cli.main(args) == 0
+    text = capsys.readouterr().out
+    assert "| rank | start | end" in text and "exclusion 6" in text
+    rows = np.loadtxt(tmp_path / "m.csv", delimiter=",", skiprows=1)
+    assert sorted(rows[:, 1].astype(int).tolist()) == pytest.approx([51, 161], abs=1)
+    assert np.all(rows[:, 2] < 0.2)
+    if importlib.util.find_spec("matplotlib") is not None:
+        png = tmp_path / "fig" / "m.png"
+        assert cli.main(args + ["--plot", str(png)]) == 0
+        assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_search_plot_without_matplotlib_is_a_clear_error(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    np.save(tmp_path / "q.npy", np.zeros(3))
+    np.save(tmp_path / "s.npy", np.zeros(20))
+    assert cli.main(["search", str(tmp_path / "q.npy"), str(tmp_path / "s.npy"), "--plot", str(tmp_path / "p.png")]) == 2
+    err = capsys.readouterr().err
+    assert "--plot needs matplotlib" in err and 'pip install "softdtw[plot]"' in err
+    assert not (tmp_path / "p.png").exists()

@@ -21,6 +21,7 @@ from .barycenter import BarycenterResult, soft_dtw_barycenter
 from .clustering import KMeansResult, SoftDTWKMeans, soft_dtw_kmeans
 from .neighbors import SoftDTWKNeighborsClassifier
 from ._gamma import gamma_heuristic
+from .search import SearchResult, dtw_search
 from . import datasets
 
 __version__ = "0.1.0"
@@ -30,4 +31,5 @@ __all__ = [
     "SoftDTW", "SoftDTWDivergence", "pairwise_soft_dtw", "soft_dtw_barycenter", "BarycenterResult",
     "SoftDTWKMeans", "soft_dtw_kmeans", "KMeansResult", "SoftDTWKNeighborsClassifier", "gamma_heuristic",
     "datasets", "__version__",
+    "dtw_search", "SearchResult",
 ]

@@ -1,4 +1,4 @@
-"""The ``softdtw`` command line (also ``python -m softdtw``): demo, align, cluster, bench.
+"""The ``softdtw`` command line (also ``python -m softdtw``): demo, align, search, cluster, bench.
 
 Run ``softdtw COMMAND --help`` for the options of each command.
 """
@@ -314,6 +314,75 @@ def _cmd_align(args) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
+# search
+# ---------------------------------------------------------------------------------------------
+
+def _plot_matches(series: np.ndarray, query: np.ndarray, result, path: Path) -> Path:
+    """The series (one line per feature) with each match's span shaded and numbered, and the query."""
+    from .plotting import require_matplotlib
+
+    Figure = require_matplotlib()
+    fig = Figure(figsize=(10, 4.2), layout="constrained")
+    ax, axq = fig.subplots(1, 2, width_ratios=[5, 1])
+    ax.plot(series, lw=0.8)
+    for r, (a, e) in enumerate(zip(result.start.tolist(), result.end.tolist())):
+        if e < 0:
+            continue
+        ax.axvspan(a - 0.5, e + 0.5, color="C3", alpha=0.25, lw=0)
+        ax.annotate(str(r + 1), (0.5 * (a + e), 1.0), xycoords=("data", "axes fraction"), ha="center",
+                    va="bottom", fontsize=8, color="C3")
+    ax.set_xlabel("series step")
+    ax.set_title("matches, numbered best first", loc="left", fontsize=10, pad=14)
+    axq.plot(query, lw=1.0)
+    axq.set_title("query", fontsize=10)
+    return _save(fig, path)
+
+
+def _cmd_search(args) -> int:
+    from .search import dtw_search
+
+    qa, sa = _read_series(args.query), _read_series(args.series)
+    if qa.shape[1] != sa.shape[1]:
+        raise CLIError(f"the series have different numbers of features: {args.query} has {qa.shape[1]}, "
+                       f"{args.series} has {sa.shape[1]}; they must match.")
+    if args.plot:  # say so before the search, not after
+        missing = _figures_available()
+        if missing is not None:
+            raise CLIError(f"--plot needs matplotlib: {missing}")
+    t0 = time.perf_counter()
+    result = dtw_search(torch.from_numpy(qa), torch.from_numpy(sa), k=args.k, gamma=args.gamma,
+                        exclusion=args.exclusion, znormalize=args.znormalize, progress=False)
+    took = time.perf_counter() - t0
+    excl = qa.shape[0] // 2 if args.exclusion is None else args.exclusion
+    kind = "DTW" if args.gamma == 0 else f"soft-DTW (γ={args.gamma:.4g})"
+    print(f"query: {args.query} ({qa.shape[0]} steps, {qa.shape[1]} feature(s));  series: {args.series} "
+          f"({sa.shape[0]} steps);  {kind}, exclusion {excl}{', z-normalised' if args.znormalize else ''};  "
+          f"{_fmt_time(took)}")
+    import io
+    table = _Table(["rank", "start", "end", "length", "value"], stream=io.StringIO())  # printed once, aligned
+    found = 0
+    for r, (a, e, v) in enumerate(zip(result.start.tolist(), result.end.tolist(), result.value.tolist())):
+        if e < 0:
+            continue
+        found += 1
+        table.add(str(r + 1), str(a), str(e), str(e - a + 1), f"{v:.6g}")
+    print(table.render())
+    if found < args.k:
+        print(f"only {found} non-overlapping match(es) fit (asked for {args.k}).")
+    if args.csv:
+        Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
+        rows = [(a, e, v) for a, e, v in zip(result.start.tolist(), result.end.tolist(), result.value.tolist())
+                if e >= 0]
+        with open(args.csv, "w") as f:
+            f.write("start,end,value\n")
+            f.writelines(f"{a},{e},{v!r}\n" for a, e, v in rows)
+        print(f"matches: {args.csv}")
+    if args.plot:
+        print(f"figure: {_plot_matches(sa, qa, result, Path(args.plot))}")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
 # cluster
 # ---------------------------------------------------------------------------------------------
 
@@ -510,6 +579,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--path-csv", default=None, help="also write the DTW path as CSV (i,j)")
     p.add_argument("--no-figure", action="store_true", help="do not write the PNG")
     p.set_defaults(func=_cmd_align)
+
+    p = sub.add_parser("search", help="the k best DTW matches of a query inside a long series (subsequence DTW)",
+                       description="Find the k best non-overlapping matches of QUERY inside SERIES by subsequence "
+                                   "(soft-)DTW: one DP over the whole series, any start and end. Files: .csv, .npy, "
+                                   "or FILE:INDEX for one series of a UCR .ts/.tsv file.")
+    p.add_argument("query", help="the short series to look for")
+    p.add_argument("series", help="the long series to search")
+    p.add_argument("-k", "--k", type=int, default=3, help="matches to report (default 3)")
+    p.add_argument("--gamma", type=float, default=0.0, help="0 for DTW (default), > 0 for soft-DTW")
+    p.add_argument("--exclusion", type=int, default=None,
+                   help="exclusion zone in steps around each match's end (default: half the query's length)")
+    p.add_argument("--znormalize", action="store_true",
+                   help="z-normalise the query, and the series with running statistics over the query's length")
+    p.add_argument("--csv", default=None, help="also write the matches as CSV (start,end,value)")
+    p.add_argument("--plot", default=None, metavar="PATH", help="write a PNG of the series with the matches shaded")
+    p.set_defaults(func=_cmd_search)
 
     p = sub.add_parser("cluster", help="soft-DTW k-means of a file of series: labels CSV and a PNG of the centres",
                        description="k-means under the soft-DTW divergence (k-means++ seeding, batched barycenter "

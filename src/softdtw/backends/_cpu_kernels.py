@@ -362,10 +362,12 @@ def _cost_row(i, b0, nl, a, b, x, ys, C, cost_kind, lo, hi, xrow, crow):
 # ---------------------------------------------------------------------------------------------
 
 @njit(**_JIT)
-def _dp_row_soft(a, b, prev, cur, crow, lo, hi, left, inv, big):
-    """cur[j + 1] = C'[i, j] + smin(prev[j], prev[j + 1], cur[j]) for j in [a, b), in log2 units.
+def _dp_row_soft(a, b, pdiag, prev, cur, crow, lo, hi, left, inv, big, pen):
+    """cur[j + 1] = C'[i, j] + smin(pdiag[j], prev[j + 1] + pen, cur[j] + pen) for j in [a, b), in log2
+    units.
 
-    prev, cur, left, inv, big: state dtype; crow: data dtype.
+    pdiag is prev (the row above) but for row 0 with open_begin (zeros); pen: the step penalty in log2
+    units (0: none). prev, cur, left, inv, big, pen: state dtype; crow: data dtype.
     """
     L = crow.shape[1]
     for k in range(L):
@@ -373,21 +375,21 @@ def _dp_row_soft(a, b, prev, cur, crow, lo, hi, left, inv, big):
     for j in range(a, b):
         for k in range(L):
             c = crow[j, k]
-            r = min(c * inv + softmin3(prev[j, k], prev[j + 1, k], left[k], c), big)
+            r = min(c * inv + softmin3(pdiag[j, k], prev[j + 1, k] + pen, left[k] + pen, c), big)
             r = r if ((j >= lo[k]) & (j < hi[k])) else big
             left[k] = r
             cur[j + 1, k] = r
 
 
 @njit(**_JIT)
-def _dp_row_hard(a, b, prev, cur, crow, lo, hi, left, big):
-    """Hard DTW (gamma == 0): cur[j + 1] = C[i, j] + min(prev[j], prev[j + 1], cur[j])."""
+def _dp_row_hard(a, b, pdiag, prev, cur, crow, lo, hi, left, big, pen):
+    """Hard DTW (gamma == 0): cur[j + 1] = C[i, j] + min(pdiag[j], min(prev[j + 1], cur[j]) + pen)."""
     L = crow.shape[1]
     for k in range(L):
         left[k] = big
     for j in range(a, b):
         for k in range(L):
-            r = min(crow[j, k] + min(prev[j, k], min(prev[j + 1, k], left[k])), big)
+            r = min(crow[j, k] + min(pdiag[j, k], min(prev[j + 1, k], left[k]) + pen), big)
             r = r if ((j >= lo[k]) & (j < hi[k])) else big
             left[k] = r
             cur[j + 1, k] = r
@@ -420,6 +422,53 @@ def _end_value(r, out_scale, big):
     return np.inf if r >= big * 0.5 else r * out_scale
 
 
+@njit(**_JIT)
+def _row_softmin(row, hard, big):
+    """Open end: smin_j row[j] (log2 units; the min for hard DTW) in row's dtype; big's half or more
+    when no cell is finite. Scalar float64 sums (once per pair)."""
+    lo = row[0]
+    for q in range(1, row.shape[0]):
+        lo = min(lo, row[q])
+    if hard or lo >= big * 0.5:
+        return lo
+    z = 0.0
+    for q in range(row.shape[0]):
+        z += np.exp2(np.float64(lo) - np.float64(row[q]))
+    return type(lo)(np.float64(lo) - np.log2(z))
+
+
+@njit(**_JIT)
+def _end_seed(row, hard, big, out):
+    """Open end: out[q] = the weight of row[q] (log2 units) in smin_q row[q] (one-hot on the first argmin
+    for hard DTW; all 0 when no cell is finite); returns sum_q w_q log2 w_q (float64)."""
+    m = row.shape[0]
+    zero = out.dtype.type(0.0)
+    lo = row[0]
+    first = 0
+    for q in range(1, m):
+        if row[q] < lo:
+            lo, first = row[q], q
+    for q in range(m):
+        out[q] = zero
+    if lo >= big * 0.5:
+        return 0.0
+    if hard:
+        out[first] = out.dtype.type(1.0)
+        return 0.0
+    tiny = np.exp2(np.float64(flush_exponent(zero)))
+    z = 0.0
+    for q in range(m):
+        z += np.exp2(np.float64(lo) - np.float64(row[q]))
+    ent = -np.log2(z)
+    for q in range(m):
+        t = np.float64(lo) - np.float64(row[q])
+        w = np.exp2(t) / z
+        if w >= tiny:
+            out[q] = out.dtype.type(w)
+            ent += w * t
+    return ent
+
+
 @njit(**_INLINE)
 def _slot(i, first, every, n_slots):
     """Where row i goes in a saved buffer of rows first, first + every, ... (n_slots of them); -1
@@ -434,7 +483,7 @@ def _slot(i, first, every, n_slots):
 @njit(**_JIT)
 def _forward_group(g, lanes, x, y, C, cost_kind, N, M, gamma, x_lengths, y_lengths, window,
                    has_window, r0, r1, R_top, top_slot, every, first, natural, R_out,
-                   values):
+                   values, open_begin, open_end, pen):
     """Forward of rows [r0, r1) of pairs [g * lanes, g * lanes + lanes); see forward_kernel.
 
     The state dtype is R_out's (a placeholder's when nothing is saved), the data dtype values'.
@@ -447,6 +496,7 @@ def _forward_group(g, lanes, x, y, C, cost_kind, N, M, gamma, x_lengths, y_lengt
     big, hard, inv, out_scale = _state_constants(gamma, st.type(0.0))
     scale = out_scale if natural else st.type(1.0)
     n_slots = R_out.shape[1]
+    pen_s = st.type(pen) * inv
 
     D = x.shape[2]
     fused = cost_kind != COST_GIVEN
@@ -472,6 +522,7 @@ def _forward_group(g, lanes, x, y, C, cost_kind, N, M, gamma, x_lengths, y_lengt
     lo = np.zeros(lanes, np.int64)
     hi = np.zeros(lanes, np.int64)
     left = np.empty(lanes, st)
+    zdiag = np.zeros((M + 2 if open_begin else 0, lanes), st)  # row 0's diagonal predecessors (open begin)
 
     # Rows no lane reaches (empty ranges) are cheap, and give saved rows the sentinel.
     n_rows = 0
@@ -483,13 +534,18 @@ def _forward_group(g, lanes, x, y, C, cost_kind, N, M, gamma, x_lengths, y_lengt
         _cost_row(i, b0, nl, a, b, x, ys, C, cost_kind, lo, hi, xrow, crow)
         _reset_outside(cur, cur_lo, cur_hi, a + 1, b + 1, big)
         cur_lo, cur_hi = a + 1, b + 1
+        pdiag = zdiag if (open_begin and i == 0) else prev
         if hard:
-            _dp_row_hard(a, b, prev, cur, crow, lo, hi, left, big)
+            _dp_row_hard(a, b, pdiag, prev, cur, crow, lo, hi, left, big, pen_s)
         else:
-            _dp_row_soft(a, b, prev, cur, crow, lo, hi, left, inv, big)
+            _dp_row_soft(a, b, pdiag, prev, cur, crow, lo, hi, left, inv, big, pen_s)
         for k in range(nl):
             if i == x_lengths[b0 + k] - 1:
-                values[b0 + k] = _end_value(cur[y_lengths[b0 + k], k], out_scale, big)
+                if open_end:
+                    r = _row_softmin(cur[1:y_lengths[b0 + k] + 1, k], hard, big)
+                else:
+                    r = cur[y_lengths[b0 + k], k]
+                values[b0 + k] = _end_value(r, out_scale, big)
         s = _slot(i, first, every, n_slots)
         if s >= 0:
             _store_row(s, b0, nl, a, b, cur, scale, big, R_out)
@@ -499,7 +555,8 @@ def _forward_group(g, lanes, x, y, C, cost_kind, N, M, gamma, x_lengths, y_lengt
 
 @njit(parallel=True, **_JIT)
 def forward_kernel(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, has_window, r0, r1,
-                   R_top, top_slot, every, first, natural, by_pair, lanes, R_out, values, narrow):
+                   R_top, top_slot, every, first, natural, by_pair, lanes, R_out, values, narrow,
+                   open_begin, open_end, pen):
     """Rows [r0, r1) of the forward: soft-DTW values into ``values`` (pairs that end there), and
     the rows ``first``, ``first + every``, ... into R_out.
 
@@ -526,6 +583,11 @@ def forward_kernel(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, has_
     by-pair backward reads of it (its own and the next row's [lo - 1, hi)), not all M; the rest of R_out
     keeps what it held. For the bands of a checkpointed backward: a banded pair then costs its band, not
     N·M, per recomputed band (cpu.py, _backward_bands).
+
+    Alignment variants (see reference.py's docstring for the recursion): open_begin (row 0's diagonal
+    predecessor is 0 at every column, its vertical one the sentinel), open_end (a pair's value is the
+    soft-min of its last row over its columns), pen (float, natural units; 0 for none: the step penalty
+    added to the vertical and horizontal predecessors). No window with an open end (cpu.py refuses it).
     """
     B = x_lengths.shape[0]
     if cost_kind == COST_GIVEN:
@@ -536,13 +598,13 @@ def forward_kernel(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, has_
         for b in prange(B):
             _forward_pair(b, lanes, x, y, C, cost_kind, N, M, gamma, x_lengths, y_lengths, window,
                           has_window, r0, r1, R_top, top_slot, every, first, natural, R_out,
-                          values, narrow)
+                          values, narrow, open_begin, open_end, pen)
         return
     groups = (B + lanes - 1) // lanes
     for g in prange(groups):
         _forward_group(g, lanes, x, y, C, cost_kind, N, M, gamma, x_lengths, y_lengths, window,
                        has_window, r0, r1, R_top, top_slot, every, first, natural, R_out,
-                       values)
+                       values, open_begin, open_end, pen)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -635,32 +697,34 @@ def _cell_weights_hard(d, u, l, like):
 
 
 @njit(**_JIT)
-def _weights_soft(a, b, rup, rcur, crow, inv, wd, wu, wl, ent, exact):
+def _weights_soft(a, b, rdiag, rup, rcur, crow, inv, wd, wu, wl, ent, exact, pen):
     """Soft weights (see _cell_weights_soft; _cell_weights_exact if ``exact``) of the cells of row i,
-    j in [a, b), all lanes."""
+    j in [a, b), all lanes. rdiag: the row above as a diagonal predecessor (rup, but zeros for row 0
+    with open_begin); pen: step penalty in log2 units (state dtype), added to up and left."""
     L = crow.shape[1]
     like = wd.dtype.type(0.0)
     if exact:
         for j in range(a, b):
             for k in range(L):
                 wd[j + 1, k], wu[j + 1, k], wl[j + 1, k], ent[j + 1, k] = _cell_weights_exact(
-                    rup[j, k], rup[j + 1, k], rcur[j, k], like)
+                    rdiag[j, k], rup[j + 1, k] + pen, rcur[j, k] + pen, like)
         return
     for j in range(a, b):
         for k in range(L):
             wd[j + 1, k], wu[j + 1, k], wl[j + 1, k], ent[j + 1, k] = _cell_weights_soft(
-                rcur[j + 1, k], crow[j, k], inv, rup[j, k], rup[j + 1, k], rcur[j, k])
+                rcur[j + 1, k], crow[j, k], inv, rdiag[j, k], rup[j + 1, k] + pen, rcur[j, k] + pen)
 
 
 @njit(**_JIT)
-def _weights_hard(a, b, rup, rcur, wd, wu, wl):
-    """Hard weights (see _cell_weights_hard) of the cells of row i, j in [a, b), all lanes."""
+def _weights_hard(a, b, rdiag, rup, rcur, wd, wu, wl, pen):
+    """Hard weights (see _cell_weights_hard) of the cells of row i, j in [a, b), all lanes (rdiag, pen
+    as in _weights_soft)."""
     L = wd.shape[1]
     like = wd.dtype.type(0.0)
     for j in range(a, b):
         for k in range(L):
             wd[j + 1, k], wu[j + 1, k], wl[j + 1, k] = _cell_weights_hard(
-                rup[j, k], rup[j + 1, k], rcur[j, k], like)
+                rdiag[j, k], rup[j + 1, k] + pen, rcur[j, k] + pen, like)
 
 
 @njit(**_JIT)
@@ -681,6 +745,31 @@ def _alignment_row(a, b, lo, hi, end_col, e_next, wd_next, wu_next, e_cur, wl_cu
             e += one if j == end_col[k] else zero
             keep = (j >= lo[k]) & (j < hi[k]) & (e >= tiny)
             e_cur[j + 1, k] = e if keep else zero
+
+
+@njit(**_JIT)
+def _alignment_row_seeded(a, b, lo, hi, seed, e_next, wd_next, wu_next, e_cur, wl_cur):
+    """:func:`_alignment_row` with the end given as a row of seeds (open end: the last row's soft-min
+    weights, seed[j + 1, k]; zero on lanes whose last row this is not)."""
+    L = e_cur.shape[1]
+    zero = e_cur.dtype.type(0.0)
+    tiny = exp2_neg(flush_exponent(zero))
+    for j in range(b - 1, a - 1, -1):
+        for k in range(L):
+            e = (e_next[j + 2, k] * wd_next[j + 2, k] + e_next[j + 1, k] * wu_next[j + 1, k]
+                 + e_cur[j + 2, k] * wl_cur[j + 2, k])
+            e += seed[j + 1, k]
+            keep = (j >= lo[k]) & (j < hi[k]) & (e >= tiny)
+            e_cur[j + 1, k] = e if keep else zero
+
+
+@njit(**_JIT)
+def _moves_row(a, b, e_cur, wu, wl, acc):
+    """acc[k] += sum_j E[i, j] (w_up + w_left): the row's share of d value / d step_penalty."""
+    L = e_cur.shape[1]
+    for j in range(a, b):
+        for k in range(L):
+            acc[k] += e_cur[j + 1, k] * (wu[j + 1, k] + wl[j + 1, k])
 
 
 @njit(**_JIT)
@@ -718,7 +807,7 @@ def _grad_row(a, b, cost_kind, e_cur, xrow, ys, ent, dxrow, dys, e_ent):
 @njit(**_JIT)
 def _backward_group(g, lanes, x, y, C, cost_kind, N, M, gamma, x_lengths, y_lengths, window,
                     has_window, r0, r1, first, grad, values, R_rows, carry, carry_i, carry_y,
-                    e_ent, dx, dy, dC, dgamma, exact):
+                    e_ent, dx, dy, dC, dgamma, exact, open_begin, open_end, pen, e_mov, dpen):
     """Rows [r0, r1) (bottom-up) of the backward of pairs [g * lanes, g * lanes + lanes); see
     backward_kernel. State dtype R_rows', data dtype values'."""
     B = x_lengths.shape[0]
@@ -727,6 +816,8 @@ def _backward_group(g, lanes, x, y, C, cost_kind, N, M, gamma, x_lengths, y_leng
     dt = values.dtype
     st = R_rows.dtype
     big, hard, inv, _ = _state_constants(gamma, st.type(0.0))
+    pen_s = st.type(pen) * inv
+    want_pen = dpen.shape[0] > 0
     D = x.shape[2]
     fused = cost_kind != COST_GIVEN
     # sqeuclidean's derivative carries a factor 2; applied once per pair with grad.
@@ -765,9 +856,14 @@ def _backward_group(g, lanes, x, y, C, cost_kind, N, M, gamma, x_lengths, y_leng
     end_col = np.full(lanes, -1, np.int64)
     ent = np.zeros((M + 2, lanes), dt)  # per cell: sum_p w log2 w over its predecessors
     ent_acc = np.zeros(lanes, np.float64)  # <E, ent> per pair (float64: a sum of N·M terms)
+    mov_acc = np.zeros(lanes, np.float64)  # <E, w_up + w_left> per pair (d value / d step_penalty)
     if handed:
         for k in range(nl):
             ent_acc[k] = e_ent[b0 + k]
+            if want_pen:
+                mov_acc[k] = e_mov[b0 + k]
+    zdiag = np.zeros((M + 2 if open_begin else 0, lanes), st)  # row 0's diagonal predecessors (open begin)
+    seed = np.zeros((M + 2 if open_end else 0, lanes), dt)  # open end: the last row's soft-min weights
 
     n_rows = 0
     for k in range(nl):
@@ -780,14 +876,28 @@ def _backward_group(g, lanes, x, y, C, cost_kind, N, M, gamma, x_lengths, y_leng
         _cost_row(i, b0, nl, a, b, x, ys, C, cost_kind, lo, hi, xrow, crow)
         _load_R_row(i, first, b0, nl, a, b, R_rows, inv, big, rcur)
         _load_R_row(i - 1, first, b0, nl, a, b, R_rows, inv, big, rup)
+        rdiag = zdiag if (open_begin and i == 0) else rup
         if hard:
-            _weights_hard(a, b, rup, rcur, wd_cur, wu_cur, wl_cur)
+            _weights_hard(a, b, rdiag, rup, rcur, wd_cur, wu_cur, wl_cur, pen_s)
         else:
-            _weights_soft(a, b, rup, rcur, crow, inv, wd_cur, wu_cur, wl_cur, ent, exact)
+            _weights_soft(a, b, rdiag, rup, rcur, crow, inv, wd_cur, wu_cur, wl_cur, ent, exact, pen_s)
         _reset_outside(e_cur, cur_lo, cur_hi, a + 1, b + 1, 0)
         cur_lo, cur_hi = a + 1, b + 1
-        _alignment_row(a, b, lo, hi, end_col, e_next, wd_next, wu_next, e_cur, wl_cur)
+        if open_end:
+            ends_here = False
+            for k in range(nl):
+                if end_col[k] >= 0:
+                    ends_here = True
+                    m_k = end_col[k] + 1
+                    ent_acc[k] += _end_seed(rcur[1:m_k + 1, k], hard, big, seed[1:m_k + 1, k])
+            _alignment_row_seeded(a, b, lo, hi, seed, e_next, wd_next, wu_next, e_cur, wl_cur)
+            if ends_here:
+                seed[:] = 0
+        else:
+            _alignment_row(a, b, lo, hi, end_col, e_next, wd_next, wu_next, e_cur, wl_cur)
         _grad_row(a, b, cost_kind, e_cur, xrow, ys, ent, dxrow, dys, ent_acc)
+        if want_pen:
+            _moves_row(a, b, e_cur, wu_cur, wl_cur, mov_acc)
         for k in range(nl):
             gk = grad[b0 + k]
             if fused:
@@ -809,10 +919,14 @@ def _backward_group(g, lanes, x, y, C, cost_kind, N, M, gamma, x_lengths, y_leng
         ci[4] = (p + max(r_end - r0, 0)) % 2  # one swap per row
         for k in range(nl):
             e_ent[b0 + k] = ent_acc[k]
+            if want_pen:
+                e_mov[b0 + k] = mov_acc[k]
     if r0 > 0:
         return
     for k in range(nl):
         gk = grad[b0 + k]
+        if want_pen:
+            dpen[b0 + k] = gk * mov_acc[k]
         if fused:
             for j in range(M):
                 for d in range(D):
@@ -824,7 +938,7 @@ def _backward_group(g, lanes, x, y, C, cost_kind, N, M, gamma, x_lengths, y_leng
 @njit(parallel=True, **_JIT)
 def backward_kernel(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, has_window, r0, r1,
                     first, by_pair, lanes, grad, values, R_rows, carry, carry_i, carry_y, e_ent,
-                    dx, dy, dC, dgamma, exact):
+                    dx, dy, dC, dgamma, exact, open_begin, open_end, pen, e_mov, dpen):
     """Rows [r0, r1) of the backward of sum_b grad[b] * value[b], bottom-up.
 
     R_rows[b, i - first] holds row i of R in natural units (state dtype; float64 for float32
@@ -849,6 +963,10 @@ def backward_kernel(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, has
     vectorised along each row (small batches), else groups of ``lanes`` pairs. exact: take each
     cell's weights from its predecessors alone (_cell_weights_exact), for R' too large for
     S' = R' - C' (cpu.py decides from a bound on R').
+
+    Alignment variants as in forward_kernel (open_begin, open_end, pen). dpen `(B,)`: grad_b d value_b /
+    d pen, written when it is not empty (`(0,)`: no penalty gradient wanted); e_mov `(B,)` float64 carries
+    its partial sums between calls like e_ent (`(0,)` for a single call).
     """
     B = x_lengths.shape[0]
     if cost_kind == COST_GIVEN:
@@ -859,13 +977,14 @@ def backward_kernel(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, has
         for b in prange(B):
             _backward_pair(b, x, y, C, cost_kind, M, gamma, x_lengths, y_lengths, window,
                            has_window, r0, r1, first, grad, values, R_rows, carry, carry_i,
-                           carry_y, e_ent, dx, dy, dC, dgamma, exact)
+                           carry_y, e_ent, dx, dy, dC, dgamma, exact, open_begin, open_end, pen,
+                           e_mov, dpen)
         return
     groups = (B + lanes - 1) // lanes
     for g in prange(groups):
         _backward_group(g, lanes, x, y, C, cost_kind, N, M, gamma, x_lengths, y_lengths, window,
                         has_window, r0, r1, first, grad, values, R_rows, carry, carry_i, carry_y,
-                        e_ent, dx, dy, dC, dgamma, exact)
+                        e_ent, dx, dy, dC, dgamma, exact, open_begin, open_end, pen, e_mov, dpen)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -927,7 +1046,8 @@ def _pair_cost_row(b, i, lo, hi, x, yT, C, cost_kind, crow):
 
 @njit(**_JIT)
 def _forward_pair(b, H, x, y, C, cost_kind, N, M, gamma, x_lengths, y_lengths, window,
-                  has_window, r0, r1, R_top, top_slot, every, first, natural, R_out, values, narrow):
+                  has_window, r0, r1, R_top, top_slot, every, first, natural, R_out, values, narrow,
+                  open_begin, open_end, pen):
     """Forward of rows [r0, r1) of pair b in strips of H rows (wavefront across the strip; see the
     section note); the arguments as in forward_kernel."""
     dt = values.dtype
@@ -935,7 +1055,10 @@ def _forward_pair(b, H, x, y, C, cost_kind, N, M, gamma, x_lengths, y_lengths, w
     big, hard, inv, out_scale = _state_constants(gamma, st.type(0.0))
     scale = out_scale if natural else st.type(1.0)
     n_slots = R_out.shape[1]
+    pen_s = st.type(pen) * inv
+    zero_s = st.type(0.0)
     n, m = x_lengths[b], y_lengths[b]
+    last = np.full(m if open_end else 0, big, st)  # open end: the pair's last row
     # Rows past the pair's length (empty strips) are cheap, and give saved rows the sentinel.
     r_end = min(r1, N if every > 0 else n)
     D = x.shape[2]
@@ -976,6 +1099,8 @@ def _forward_pair(b, H, x, y, C, cost_kind, N, M, gamma, x_lengths, y_lengths, w
         p1[:] = big
         p2[:] = big
         bottom[:] = big
+        open_top = open_begin and i0 == 0 and top_slot < 0  # row 0's diagonal predecessors are 0
+        k_end = n - 1 - i0 if (i0 <= n - 1 < min(i0 + H, r1)) else -1
         for t in range(t_start, t_end):
             if (t - t_start) % _BLOCK == 0:
                 # The costs of the next _BLOCK steps: written one lane (cache line) apart, so
@@ -990,24 +1115,29 @@ def _forward_pair(b, H, x, y, C, cost_kind, N, M, gamma, x_lengths, y_lengths, w
                         for q in range(c1 - c0):
                             dst[q] = src[q]
             p1[0] = top[t + 1]
-            p2[0] = top[t]
+            p2[0] = zero_s if open_top else top[t]
             if hard:
                 for k in range(H):
-                    r = min(cT[t, k] + min(p2[k], min(p1[k], p1[k + 1])), big)
+                    r = min(cT[t, k] + min(p2[k], min(p1[k], p1[k + 1]) + pen_s), big)
                     p0[k + 1] = r if ((t - k >= lo[k]) & (t - k < hi[k])) else big
             else:
                 for k in range(H):
                     c = cT[t, k]
-                    r = min(c * inv + softmin3(p2[k], p1[k], p1[k + 1], c), big)
+                    r = min(c * inv + softmin3(p2[k], p1[k] + pen_s, p1[k + 1] + pen_s, c), big)
                     p0[k + 1] = r if ((t - k >= lo[k]) & (t - k < hi[k])) else big
             if t >= H - 1:
                 bottom[t - H + 2] = p0[H]  # row i0 + H - 1, column t - H + 1
             if every > 0:
                 for k in range(H):
                     out[t, k] = p0[k + 1]
-            if i0 <= n - 1 < min(i0 + H, r1) and t == m - 1 + (n - 1 - i0):
+            if open_end:
+                if k_end >= 0 and 0 <= t - k_end < m:
+                    last[t - k_end] = p0[k_end + 1]
+            elif k_end >= 0 and t == m - 1 + k_end:
                 values[b] = _end_value(p0[n - i0], out_scale, big)
             p2, p1, p0 = p1, p0, p2
+        if open_end and k_end >= 0:
+            values[b] = _end_value(_row_softmin(last, hard, big), out_scale, big)
         # Saved rows, by blocks of columns: the strided reads of out stay in L1.
         qa, qb = M, 0
         for k in range(H):
@@ -1066,23 +1196,30 @@ def _pair_load_R_row(b, i, first, lo, hi, R_rows, inv, big, out):
 @njit(**_JIT)
 def _backward_pair(b, x, y, C, cost_kind, M, gamma, x_lengths, y_lengths, window, has_window,
                    r0, r1, first, grad, values, R_rows, carry, carry_i, carry_y, e_ent, dx, dy,
-                   dC, dgamma, exact):
+                   dC, dgamma, exact, open_begin, open_end, pen, e_mov, dpen):
     """Rows [r0, r1) of the backward of pair b, one row at a time (the lanes version's steps,
     vectorised along j); the arguments as in backward_kernel."""
     dt = values.dtype
     st = R_rows.dtype
     big, hard, inv, _ = _state_constants(gamma, st.type(0.0))
+    pen_s = st.type(pen) * inv
+    want_pen = dpen.shape[0] > 0
     zero, one = dt.type(0.0), dt.type(1.0)
     tiny = exp2_neg(flush_exponent(zero))
     n, m = x_lengths[b], y_lengths[b]
+    zdiag = np.zeros(M + 2 if open_begin else 0, st)  # row 0's diagonal predecessors (open begin)
+    seed = np.zeros(m if open_end else 0, dt)
     D = x.shape[2]
     fused = cost_kind != COST_GIVEN
     factor = dt.type(2.0) if cost_kind == COST_SQEUCLIDEAN else one
     gb = grad[b]
     # State handed between calls (see backward_kernel), or kept here for a one-call backward.
     handed = carry.shape[0] > 0
+    m_sum = 0.0
     if handed:
         cb, ci, dyT, e_sum = carry[b], carry_i[b], carry_y[b, 0], e_ent[b]
+        if want_pen:
+            m_sum = e_mov[b]
     else:
         cb = np.zeros((6, 1, M + 2), dt)
         ci = np.zeros(5, np.int64)
@@ -1116,18 +1253,21 @@ def _backward_pair(b, x, y, C, cost_kind, M, gamma, x_lengths, y_lengths, window
         c_v = crow[lo:hi]
         r_v, r_l = rcur[lo + 1:hi + 1], rcur[lo:hi]
         u_v, u_l = rup[lo + 1:hi + 1], rup[lo:hi]
+        if open_begin and i == 0:
+            u_l = zdiag[lo:hi]
         wd_v, wu_v, wl_v = wd_cur[lo + 1:hi + 1], wu_cur[lo + 1:hi + 1], wl_cur[lo + 1:hi + 1]
         ent_v = ent[lo + 1:hi + 1]
         if hard:
             for q in range(w):
-                wd_v[q], wu_v[q], wl_v[q] = _cell_weights_hard(u_l[q], u_v[q], r_l[q], zero)
+                wd_v[q], wu_v[q], wl_v[q] = _cell_weights_hard(u_l[q], u_v[q] + pen_s, r_l[q] + pen_s, zero)
         elif exact:
             for q in range(w):
-                wd_v[q], wu_v[q], wl_v[q], ent_v[q] = _cell_weights_exact(u_l[q], u_v[q], r_l[q], zero)
+                wd_v[q], wu_v[q], wl_v[q], ent_v[q] = _cell_weights_exact(
+                    u_l[q], u_v[q] + pen_s, r_l[q] + pen_s, zero)
         else:
             for q in range(w):
                 wd_v[q], wu_v[q], wl_v[q], ent_v[q] = _cell_weights_soft(
-                    r_v[q], c_v[q], inv, u_l[q], u_v[q], r_l[q])
+                    r_v[q], c_v[q], inv, u_l[q], u_v[q] + pen_s, r_l[q] + pen_s)
         # E[i, j] = (E[i+1, j+1] wd + E[i+1, j] wu) + E[i, j+1] wl: the bracket is vectorised, the
         # last term is a recurrence along the row.
         e_cur[cur_lo:cur_hi] = 0
@@ -1138,7 +1278,12 @@ def _backward_pair(b, x, y, C, cost_kind, M, gamma, x_lengths, y_lengths, window
         for q in range(w):
             acc_v[q] = en_r[q] * wdn_r[q] + en_v[q] * wun_v[q]
         if i == n - 1:
-            acc[m - 1] += one
+            if open_end:
+                e_sum += _end_seed(rcur[1:m + 1], hard, big, seed)
+                for q in range(m):
+                    acc[q] += seed[q]
+            else:
+                acc[m - 1] += one
         e = zero
         for j in range(hi - 1, lo - 1, -1):
             e = acc[j] + e * wl_cur[j + 2]
@@ -1147,6 +1292,9 @@ def _backward_pair(b, x, y, C, cost_kind, M, gamma, x_lengths, y_lengths, window
         e_v = e_cur[lo + 1:hi + 1]
         for q in range(w):
             e_sum += e_v[q] * ent_v[q]
+        if want_pen:
+            for q in range(w):
+                m_sum += e_v[q] * (wu_v[q] + wl_v[q])
         if fused:
             for d in range(D):
                 xd = x[b, i, d]
@@ -1178,8 +1326,12 @@ def _backward_pair(b, x, y, C, cost_kind, M, gamma, x_lengths, y_lengths, window
         ci[0], ci[1], ci[2], ci[3] = next_lo, next_hi, cur_lo, cur_hi
         ci[4] = (p + max(r_end - r0, 0)) % 2  # one swap per row
         e_ent[b] = e_sum
+        if want_pen:
+            e_mov[b] = m_sum
     if r0 > 0:
         return
+    if want_pen:
+        dpen[b] = gb * m_sum
     if fused:
         for j in range(M):
             for d in range(D):

@@ -36,6 +36,12 @@ kernels; the arithmetic lives in ``_cpu_kernels.py``.
   banded pair costs its band: two pairs 2^18 x (2^18 - 100) with a band of radius 128, 24 s
   (190 s when every recomputed row was written across all M columns).
 - gamma == 0 is hard DTW; its backward follows the argmin path (ties: diagonal, up, left).
+- Alignment variants (issue 25; keyword-only ``open_begin``, ``open_end``, ``step_penalty`` of the four
+  functions; the recursion is derived in reference.py's docstring): flags of the same kernels, in every
+  memory mode, dtype, plan and with lengths. ``backward`` / ``backward_cost`` return d value / d
+  step_penalty per pair `(B,)` as an extra last output when step_penalty is not None. Bands with an
+  open end raise ValueError (reference.check_variant). Open end, hard DTW: the first argmin of the
+  last row is the end the backward follows.
 - Non-finite and extreme numbers: C may hold +inf (a forbidden cell); a pair with no finite path, or
   whose value overflows the data dtype, gets +inf and a zero gradient. Costs over gamma past what a
   float32 state holds run with a float64 state; float64 data past 2.5e299 in log2 units is computed
@@ -234,7 +240,11 @@ def _reach(bound: float, N: int, M: int, gamma: float) -> float:
     return max((N + M) * (scaled + 2.0), inv)  # inv itself must fit in the state dtype too
 
 
-def _state(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, N, M, dtype, memory) -> str:
+def _pen(step_penalty) -> float:
+    return 0.0 if step_penalty is None else float(step_penalty)
+
+
+def _state(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, N, M, dtype, memory, pen=0.0) -> str:
     """How the kernels run this problem: "narrow" (a value-only float32 pass may keep its DP state in
     float32), "wide" (a float64 state, as always with a backward or past F32_STATE_MAX), or "reference"
     (float64 data whose costs over gamma leave the range the kernels keep exact: the reference backend
@@ -248,11 +258,12 @@ def _state(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, N, M, dtype,
         return "wide"
     g = _gamma(gamma)
     limit = _REACH[dtype]
-    if _reach(_quick_cost_bound(x, y, C, cost_kind), N, M, g) < limit:
+    # A step penalty adds at most |pen| per cell of a path: bound it with the costs.
+    if _reach(_quick_cost_bound(x, y, C, cost_kind) + abs(pen), N, M, g) < limit:
         return "narrow"
     if dtype == torch.float32:
         return "wide"
-    bound = _exact_cost_bound(x, y, C, cost_kind, x_lengths, y_lengths, window)
+    bound = _exact_cost_bound(x, y, C, cost_kind, x_lengths, y_lengths, window) + abs(pen)
     return "narrow" if _reach(bound, N, M, g) < limit else "reference"
 
 
@@ -289,9 +300,9 @@ def _allocate(shape, dtype, what: str, B: int, N: int, M: int):
 
 
 def _run_forward(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, memory, B, N, M, D, dtype,
-                 narrow_state: bool = True):
+                 narrow_state: bool = True, variant=(False, False, 0.0)):
     """The forward kernel over all rows. narrow_state: a value-only float32 pass may keep its DP state
-    in float32 (see _state)."""
+    in float32 (see _state). variant: (open_begin, open_end, step penalty as a float)."""
     _prepare_kernels(kernels, _ENTRY_POINTS)  # compile notice; cached helpers first (see _cpu_loading)
     values = torch.empty(B, dtype=dtype)
     if memory == "store":
@@ -311,7 +322,7 @@ def _run_forward(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, memory
     kernels.forward_kernel(
         x, y, C, cost_kind, _gamma(gamma), _view(x_lengths), _view(y_lengths), win, has_win,
         0, N, state, -1, every, every - 1, memory == "store", by_pair, lanes, state,
-        values.numpy(), False,
+        values.numpy(), False, *variant,
     )
     return values, saved
 
@@ -323,29 +334,44 @@ def _exact_elsewhere(run, memory: str, dtype: torch.dtype):
     return value, torch.empty((0,), dtype=dtype if memory == "none" else SAVED_DTYPE)
 
 
-def forward(x, y, gamma, cost, x_lengths, y_lengths, window, memory):
-    """Soft-DTW values `(B,)` of x `(B, N, D)` and y `(B, M, D)` under a fused cost; see module doc."""
+def forward(x, y, gamma, cost, x_lengths, y_lengths, window, memory, *, open_begin=False, open_end=False,
+            step_penalty=None):
+    """Soft-DTW values `(B,)` of x `(B, N, D)` and y `(B, M, D)` under a fused cost; see module doc.
+
+    open_begin, open_end, step_penalty (None or a 0-d tensor of the data dtype): the alignment variants.
+    """
+    reference.check_variant(window, open_begin, open_end)
     B, N, D = x.shape
     M = y.shape[1]
-    state = _state(x, y, None, _COST_KIND[cost], gamma, x_lengths, y_lengths, window, N, M, x.dtype, memory)
+    pen = _pen(step_penalty)
+    opts = dict(open_begin=open_begin, open_end=open_end, step_penalty=step_penalty)
+    state = _state(x, y, None, _COST_KIND[cost], gamma, x_lengths, y_lengths, window, N, M, x.dtype, memory,
+                   pen)
     if state == "reference":
         return _exact_elsewhere(
-            lambda: reference.forward(x, y, gamma, cost, x_lengths, y_lengths, window, "none"), memory, x.dtype)
+            lambda: reference.forward(x, y, gamma, cost, x_lengths, y_lengths, window, "none", **opts), memory,
+            x.dtype)
     return _run_forward(_view(x), _view(y), _placeholder(x.dtype), _COST_KIND[cost], gamma,
-                        x_lengths, y_lengths, window, memory, B, N, M, D, x.dtype, state == "narrow")
+                        x_lengths, y_lengths, window, memory, B, N, M, D, x.dtype, state == "narrow",
+                        (open_begin, open_end, pen))
 
 
-def forward_cost(C, gamma, x_lengths, y_lengths, window, memory):
-    """Soft-DTW values `(B,)` from a precomputed cost C `(B, N, M)`."""
+def forward_cost(C, gamma, x_lengths, y_lengths, window, memory, *, open_begin=False, open_end=False,
+                 step_penalty=None):
+    """Soft-DTW values `(B,)` from a precomputed cost C `(B, N, M)`; options as :func:`forward`."""
+    reference.check_variant(window, open_begin, open_end)
     B, N, M = C.shape
+    pen = _pen(step_penalty)
+    opts = dict(open_begin=open_begin, open_end=open_end, step_penalty=step_penalty)
     state = _state(None, None, C, kernels.COST_GIVEN, gamma, x_lengths, y_lengths, window, N, M, C.dtype,
-                   memory)
+                   memory, pen)
     if state == "reference":
         return _exact_elsewhere(
-            lambda: reference.forward_cost(C, gamma, x_lengths, y_lengths, window, "none"), memory, C.dtype)
+            lambda: reference.forward_cost(C, gamma, x_lengths, y_lengths, window, "none", **opts), memory,
+            C.dtype)
     empty = _placeholder(C.dtype)
     return _run_forward(empty, empty, _view(C), kernels.COST_GIVEN, gamma, x_lengths, y_lengths,
-                        window, memory, B, N, M, 0, C.dtype, state == "narrow")
+                        window, memory, B, N, M, 0, C.dtype, state == "narrow", (open_begin, open_end, pen))
 
 
 def _carry(by_pair: bool, lanes: int, B: int, M: int, D: int, fused: bool, dtype: torch.dtype):
@@ -370,7 +396,7 @@ def _carry(by_pair: bool, lanes: int, B: int, M: int, D: int, fused: bool, dtype
 _EXACT_WEIGHTS_REACH = float(1 << 26)
 
 
-def _weights(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, N, M, dtype) -> str:
+def _weights(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, N, M, dtype, pen=0.0) -> str:
     """How the backward takes its weights: "exact" (_cpu_kernels._cell_weights_exact), "fast", or
     "reference" (out of the kernels' range: see :func:`_state`).
 
@@ -381,39 +407,42 @@ def _weights(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, N, M, dtyp
     _EXACT_WEIGHTS_REACH (its fast weights are within 2e-10 of the exact ones there)."""
     if dtype == torch.float32:
         return "exact"
-    reach = _reach(_quick_cost_bound(x, y, C, cost_kind), N, M, _gamma(gamma))
+    reach = _reach(_quick_cost_bound(x, y, C, cost_kind) + abs(pen), N, M, _gamma(gamma))
     if reach <= _EXACT_WEIGHTS_REACH:
         return "fast"
     if reach < _REACH[dtype]:
         return "exact"
-    bound = _exact_cost_bound(x, y, C, cost_kind, x_lengths, y_lengths, window)
+    bound = _exact_cost_bound(x, y, C, cost_kind, x_lengths, y_lengths, window) + abs(pen)
     return "exact" if _reach(bound, N, M, _gamma(gamma)) < _REACH[dtype] else "reference"
 
 
 def _run_backward(grad, x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, value, saved,
-                  memory, B, N, M, D, dtype, outputs, exact=False):
+                  memory, B, N, M, D, dtype, outputs, exact=False, variant=(False, False, 0.0),
+                  want_pen=False):
     """Call the backward kernel (per band for checkpoints); recompute R first when a storing
-    forward saved nothing."""
+    forward saved nothing. Returns (dgamma `(B,)`, dpenalty `(B,)` or None unless want_pen)."""
     _prepare_kernels(kernels, _ENTRY_POINTS)
     dx, dy, dC = outputs
     dgamma = torch.empty(B, dtype=dtype)
+    dpen = torch.zeros(B if want_pen else 0, dtype=dtype)
     win, has_win = _window_args(window)
     args = (cost_kind, _gamma(gamma), _view(x_lengths), _view(y_lengths), win, has_win, exact)
     grad, value = _view(grad.to(dtype)), _view(value.to(dtype))
     if memory == "checkpoint":
         _backward_bands(x, y, C, args, grad, value, saved, B, N, M, D, dtype,
-                        (dx, dy, dC, dgamma.numpy()))
-        return dgamma
+                        (dx, dy, dC, dgamma.numpy()), variant, dpen.numpy())
+        return dgamma, (dpen if want_pen else None)
     if saved.numel() == 0:
         _, saved = _run_forward(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, "store",
-                                B, N, M, D, dtype)
+                                B, N, M, D, dtype, variant=variant)
     by_pair, lanes = _plan(B, M, D, dtype, _MAX_LANES[dtype])
     none = _placeholder(dtype, 4)  # one call over all rows: no state to hand on
     kernels.backward_kernel(
         x, y, C, *args[:-1], 0, N, 0, by_pair, lanes, grad, value, _view(saved),
         none, np.zeros((0, 5), np.int64), none, np.zeros(0), dx, dy, dC, dgamma.numpy(), exact,
+        *variant, np.zeros(0), dpen.numpy(),
     )
-    return dgamma
+    return dgamma, (dpen if want_pen else None)
 
 
 def _table_row(checkpoint: np.ndarray, gamma: float, out: np.ndarray) -> None:
@@ -424,7 +453,7 @@ def _table_row(checkpoint: np.ndarray, gamma: float, out: np.ndarray) -> None:
     np.copyto(out, kernels.SENTINEL_F64, where=checkpoint >= kernels.SENTINEL_F64)
 
 
-def _backward_bands(x, y, C, args, grad, value, saved, B, N, M, D, dtype, outputs):
+def _backward_bands(x, y, C, args, grad, value, saved, B, N, M, D, dtype, outputs, variant, dpen):
     """The checkpointed backward: per chunk of pairs, bands of TH rows from the bottom up, each
     recomputed by the forward kernel from its checkpoint, then run by the backward kernel."""
     th, K = _checkpoints(N)
@@ -441,6 +470,8 @@ def _backward_bands(x, y, C, args, grad, value, saved, B, N, M, D, dtype, output
         xl, yl = x_lengths[part], y_lengths[part]
         wc = win[part] if has_win else win
         outs = [a[part] if a.size else a for a in outputs]
+        dpen_c = dpen[part] if dpen.size else dpen
+        e_mov = np.zeros(n if dpen.size else 0)
         fwd_plan = _plan(n, M, D, dtype, _MAX_LANES_STORING[dtype])
         bwd_plan = _plan(n, M, D, dtype, _MAX_LANES[dtype])
         carry = _carry(*bwd_plan, n, M, D, fused, dtype)
@@ -454,10 +485,11 @@ def _backward_bands(x, y, C, args, grad, value, saved, B, N, M, D, dtype, output
             kernels.forward_kernel(
                 xc, yc, Cc, cost_kind, gamma, xl, yl, wc, has_win, r0, r0 + th,
                 checkpoints[part], k - 1, 1, r0 - 1, True, *fwd_plan, band[:n], scratch[:n], narrow,
+                *variant,
             )
             kernels.backward_kernel(
                 xc, yc, Cc, cost_kind, gamma, xl, yl, wc, has_win, r0, r0 + th, r0 - 1,
-                *bwd_plan, grad[part], value[part], band[:n], *carry, *outs, exact,
+                *bwd_plan, grad[part], value[part], band[:n], *carry, *outs, exact, *variant, e_mov, dpen_c,
             )
 
 
@@ -474,35 +506,51 @@ def _zero_where_infinite(value, *grads):
     return tuple(out)
 
 
-def backward(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved, memory):
-    """(dx `(B, N, D)`, dy `(B, M, D)`, dgamma `(B,)`) of sum_b grad[b] * value[b]."""
+def backward(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved, memory, *,
+             open_begin=False, open_end=False, step_penalty=None):
+    """(dx `(B, N, D)`, dy `(B, M, D)`, dgamma `(B,)`) of sum_b grad[b] * value[b], and dpenalty `(B,)`
+    (grad_b d value_b / d step_penalty) as a fourth output when step_penalty is not None."""
+    reference.check_variant(window, open_begin, open_end)
     B, N, D = x.shape
     M = y.shape[1]
     dx = torch.zeros_like(x)
     dy = torch.zeros_like(y)
     empty = _placeholder(x.dtype)
-    how = _weights(x, y, None, _COST_KIND[cost], gamma, x_lengths, y_lengths, window, N, M, x.dtype)
+    pen = _pen(step_penalty)
+    how = _weights(x, y, None, _COST_KIND[cost], gamma, x_lengths, y_lengths, window, N, M, x.dtype, pen)
     if how == "reference":
         return reference.backward(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value,
-                                  x.new_empty((0,)), memory)
+                                  x.new_empty((0,)), memory, open_begin=open_begin, open_end=open_end,
+                                  step_penalty=step_penalty)
     exact = how == "exact"
-    dgamma = _run_backward(grad, _view(x), _view(y), empty, _COST_KIND[cost], gamma, x_lengths,
-                           y_lengths, window, value, saved, memory, B, N, M, D, x.dtype,
-                           (dx.numpy(), dy.numpy(), empty), exact)
-    return _zero_where_infinite(value, dx, dy, dgamma)
+    dgamma, dpen = _run_backward(grad, _view(x), _view(y), empty, _COST_KIND[cost], gamma, x_lengths,
+                                 y_lengths, window, value, saved, memory, B, N, M, D, x.dtype,
+                                 (dx.numpy(), dy.numpy(), empty), exact, (open_begin, open_end, pen),
+                                 step_penalty is not None)
+    if dpen is None:
+        return _zero_where_infinite(value, dx, dy, dgamma)
+    return _zero_where_infinite(value, dx, dy, dgamma, dpen)
 
 
-def backward_cost(grad, C, gamma, x_lengths, y_lengths, window, value, saved, memory):
-    """(dC `(B, N, M)` = grad_b · E_b, dgamma `(B,)`) from a precomputed cost C."""
+def backward_cost(grad, C, gamma, x_lengths, y_lengths, window, value, saved, memory, *, open_begin=False,
+                  open_end=False, step_penalty=None):
+    """(dC `(B, N, M)` = grad_b · E_b, dgamma `(B,)`) from a precomputed cost C, and dpenalty `(B,)` as a
+    third output when step_penalty is not None."""
+    reference.check_variant(window, open_begin, open_end)
     B, N, M = C.shape
     dC = torch.zeros_like(C)
     empty = _placeholder(C.dtype)
-    how = _weights(None, None, C, kernels.COST_GIVEN, gamma, x_lengths, y_lengths, window, N, M, C.dtype)
+    pen = _pen(step_penalty)
+    how = _weights(None, None, C, kernels.COST_GIVEN, gamma, x_lengths, y_lengths, window, N, M, C.dtype, pen)
     if how == "reference":
         return reference.backward_cost(grad, C, gamma, x_lengths, y_lengths, window, value,
-                                       C.new_empty((0,)), memory)
+                                       C.new_empty((0,)), memory, open_begin=open_begin, open_end=open_end,
+                                       step_penalty=step_penalty)
     exact = how == "exact"
-    dgamma = _run_backward(grad, empty, empty, _view(C), kernels.COST_GIVEN, gamma, x_lengths,
-                           y_lengths, window, value, saved, memory, B, N, M, 0, C.dtype,
-                           (empty, empty, dC.numpy()), exact)
-    return _zero_where_infinite(value, dC, dgamma)
+    dgamma, dpen = _run_backward(grad, empty, empty, _view(C), kernels.COST_GIVEN, gamma, x_lengths,
+                                 y_lengths, window, value, saved, memory, B, N, M, 0, C.dtype,
+                                 (empty, empty, dC.numpy()), exact, (open_begin, open_end, pen),
+                                 step_penalty is not None)
+    if dpen is None:
+        return _zero_where_infinite(value, dC, dgamma)
+    return _zero_where_infinite(value, dC, dgamma, dpen)

@@ -22,6 +22,31 @@ Numerics, kept simple on purpose:
   cost dwarfs the soft-min), and d value / d gamma = sum_s E_s sum_p w_p log w_p, a sum of terms of
   one sign (never (value - <E, C>) / gamma, which cancels at small gamma).
 
+Alignment variants (keyword-only options of the four DP functions; issue 25)
+-------------------------------------------------------------------------
+``open_begin``, ``open_end`` and ``step_penalty`` are defined over warping paths, each path counted
+once: with open_begin a path may start at any (0, j0), with open_end end at any (n-1, j1), and the
+step penalty p is added once for each vertical (i-1, j) -> (i, j) and each horizontal (i, j-1) ->
+(i, j) move (never for a diagonal one). The value is the soft-min over that set of paths of
+<A, C> + p · moves(A) (the min for gamma = 0). The recursion that counts each path once:
+
+- rows i >= 1: R[i, j] = C[i, j] + smin(R[i-1, j-1], R[i-1, j] + p, R[i, j-1] + p);
+- row 0, closed begin: R[0, 0] = C[0, 0], R[0, j] = C[0, j] + R[0, j-1] + p (the usual border
+  R[-1, -1] = 0, others +inf);
+- row 0, open begin: R[0, j] = C[0, j] + smin(0, R[0, j-1] + p): start here, or come from the left.
+  A virtual row of zeros R[-1, j] = 0 used as both the diagonal and the vertical predecessor would
+  give smin(0, 0, R[0, j-1] + p) = smin(-gamma log 2, R[0, j-1] + p): each start counted twice in the
+  soft case (right only for gamma = 0). Row 0's vertical predecessor stays +inf and its diagonal one
+  is 0;
+- closed end: value = R[n-1, m-1]; open end: value = smin_{j < m} R[n-1, j] over the pair's columns.
+
+E = d value / dC follows by the same reverse recursion, with the last row seeded by the end's
+soft-min weights w_j = exp(-(R[n-1, j] - value) / gamma) (one-hot on the first argmin for gamma = 0)
+instead of a 1 at (n-1, m-1); d value / d gamma adds the end soft-min's own sum_j w_j log w_j; and
+d value / d p = sum_s E_s (w_up(s) + w_left(s)), the expected number of non-diagonal moves. Bands
+(``window``) with an open end are refused (ValueError): a band is drawn between the pair's corners,
+which an open end removes. Step penalties work with bands.
+
 Slow: O(N + M) Python steps of O(B·N) work each, and O(B·N·M) memory. Use it for checking, not for
 training.
 """
@@ -51,7 +76,11 @@ def _softmin3(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, gamma: torch.Te
     left, as in the backward. No inf - inf and no 0 * inf is formed, in the value or in its
     autograd graph.
     """
-    stacked = torch.stack([a, b, c])
+    return _softmin_stack(torch.stack([a, b, c]), gamma)
+
+
+def _softmin_stack(stacked: torch.Tensor, gamma: torch.Tensor) -> torch.Tensor:
+    """smin_gamma over dim 0 of ``stacked``, with :func:`_softmin3`'s +inf rules."""
     low = stacked.min(dim=0).values
     if float(gamma.detach()) == 0.0:
         return low
@@ -87,11 +116,15 @@ def _from_diagonals(Td: torch.Tensor, M: int) -> torch.Tensor:
     return Td.transpose(1, 2).gather(2, d.unsqueeze(0).expand(B, N, M))
 
 
-def _table(C: torch.Tensor, gamma: torch.Tensor, valid: torch.Tensor, ends=None) -> torch.Tensor:
-    """The accumulated table R `(B, N, M)` in C's dtype; invalid cells hold +inf. Differentiable.
+def _table(C: torch.Tensor, gamma: torch.Tensor, valid: torch.Tensor, ends=None, *,
+           open_begin: bool = False, penalty: torch.Tensor | None = None) -> torch.Tensor:
+    """The accumulated table R `(B, N, M)` in C's dtype; invalid cells hold +inf. Differentiable
+    (in C, gamma and ``penalty``).
 
     ends: (x_lengths, y_lengths) to keep only each pair's end value R[n-1, m-1] `(B,)` (memory O(B·N)
-    besides C instead of a table).
+    besides C instead of a table). open_begin: row 0's diagonal predecessor is 0 at every column (its
+    vertical one stays +inf; see the module docstring). penalty: 0-d tensor added to the vertical and
+    horizontal predecessors.
     """
     B, N, M = C.shape
     _, inside = _skew_index(N, M, C.device)
@@ -108,10 +141,12 @@ def _table(C: torch.Tensor, gamma: torch.Tensor, valid: torch.Tensor, ends=None)
     for d in range(N + M - 1):
         up = torch.cat([wall, prev1[:, :-1]], dim=1)  # R[i-1, j]
         left = prev1  # R[i, j-1] (j - 1 < 0 is off the diagonal, so +inf)
-        if d == 0:
-            corner = torch.cat([torch.zeros_like(wall), prev1[:, :-1]], dim=1)  # R[-1, -1] = 0
+        if d == 0 or open_begin:  # R[-1, -1] = 0; open begin: R[-1, j - 1] = 0 as a diagonal only
+            corner = torch.cat([torch.zeros_like(wall), (prev1 if d == 0 else prev2)[:, :-1]], dim=1)
         else:
             corner = torch.cat([wall, prev2[:, :-1]], dim=1)  # R[i-1, j-1]
+        if penalty is not None:
+            up, left = up + penalty, left + penalty
         r = Cd[:, d] + _softmin3(corner, up, left, gamma)
         r = torch.where(Vd[:, d], r, torch.full_like(r, _INF))
         if ends is None:
@@ -129,24 +164,33 @@ def _end_values(R: torch.Tensor, x_lengths: torch.Tensor, y_lengths: torch.Tenso
     return R[b, x_lengths - 1, y_lengths - 1]
 
 
-def _predecessors(R: torch.Tensor):
+def _predecessors(R: torch.Tensor, *, open_begin: bool = False, penalty: torch.Tensor | None = None):
     """(R[i-1, j-1], R[i-1, j], R[i, j-1]) of every cell, `(B, N, M)` each, with the borders (+inf,
-    and R[-1, -1] = 0)."""
+    and R[-1, -1] = 0; open_begin: row 0's diagonal predecessor is 0 everywhere, its vertical one
+    +inf). penalty: added to the vertical and horizontal predecessors."""
     B, N, M = R.shape
     Rp = R.new_full((B, N + 1, M + 1), _INF)
     Rp[:, 1:, 1:] = R
     Rp[:, 0, 0] = 0.0
-    return Rp[:, :-1, :-1], Rp[:, :-1, 1:], Rp[:, 1:, :-1]
+    diag, up, left = Rp[:, :-1, :-1], Rp[:, :-1, 1:], Rp[:, 1:, :-1]
+    if open_begin:
+        diag = diag.clone()
+        diag[:, 0, :] = 0.0
+    if penalty is not None:
+        up, left = up + penalty, left + penalty
+    return diag, up, left
 
 
-def _cell_weights(R: torch.Tensor, gamma: torch.Tensor, valid: torch.Tensor):
+def _cell_weights(R: torch.Tensor, gamma: torch.Tensor, valid: torch.Tensor, *, open_begin: bool = False,
+                  penalty: torch.Tensor | None = None):
     """Each cell's weights of its three predecessors (diag, up, left) in its soft-min, and its
     entropy sum_p w_p log w_p (the soft-min's derivative in gamma), `(B, N, M)` each.
 
     Zero for invalid cells and cells without a finite predecessor. gamma == 0: one-hot weights of
-    the argmin (ties: diagonal, then up, then left), entropy 0.
+    the argmin (ties: diagonal, then up, then left), entropy 0. open_begin, penalty: as in
+    :func:`_predecessors`.
     """
-    preds = _predecessors(R)
+    preds = _predecessors(R, open_begin=open_begin, penalty=penalty)
     stacked = torch.stack(preds)  # (3, B, N, M)
     low = stacked.min(dim=0).values
     live = valid & torch.isfinite(low)
@@ -169,18 +213,53 @@ def _cell_weights(R: torch.Tensor, gamma: torch.Tensor, valid: torch.Tensor):
     return w[0], w[1], w[2], entropy
 
 
+def _end_weights(R: torch.Tensor, gamma: torch.Tensor, x_lengths: torch.Tensor, y_lengths: torch.Tensor):
+    """Open end: (value `(B,)`, weights `(B, M)`, entropy `(B,)`) of smin_{j < m} R[n-1, j].
+
+    Differentiable in R (the value). The weights sum to 1 over the pair's columns (0 elsewhere, and all
+    0 when no end cell is finite); gamma == 0: one-hot on the first argmin, entropy 0.
+    """
+    B, N, M = R.shape
+    b = torch.arange(B, device=R.device)
+    row = R[b, x_lengths - 1]  # (B, M)
+    cols = torch.arange(M, device=R.device).unsqueeze(0)
+    row = torch.where(cols < y_lengths.unsqueeze(1), row, torch.full_like(row, _INF))
+    value = _softmin_stack(row.t(), gamma)
+    rd = row.detach()
+    low = rd.min(dim=1, keepdim=True).values
+    live = torch.isfinite(low)
+    if float(gamma.detach()) == 0.0:
+        first = rd.argmin(dim=1, keepdim=True)
+        w = torch.zeros_like(rd).scatter_(1, first, 1.0) * live
+        return value, w, torch.zeros_like(value)
+    gap = rd - torch.where(live, low, torch.zeros_like(low))
+    alive = torch.isfinite(gap) & live
+    gap = torch.where(alive, gap, torch.zeros_like(gap))
+    terms = torch.where(alive, torch.exp(-gap / gamma), torch.zeros_like(gap))
+    z = torch.where(live, terms.sum(dim=1, keepdim=True), torch.ones_like(low))
+    w = terms / z
+    log_w = -gap / gamma - torch.log(z)
+    return value, w, torch.where(alive, w * log_w, torch.zeros_like(w)).sum(dim=1)
+
+
 def _alignment(
     R: torch.Tensor, gamma: torch.Tensor, valid: torch.Tensor, x_lengths: torch.Tensor,
-    y_lengths: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(E = dR[n-1, m-1] / dC `(B, N, M)`, d value / d gamma `(B,)`) by the reverse recursion.
+    y_lengths: torch.Tensor, *, open_begin: bool = False, open_end: bool = False,
+    penalty: torch.Tensor | None = None,
+):
+    """(E = dR[n-1, m-1] / dC `(B, N, M)`, d value / d gamma `(B,)`) by the reverse recursion, and
+    d value / d penalty `(B,)` as a third output when ``penalty`` is given.
 
     E[p] = sum over successors s of E[s] * w(p -> s), where w is p's weight inside s's soft-min,
     and d value / d gamma = sum_s E[s] sum_p w_p log w_p. Pairs whose value is +inf get E = 0.
+    Variants (module docstring): open_begin changes row 0's weights, open_end seeds the last row with
+    the end soft-min's weights (and adds its entropy to d value / d gamma), and d value / d penalty =
+    sum_s E[s] (w_up(s) + w_left(s)).
     """
     B, N, M = R.shape
     R = R.detach()
-    w_diag, w_up, w_left, entropy = _cell_weights(R, gamma.detach(), valid)
+    pen = None if penalty is None else penalty.detach().to(R.dtype)
+    w_diag, w_up, w_left, entropy = _cell_weights(R, gamma.detach(), valid, open_begin=open_begin, penalty=pen)
     _, inside = _skew_index(N, M, R.device)
     on = _to_diagonals(valid) & inside.unsqueeze(0)
 
@@ -192,7 +271,13 @@ def _alignment(
     rows = torch.arange(N, device=R.device).unsqueeze(0)
     end_d = (x_lengths + y_lengths - 2).unsqueeze(1)
     end_i = (x_lengths - 1).unsqueeze(1)
-    finite = torch.isfinite(_end_values(R, x_lengths, y_lengths)).unsqueeze(1)
+    if open_end:
+        _, w_end, end_entropy = _end_weights(R, gamma.detach(), x_lengths, y_lengths)
+        seed = R.new_zeros(B, N, M)
+        seed[torch.arange(B, device=R.device), x_lengths - 1] = w_end
+        seed_d = diagonals(seed)
+    else:
+        finite = torch.isfinite(_end_values(R, x_lengths, y_lengths)).unsqueeze(1)
     zero_col = R.new_zeros(B, 1)
 
     def below(t):  # t[:, i + 1]: the same diagonal's entry one row down
@@ -203,7 +288,10 @@ def _alignment(
     out = []
     for d in range(N + M - 2, -1, -1):
         # Successors of (i, j): (i+1, j+1) on d+2 (row i+1), (i+1, j) on d+1 (row i+1), (i, j+1) on d+1 (row i).
-        e = ((end_d == d) & (rows == end_i) & finite).to(R.dtype)
+        if open_end:
+            e = seed_d[:, d]
+        else:
+            e = ((end_d == d) & (rows == end_i) & finite).to(R.dtype)
         if d + 2 <= N + M - 2:
             e = e + below(E_next2 * Wd[:, d + 2])
         if d + 1 <= N + M - 2:
@@ -213,7 +301,20 @@ def _alignment(
         E_next2, E_next1 = E_next1, e
     E = _from_diagonals(torch.stack(out[::-1], dim=1), M)
     dgamma = (E * entropy).sum(dim=(1, 2))
-    return E, dgamma
+    if open_end:
+        dgamma = dgamma + end_entropy
+    if penalty is None:
+        return E, dgamma
+    return E, dgamma, (E * (w_up + w_left)).sum(dim=(1, 2))
+
+
+def check_variant(window, open_begin: bool, open_end: bool) -> None:
+    """Refuse a band (window) with an open end: ValueError naming the option."""
+    if window is not None and (open_begin or open_end):
+        name = "open_begin" if open_begin else "open_end"
+        raise ValueError(
+            f"{name}=True cannot be combined with a band (bandwidth / window): a band is drawn between the "
+            f"pair's corners, which an open end removes. Drop the band, or set {name}=False.")
 
 
 def saved_spec(kind, B, N, M, D, dtype, memory):
@@ -229,40 +330,72 @@ def _prepare(C, x_lengths, y_lengths, window):
     return C.to(work_dtype(C.dtype, C.device)), valid_cells(x_lengths, y_lengths, window, N, M)
 
 
-def forward_cost(C, gamma, x_lengths, y_lengths, window, memory):
+def _values(R, gamma, x_lengths, y_lengths, open_end):
+    if open_end:
+        return _end_weights(R, gamma, x_lengths, y_lengths)[0]
+    return _end_values(R, x_lengths, y_lengths)
+
+
+def forward_cost(C, gamma, x_lengths, y_lengths, window, memory, *, open_begin=False, open_end=False,
+                 step_penalty=None):
+    """Values `(B,)` and the saved table R `(B, N, M)` float64 (empty for memory="none").
+
+    open_begin, open_end, step_penalty (None or a 0-d tensor): the alignment variants of the module
+    docstring; with an open end the table is built even for memory="none" (its last row is needed).
+    """
+    check_variant(window, open_begin, open_end)
     Cw, valid = _prepare(C, x_lengths, y_lengths, window)
-    if memory == "none":  # values only: no table
-        value = _table(Cw, gamma.to(Cw.dtype), valid, (x_lengths, y_lengths))
+    g = gamma.to(Cw.dtype)
+    pen = None if step_penalty is None else step_penalty.to(Cw.dtype)
+    if memory == "none" and not open_end:  # values only: no table
+        value = _table(Cw, g, valid, (x_lengths, y_lengths), open_begin=open_begin, penalty=pen)
         return value.to(C.dtype), C.new_empty((0,))
-    R = _table(Cw, gamma.to(Cw.dtype), valid)
-    value = _end_values(R, x_lengths, y_lengths).to(C.dtype)  # +inf where the value overflows C's dtype
-    return value, R
+    R = _table(Cw, g, valid, open_begin=open_begin, penalty=pen)
+    value = _values(R, g, x_lengths, y_lengths, open_end).to(C.dtype)  # +inf where it overflows C's dtype
+    return value, (C.new_empty((0,)) if memory == "none" else R)
 
 
-def backward_cost(grad, C, gamma, x_lengths, y_lengths, window, value, saved, memory):
+def backward_cost(grad, C, gamma, x_lengths, y_lengths, window, value, saved, memory, *, open_begin=False,
+                  open_end=False, step_penalty=None):
+    """(dC `(B, N, M)` = grad_b E_b, dgamma `(B,)`), and dpenalty `(B,)` = grad_b d value_b / d p as a third
+    output when ``step_penalty`` is not None (per pair: sum it for a shared penalty)."""
+    check_variant(window, open_begin, open_end)
     Cw, valid = _prepare(C, x_lengths, y_lengths, window)
     g = gamma.detach().to(Cw.dtype)
-    R = saved if saved.numel() else _table(Cw.detach(), g, valid)
-    E, dgamma = _alignment(R, g, valid, x_lengths, y_lengths)
+    pen = None if step_penalty is None else step_penalty.detach().to(Cw.dtype)
+    R = saved if saved.numel() else _table(Cw.detach(), g, valid, open_begin=open_begin, penalty=pen)
+    out = _alignment(R, g, valid, x_lengths, y_lengths, open_begin=open_begin, open_end=open_end, penalty=pen)
+    E, dgamma = out[0], out[1]
     # A pair whose value overflowed C's dtype (finite in float64) has no usable gradient either.
     keep = torch.isfinite(value).to(Cw.dtype)
     gw = grad.to(Cw.dtype) * keep
-    return (gw.view(-1, 1, 1) * E).to(C.dtype), (gw * dgamma).to(C.dtype)
+    result = ((gw.view(-1, 1, 1) * E).to(C.dtype), (gw * dgamma).to(C.dtype))
+    if step_penalty is None:
+        return result
+    return result + ((gw * out[2]).to(C.dtype),)
 
 
-def forward(x, y, gamma, cost, x_lengths, y_lengths, window, memory):
+def forward(x, y, gamma, cost, x_lengths, y_lengths, window, memory, *, open_begin=False, open_end=False,
+            step_penalty=None):
+    """Values `(B,)` of x `(B, N, D)`, y `(B, M, D)` under a fused cost; options as :func:`forward_cost`."""
     wd = work_dtype(x.dtype, x.device)
     C = costs.pairwise_cost(cost, x.to(wd), y.to(wd))
-    value, saved = forward_cost(C, gamma, x_lengths, y_lengths, window, memory)
+    value, saved = forward_cost(C, gamma, x_lengths, y_lengths, window, memory, open_begin=open_begin,
+                                open_end=open_end, step_penalty=step_penalty)
     return value.to(x.dtype), saved
 
 
-def backward(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved, memory):
+def backward(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved, memory, *, open_begin=False,
+             open_end=False, step_penalty=None):
+    """(dx, dy, dgamma), and dpenalty `(B,)` as a fourth output when ``step_penalty`` is not None."""
     wd = work_dtype(x.dtype, x.device)
     xw, yw = x.to(wd), y.to(wd)
     C = costs.pairwise_cost(cost, xw, yw)
-    dC, dgamma = backward_cost(grad, C, gamma, x_lengths, y_lengths, window, value, saved, memory)
+    out = backward_cost(grad, C, gamma, x_lengths, y_lengths, window, value, saved, memory,
+                        open_begin=open_begin, open_end=open_end, step_penalty=step_penalty)
+    dC, dgamma = out[0], out[1]
     # dC is zero on forbidden (+inf) cells, and so must be their share of the cost's VJP.
     dC = torch.where(torch.isfinite(C), dC, torch.zeros_like(dC))
     dx, dy = costs.cost_vjp(cost, xw, yw, dC)
-    return dx.to(x.dtype), dy.to(y.dtype), dgamma.to(x.dtype)
+    result = (dx.to(x.dtype), dy.to(y.dtype), dgamma.to(x.dtype))
+    return result if step_penalty is None else result + (out[2].to(x.dtype),)

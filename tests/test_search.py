@@ -1,0 +1,169 @@
+"""softdtw.dtw_search against brute force (every window's DTW / soft-DTW), and its k / exclusion rules."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from softdtw import search
+from softdtw.backends import reference as ref
+
+F64 = torch.float64
+
+
+def _window_values(q, s, gamma):
+    """`(L, L)`: V[a, e] = (soft-)DTW of q against the window s[a..e] (closed ends), +inf for a > e."""
+    L = s.shape[0]
+    V = torch.full((L, L), math.inf, dtype=F64)
+    g = torch.tensor(gamma, dtype=F64)
+    for a in range(L):
+        for e in range(a, L):
+            w = s[a:e + 1]
+            v, _ = ref.forward(q[None], w[None], g, "sqeuclidean", torch.tensor([q.shape[0]]),
+                               torch.tensor([w.shape[0]]), None, "none")
+            V[a, e] = v[0]
+    return V
+
+
+def _end_values(V, gamma):
+    """Per end e: the best start and min over windows (gamma = 0), or the soft-min over starts."""
+    if gamma == 0:
+        best, start = V.min(dim=0)
+        return best, start
+    return -gamma * torch.logsumexp(-V / gamma, dim=0), None
+
+
+def _greedy(values, starts, k, exclusion):
+    """The selection rule of dtw_search, in plain Python."""
+    alive = [True] * len(values)
+    out = []
+    for _ in range(k):
+        cand = [j for j in range(len(values)) if alive[j] and math.isfinite(values[j])]
+        if not cand:
+            break
+        e = min(cand, key=lambda j: (values[j], j))
+        s = starts[e]
+        out.append((s, e, values[e]))
+        for j in range(len(values)):
+            if abs(j - e) <= exclusion or (starts[j] <= e and j >= s):
+                alive[j] = False
+    return out
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_hard_search_matches_brute_force_windows(seed):
+    rng = np.random.default_rng(seed)
+    n, L, D = int(rng.integers(2, 5)), int(rng.integers(10, 18)), int(rng.integers(1, 3))
+    q, s = torch.tensor(rng.normal(size=(n, D))), torch.tensor(rng.normal(size=(L, D)))
+    V = _window_values(q, s, 0.0)
+    best, start = _end_values(V, 0.0)
+    for k, excl in ((1, None), (3, None), (5, 0), (4, 3)):
+        got = search.dtw_search(q, s, k=k, exclusion=excl)
+        want = _greedy(best.tolist(), start.tolist(), k, n // 2 if excl is None else excl)
+        assert got.start.shape == (k,)
+        for r, (a, e, v) in enumerate(want):
+            assert (int(got.start[r]), int(got.end[r])) == (a, e)
+            assert float(got.value[r]) == pytest.approx(v, rel=1e-12, abs=1e-12)
+            assert float(V[a, e]) == pytest.approx(v, rel=1e-12, abs=1e-12)  # the window [a, e] is the match
+        for r in range(len(want), k):
+            assert int(got.start[r]) == -1 and int(got.end[r]) == -1 and math.isinf(float(got.value[r]))
+
+
+@pytest.mark.parametrize("gamma", [0.1, 1.0])
+def test_soft_search_values_are_the_soft_min_over_windows(gamma):
+    """For gamma > 0 the value of an end e is the soft-min over every start of the windows' soft-DTW: each
+    path belongs to exactly one window [start, e]."""
+    rng = np.random.default_rng(4)
+    q, s = torch.tensor(rng.normal(size=(3, 2))), torch.tensor(rng.normal(size=(12, 2)))
+    soft, _ = _end_values(_window_values(q, s, gamma), gamma)
+    got = search.dtw_search(q, s, k=12, gamma=gamma, exclusion=0)
+    ends = got.end[got.end >= 0]
+    assert torch.allclose(got.value[: len(ends)], soft[ends], rtol=1e-12, atol=1e-12)
+    # best first, and the best end is the global soft-min
+    assert int(got.end[0]) == int(soft.argmin())
+    assert torch.all(got.value[: len(ends)].diff() >= 0)
+
+
+def test_batched_queries_equal_one_by_one_and_progress_bar(capsys):
+    rng = np.random.default_rng(5)
+    Q = torch.tensor(rng.normal(size=(6, 4, 1)))
+    s = torch.tensor(rng.normal(size=(50, 1)))
+    got = search.dtw_search(Q, s, k=3, progress=True)
+    assert got.start.shape == (6, 3)
+    for b in range(6):
+        one = search.dtw_search(Q[b], s, k=3)
+        for a, c in zip(got, one):
+            assert torch.equal(a[b], c)
+    assert "DTW search" in capsys.readouterr().err
+
+
+def test_matches_do_not_overlap_and_respect_exclusion():
+    rng = np.random.default_rng(6)
+    q = torch.tensor(rng.normal(size=(8, 1)))
+    s = torch.tensor(rng.normal(size=(300, 1)))
+    for excl in (0, 4, 20):
+        got = search.dtw_search(q, s, k=10, exclusion=excl)
+        spans = [(int(a), int(e)) for a, e in zip(got.start, got.end) if e >= 0]
+        assert len(spans) >= 3
+        for i, (a, e) in enumerate(spans):
+            assert 0 <= a <= e < 300
+            for a2, e2 in spans[:i]:
+                assert e < a2 or a > e2
+                assert abs(e - e2) > excl
+        assert torch.all(got.value.diff() >= 0)
+
+
+def test_planted_pattern_is_found_and_znormalize_ignores_offset_and_scale():
+    torch.manual_seed(7)
+    pattern = torch.sin(torch.linspace(0, 3 * math.pi, 16)).unsqueeze(1)
+    s = 0.1 * torch.randn(400, 1, dtype=F64)
+    s[100:116] += pattern.double()
+    s[300:324] += pattern.double().repeat_interleave(3, 0)[::2]  # the same pattern, 1.5x slower
+    got = search.dtw_search(pattern, s, k=2)
+    assert sorted(int(e) for e in got.end) == pytest.approx([115, 323], abs=2)
+    plain = search.dtw_search(pattern, s, k=2, znormalize=True)
+    moved = search.dtw_search(pattern, 5.0 * s + 3.0, k=2, znormalize=True)
+    assert torch.equal(plain.start, moved.start) and torch.equal(plain.end, moved.end)
+    assert torch.allclose(plain.value, moved.value, rtol=1e-9)
+
+
+def test_float32_inputs_and_l1():
+    rng = np.random.default_rng(8)
+    q, s = rng.normal(size=(5, 2)), rng.normal(size=(40, 2))
+    a = search.dtw_search(torch.tensor(q, dtype=torch.float32), torch.tensor(s, dtype=torch.float32), k=2, cost="l1")
+    b = search.dtw_search(torch.tensor(q), torch.tensor(s), k=2, cost="l1")
+    assert a.value.dtype == torch.float32
+    assert torch.equal(a.end, b.end) and torch.allclose(a.value.double(), b.value, rtol=1e-6)
+
+
+def test_bad_inputs_are_refused_clearly():
+    s = torch.zeros(10, 2)
+    with pytest.raises(ValueError, match="same feature size D"):
+        search.dtw_search(torch.zeros(3, 1), s)
+    with pytest.raises(ValueError, match="k must be an integer >= 1"):
+        search.dtw_search(torch.zeros(3, 2), s, k=0)
+    with pytest.raises(ValueError, match="exclusion must be >= 0"):
+        search.dtw_search(torch.zeros(3, 2), s, exclusion=-1)
+    with pytest.raises(ValueError, match="gamma must be a finite number >= 0"):
+        search.dtw_search(torch.zeros(3, 2), s, gamma=-1.0)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_tensors_raise_not_implemented():
+    with pytest.raises(NotImplementedError, match="CPU only"):
+        search.dtw_search(torch.zeros(3, 1, device="cuda"), torch.zeros(10, 1, device="cuda"))
+
+
+@pytest.mark.parametrize("n, cost_kind", [(1, 0), (16, 1), (37, 0)])
+def test_hard_wavefront_equals_the_column_order(n, cost_kind):
+    """The hard-DTW wavefront (strips of 16 rows) gives the column-order DP's values and starts, bit for bit,
+    including ties (integer-valued data)."""
+    from softdtw.backends import _cpu_search as kern
+    rng = np.random.default_rng(n)
+    q = rng.integers(0, 3, size=(n, 2)).astype(np.float64)
+    s = rng.integers(0, 3, size=(90, 2)).astype(np.float64)
+    v1, s1 = np.empty(90), np.empty(90, np.int64)
+    v2, s2 = np.empty(90), np.empty(90, np.int64)
+    kern._search_one(q, s, cost_kind, 0.0, v1, s1)
+    kern._search_one_hard_wave(q, s, cost_kind, v2, s2)
+    assert np.array_equal(v1, v2) and np.array_equal(s1, s2)
