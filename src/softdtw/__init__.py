@@ -2,7 +2,8 @@
 
 Functions: :func:`soft_dtw`, :func:`soft_dtw_divergence`, :func:`soft_dtw_from_cost`,
 :func:`soft_dtw_alignment`, :func:`dtw`, :func:`dtw_path`. Modules: :class:`SoftDTW`,
-:class:`SoftDTWDivergence`. Toolkit: :func:`pairwise_soft_dtw`, :func:`soft_dtw_barycenter`,
+:class:`SoftDTWDivergence`; the DILATE loss :func:`dilate_loss`, :class:`DILATELoss`. Toolkit:
+:func:`pairwise_soft_dtw`, :func:`soft_dtw_barycenter`,
 :class:`SoftDTWKMeans`, :class:`SoftDTWKNeighborsClassifier` (scikit-learn estimators),
 :func:`gamma_heuristic`, :mod:`softdtw.datasets`; the ``softdtw``
 command line (``softdtw demo``).
@@ -15,7 +16,8 @@ from .functional import (
     soft_dtw_divergence,
     soft_dtw_from_cost,
 )
-from .nn import SoftDTW, SoftDTWDivergence
+from .nn import DILATELoss, SoftDTW, SoftDTWDivergence
+from .dilate import dilate_loss
 from .pairwise import pairwise_soft_dtw
 from .barycenter import BarycenterResult, soft_dtw_barycenter
 from .clustering import KMeansResult, SoftDTWKMeans, soft_dtw_kmeans
@@ -28,7 +30,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "soft_dtw", "soft_dtw_divergence", "soft_dtw_from_cost", "soft_dtw_alignment", "dtw", "dtw_path",
-    "SoftDTW", "SoftDTWDivergence", "pairwise_soft_dtw", "soft_dtw_barycenter", "BarycenterResult",
+    "SoftDTW", "SoftDTWDivergence", "dilate_loss", "DILATELoss", "pairwise_soft_dtw", "soft_dtw_barycenter",
+    "BarycenterResult",
     "SoftDTWKMeans", "soft_dtw_kmeans", "KMeansResult", "SoftDTWKNeighborsClassifier", "gamma_heuristic",
     "datasets", "__version__",
     "dtw_search", "SearchResult",

@@ -6,6 +6,15 @@ Four ops, each dispatching on a backend name (see ``softdtw/backends/__init__.py
 - ``softdtw::backward``       -> (dx, dy, dgamma (B,))
 - ``softdtw::forward_cost``   precomputed C (B, N, M) -> (value (B,), saved)
 - ``softdtw::backward_cost``  -> (dC, dgamma (B,))
+- ``softdtw::hvp_cost``       precomputed C and a direction (Cdot, gamma_dot) -> (E, vgamma, Edot, vgamma_dot)
+
+Second order: with create_graph=True the first-order backward calls the backward ops under autograd, and
+they have their own autograd formulas (``register_autograd``), the Hessian-vector products of Mensch & Blondel
+(2018) through ``softdtw::hvp_cost``: the double backward of soft-DTW works eagerly, through the custom ops and
+under opcheck. The fused costs' double backward materialises C and its derivative (each `(B, N, M)`) from
+x and y with torch ops; the first-order backward stays fused. A backend without ``hvp_cost`` raises a
+NotImplementedError at the first backward with create_graph=True (never a gradient without its graph), and a
+third derivative (a backward through ``softdtw::hvp_cost``) raises one too.
 
 Fake implementations give torch.compile and opcheck the output metadata; autograd is registered
 for both forwards, so the ops are first-class in compiled graphs, CUDA graphs and autograd.
@@ -27,6 +36,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from . import costs
 from .backends import get_backend
 
 _LIB = torch.library.Library("softdtw", "DEF")
@@ -39,6 +49,8 @@ _LIB.define("forward_cost(Tensor C, Tensor gamma, Tensor x_lengths, Tensor y_len
             "str memory, str backend) -> (Tensor, Tensor)")
 _LIB.define("backward_cost(Tensor grad, Tensor C, Tensor gamma, Tensor x_lengths, Tensor y_lengths, "
             "Tensor? window, Tensor value, Tensor saved, str memory, str backend) -> (Tensor, Tensor)")
+_LIB.define("hvp_cost(Tensor C, Tensor gamma, Tensor x_lengths, Tensor y_lengths, Tensor? window, Tensor Cdot, "
+            "Tensor gamma_dot, str backend) -> (Tensor, Tensor, Tensor, Tensor)")
 
 
 def _kernel(name: str):
@@ -70,6 +82,7 @@ forward = torch.ops.softdtw.forward.default
 backward = torch.ops.softdtw.backward.default
 forward_cost = torch.ops.softdtw.forward_cost.default
 backward_cost = torch.ops.softdtw.backward_cost.default
+hvp_cost = torch.ops.softdtw.hvp_cost.default
 
 
 @_kernel("forward")
@@ -107,21 +120,32 @@ def _forward_setup(ctx, inputs, output):
     ctx.save_for_backward(x, y, gamma, x_lengths, y_lengths, window, value, saved)
 
 
-def _refuse_create_graph():
-    """Raise if this backward runs with create_graph=True (autograd enables grad mode for it then).
-
-    The backward ops compute E from saved, detached tables, so their gradients carry no graph (cpu,
-    cuda) or only part of one (the reference's analytic E): a second derivative taken through them
-    would be silently wrong. Until the double backward exists, refuse instead.
-    """
-    if torch.is_grad_enabled():
+def _hvp_function(backend: str):
+    """The backend's ``hvp_cost``, or a NotImplementedError naming the backend."""
+    fn = getattr(get_backend(backend), "hvp_cost", None)
+    if fn is None:
         raise NotImplementedError(
-            "second-order gradients of soft-DTW are not supported yet: a backward with "
-            "create_graph=True (torch.autograd.grad(..., create_graph=True), gradient penalties, "
-            "Hessian-vector products, DILATE) would return a gradient without its graph, so the "
-            "second derivative would be silently wrong. Take first-order gradients only "
-            "(create_graph=False), or for a check use finite differences of the gradient."
+            f"second-order gradients of soft-DTW (a backward with create_graph=True: gradient penalties, "
+            f"Hessian-vector products, DILATE, a differentiable soft_dtw_alignment) are not available on the "
+            f"{backend} backend yet: it has no hvp_cost (softdtw::hvp_cost). Pass backend='reference' (exact, "
+            f"slower) for the second order, or take first-order gradients only (create_graph=False)."
         )
+    return fn
+
+
+def _check_create_graph(backend: str) -> None:
+    """Called by every first-order backward: when it runs with create_graph=True (autograd enables grad mode
+    for it then), the backend must have the second order, so that no gradient is returned without its graph."""
+    if torch.is_grad_enabled():
+        _hvp_function(backend)
+
+
+def _third_order_error() -> NotImplementedError:
+    return NotImplementedError(
+        "third derivatives of soft-DTW are not supported: the double backward of softdtw::backward / "
+        "softdtw::backward_cost is softdtw::hvp_cost, which has no derivative of its own. Take the second "
+        "backward with create_graph=False."
+    )
 
 
 def _no_saved_error():
@@ -135,7 +159,7 @@ def _forward_backward(ctx, grad_value, _grad_saved):
     x, y, gamma, x_lengths, y_lengths, window, value, saved = ctx.saved_tensors
     if grad_value is None:
         return None, None, None, None, None, None, None, None, None
-    _refuse_create_graph()
+    _check_create_graph(ctx.backend)
     if ctx.memory == "none":
         raise _no_saved_error()
     dx, dy, dgamma = backward(grad_value.contiguous(), x, y, gamma, ctx.cost, x_lengths, y_lengths,
@@ -186,7 +210,7 @@ def _cost_backward(ctx, grad_value, _grad_saved):
     C, gamma, x_lengths, y_lengths, window, value, saved = ctx.saved_tensors
     if grad_value is None:
         return None, None, None, None, None, None, None
-    _refuse_create_graph()
+    _check_create_graph(ctx.backend)
     if ctx.memory == "none":
         raise _no_saved_error()
     dC, dgamma = backward_cost(grad_value.contiguous(), C, gamma, x_lengths, y_lengths, window, value,
@@ -195,6 +219,97 @@ def _cost_backward(ctx, grad_value, _grad_saved):
 
 
 torch.library.register_autograd("softdtw::forward_cost", _cost_backward, setup_context=_cost_setup, lib=_LIB)
+
+
+# --- second order ----------------------------------------------------------------------------------
+
+@_kernel("hvp_cost")
+def _hvp_cost_kernel(C: Tensor, gamma: Tensor, x_lengths: Tensor, y_lengths: Tensor, window: Optional[Tensor],
+                     Cdot: Tensor, gamma_dot: Tensor, backend: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    return _hvp_function(backend)(C, gamma, x_lengths, y_lengths, window, Cdot.contiguous(),
+                                  gamma_dot.contiguous())
+
+
+@_fake("hvp_cost")
+def _(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot, backend):
+    B = C.shape[0]
+    return torch.empty_like(C), C.new_empty((B,)), torch.empty_like(C), C.new_empty((B,))
+
+
+def _hvp_setup(ctx, inputs, output):
+    pass
+
+
+def _hvp_backward(ctx, *grads):
+    raise _third_order_error()
+
+
+torch.library.register_autograd("softdtw::hvp_cost", _hvp_backward, setup_context=_hvp_setup, lib=_LIB)
+
+
+def _backward_cost_setup(ctx, inputs, output):
+    grad, C, gamma, x_lengths, y_lengths, window, value, saved, memory, backend = inputs
+    ctx.backend = backend
+    ctx.save_for_backward(grad, C, gamma, x_lengths, y_lengths, window, value)
+
+
+def _backward_cost_backward(ctx, G, h):
+    """VJP of (dC, dgamma) = (g E, g vgamma) for the upstream (G `(B, N, M)`, h `(B,)`), per pair b:
+    dg = <G, E> + h vgamma, dC = g Edot(G, h), dgamma = sum_b g vgamma_dot(G, h) (gamma is shared)."""
+    if torch.is_grad_enabled():
+        raise _third_order_error()
+    grad, C, gamma, x_lengths, y_lengths, window, value = ctx.saved_tensors
+    E, vgamma, Edot, vgamma_dot = hvp_cost(C, gamma, x_lengths, y_lengths, window, G.contiguous(),
+                                           h.contiguous(), ctx.backend)
+    keep = torch.isfinite(value).to(C.dtype)  # as backward_cost: a pair whose value overflowed has no gradient
+    gk = grad * keep
+    need = ctx.needs_input_grad
+    dgrad = (((G * E).sum((1, 2)) + h * vgamma) * keep) if need[0] else None
+    dC = gk.view(-1, 1, 1) * Edot if need[1] else None
+    dgamma = (gk * vgamma_dot).sum().reshape(gamma.shape) if need[2] else None
+    return dgrad, dC, dgamma, None, None, None, None, None, None, None
+
+
+torch.library.register_autograd("softdtw::backward_cost", _backward_cost_backward, setup_context=_backward_cost_setup,
+                                lib=_LIB)
+
+
+def _backward_setup(ctx, inputs, output):
+    grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved, memory, backend = inputs
+    ctx.cost, ctx.backend = cost, backend
+    ctx.save_for_backward(grad, x, y, gamma, x_lengths, y_lengths, window, value)
+
+
+def _backward_backward(ctx, Gx, Gy, h):
+    """VJP of (dx, dy, dgamma) = (J^T (g E), g vgamma) for the upstream (Gx, Gy, h), J the cost's Jacobian.
+
+    With Cdot = J (Gx, Gy) (the cost's derivative along the upstream), per pair: dg = <Cdot, E> + h vgamma,
+    (dx, dy) = J^T (g Edot(Cdot, h)) + the cost's own second derivative along (Gx, Gy) weighted by g E,
+    dgamma = sum_b g vgamma_dot. Materialises C and Cdot `(B, N, M)` with torch ops (the first-order
+    backward does not: it stays fused).
+    """
+    if torch.is_grad_enabled():
+        raise _third_order_error()
+    grad, x, y, gamma, x_lengths, y_lengths, window, value = ctx.saved_tensors
+    cost = ctx.cost
+    C = costs.pairwise_cost(cost, x, y).contiguous()
+    Cdot = costs.cost_jvp(cost, x, y, Gx, Gy).contiguous()
+    E, vgamma, Edot, vgamma_dot = hvp_cost(C, gamma, x_lengths, y_lengths, window, Cdot, h.contiguous(),
+                                           ctx.backend)
+    keep = torch.isfinite(value).to(C.dtype)
+    gk = (grad * keep).view(-1, 1, 1)
+    need = ctx.needs_input_grad
+    dgrad = (((Cdot * E).sum((1, 2)) + h * vgamma) * keep) if need[0] else None
+    dx = dy = None
+    if need[1] or need[2]:
+        dx, dy = costs.cost_vjp(cost, x, y, gk * Edot)
+        hx, hy = costs.cost_vjp_jvp(cost, x, y, gk * E, Gx, Gy)
+        dx, dy = dx + hx, dy + hy
+    dgamma = (gk.view(-1) * vgamma_dot).sum().reshape(gamma.shape) if need[3] else None
+    return dgrad, dx, dy, dgamma, None, None, None, None, None, None, None, None
+
+
+torch.library.register_autograd("softdtw::backward", _backward_backward, setup_context=_backward_setup, lib=_LIB)
 
 
 # --- entry points used by functional.py ------------------------------------------------------------
@@ -219,10 +334,14 @@ class _Fused(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_value):
-        _refuse_create_graph()
         x, y, gamma, x_lengths, y_lengths, window, value, saved = ctx.saved_tensors
         if ctx.memory == "none":
             raise _no_saved_error()
+        if torch.is_grad_enabled():  # create_graph=True: the backward op, whose own autograd is the HVP
+            _check_create_graph(ctx.backend)
+            dx, dy, dgamma = backward(grad_value.contiguous(), x, y, gamma, ctx.cost, x_lengths, y_lengths, window,
+                                      value, saved, ctx.memory, ctx.backend)
+            return dx, dy, dgamma.sum().reshape(gamma.shape), None
         if not grad_value.is_contiguous():
             grad_value = grad_value.contiguous()
         need = ctx.needs_input_grad
@@ -245,10 +364,14 @@ class _FromCost(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_value):
-        _refuse_create_graph()
         C, gamma, x_lengths, y_lengths, window, value, saved = ctx.saved_tensors
         if ctx.memory == "none":
             raise _no_saved_error()
+        if torch.is_grad_enabled():  # create_graph=True: the backward op, whose own autograd is the HVP
+            _check_create_graph(ctx.backend)
+            dC, dgamma = backward_cost(grad_value.contiguous(), C, gamma, x_lengths, y_lengths, window, value,
+                                       saved, ctx.memory, ctx.backend)
+            return dC, dgamma.sum().reshape(gamma.shape), None
         if not grad_value.is_contiguous():
             grad_value = grad_value.contiguous()
         dC, dgamma = get_backend(ctx.backend).backward_cost(

@@ -86,3 +86,33 @@ def cost_vjp(cost: str, x: torch.Tensor, y: torch.Tensor, dC: torch.Tensor):
         xg, yg = x.detach().requires_grad_(), y.detach().requires_grad_()
         C = pairwise_cost(cost, xg, yg)
         return torch.autograd.grad(C, (xg, yg), dC)
+
+
+def cost_jvp(cost: str, x: torch.Tensor, y: torch.Tensor, x_dot: torch.Tensor, y_dot: torch.Tensor) -> torch.Tensor:
+    """The derivative of a fused cost's `(B, N, M)` matrix along (x_dot, y_dot) (the shapes of x, y).
+
+    sqeuclidean: 2 <x_i - y_j, x_dot_i - y_dot_j>; l1: sum_d sign(x_id - y_jd) (x_dot_id - y_dot_jd).
+    """
+    B, N, D = x.shape
+    M = y.shape[1]
+    if cost == "sqeuclidean":
+        if B * N * M * D <= _BROADCAST_LIMIT:
+            return 2.0 * ((x.unsqueeze(2) - y.unsqueeze(1)) * (x_dot.unsqueeze(2) - y_dot.unsqueeze(1))).sum(-1)
+        own = (x * x_dot).sum(-1, keepdim=True) + (y * y_dot).sum(-1).unsqueeze(1)
+        cross = torch.bmm(x, y_dot.transpose(1, 2)) + torch.bmm(x_dot, y.transpose(1, 2))
+        return 2.0 * (own - cross)
+    if cost == "l1":
+        return (torch.sign(x.unsqueeze(2) - y.unsqueeze(1)) * (x_dot.unsqueeze(2) - y_dot.unsqueeze(1))).sum(-1)
+    raise ValueError(f"cost_jvp is written out for the fused costs ('sqeuclidean', 'l1') only; got {cost!r}.")
+
+
+def cost_vjp_jvp(cost: str, x: torch.Tensor, y: torch.Tensor, dC: torch.Tensor, x_dot: torch.Tensor,
+                 y_dot: torch.Tensor):
+    """The derivative of :func:`cost_vjp` (x, y) -> (dx, dy) along (x_dot, y_dot) with dC held fixed: the
+    cost's own Hessian times the direction, weighted by dC. sqeuclidean: cost_vjp of the direction
+    (the VJP is linear in x, y); l1: zero (almost everywhere)."""
+    if cost == "sqeuclidean":
+        return cost_vjp(cost, x_dot, y_dot, dC)
+    if cost == "l1":
+        return torch.zeros_like(x), torch.zeros_like(y)
+    raise ValueError(f"cost_vjp_jvp is written out for the fused costs ('sqeuclidean', 'l1') only; got {cost!r}.")

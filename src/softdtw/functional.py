@@ -197,17 +197,24 @@ def soft_dtw_from_cost(C, gamma: Union[float, torch.Tensor] = 1.0, *, bandwidth=
 
 
 def _alignment(p: Problem, cost) -> tuple[torch.Tensor, torch.Tensor]:
-    """(E `(B, N, M)`, values `(B,)`) of a validated problem (no autograd graph)."""
-    with torch.no_grad():
+    """(E `(B, N, M)`, values `(B,)`) of a validated problem.
+
+    E is differentiable in x, y and gamma when one of them requires grad (and grad mode is on): it is the
+    first-order backward op run under autograd, whose own derivative is the Hessian-vector product
+    (softdtw::hvp_cost). The values carry no graph."""
+    grad = _needs_grad(p.x, p.y, p.gamma)
+    with torch.set_grad_enabled(grad):
         B, N, D = p.x.shape
         M = p.y.shape[1]
         C = check_cost_matrix(costs.pairwise_cost(cost, p.x, p.y), B, N, M, device=p.x.device, cost=cost)
         C = C.to(p.x.dtype).contiguous()
         if not isinstance(cost, str):
-            p = p._replace(backend=route_by_range([C], p.gamma, Span("C", 0, N, M), p.backend))
-        gamma = p.gamma.detach()
-        value, saved = _ops.forward_cost(C, gamma, p.x_lengths, p.y_lengths, p.window, "store", p.backend)
+            p = p._replace(backend=route_by_range([C.detach()], p.gamma, Span("C", 0, N, M), p.backend))
+        with torch.no_grad():
+            value, saved = _ops.forward_cost(C.detach(), p.gamma.detach(), p.x_lengths, p.y_lengths, p.window,
+                                             "store", p.backend)
         ones = torch.ones_like(value)
+        gamma = p.gamma if grad else p.gamma.detach()
         E, _ = _ops.backward_cost(ones, C, gamma, p.x_lengths, p.y_lengths, p.window, value, saved, "store",
                                   p.backend)
     return E, value
@@ -224,7 +231,11 @@ def soft_dtw_alignment(x, y, gamma: Union[float, torch.Tensor] = 1.0, *, cost="s
     Returns:
         `(B, N, M)` (or `(N, M)`), same dtype as x; zero past the lengths, outside a band and on
         forbidden (+inf cost) cells; all zeros for a pair with no finite path.
-        Devices: CPU, CUDA. Not differentiable (detached).
+        Devices: CPU, CUDA. Differentiable in: x, y, gamma (when one of them requires grad): the
+        vector-Jacobian product of E is soft-DTW's Hessian-vector product (Mensch & Blondel 2018), which
+        needs a backend with the second order (``hvp_cost``; others raise a NotImplementedError at the
+        backward). E's graph holds the cost matrix `(B, N, M)`. gamma = 0: E is piecewise constant, its
+        derivative 0.
 
     Example:
         >>> import torch, softdtw
@@ -275,7 +286,8 @@ def dtw_path(x, y, *, cost="sqeuclidean", bandwidth=None, itakura_max_slope=None
     """
     p = prepare(x, y, 0.0, cost=cost, bandwidth=bandwidth, itakura_max_slope=itakura_max_slope,
                 x_lengths=x_lengths, y_lengths=y_lengths, memory="auto", backend=backend)
-    E, value = _alignment(p, cost)
+    with torch.no_grad():
+        E, value = _alignment(p, cost)
     blocked = torch.isinf(value)
     if bool(blocked.any()):
         b = int(blocked.nonzero()[0, 0])

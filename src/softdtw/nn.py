@@ -149,3 +149,64 @@ class SoftDTWDivergence(SoftDTW):
         super().__init__(gamma, normalize=True, bandwidth=bandwidth, dist_func=dist_func, reduction=reduction,
                          cost=cost, itakura_max_slope=itakura_max_slope, memory=memory, backend=backend,
                          use_cuda=use_cuda)
+
+
+class DILATELoss(nn.Module):
+    """The DILATE loss (Le Guen & Thome 2019): alpha * soft-DTW + (1 - alpha) * <E, Omega>.
+
+    See :func:`softdtw.dilate_loss` for the definition, the default Omega ((i - j) / n)^2 and where it
+    differs from the published code. ``alpha`` and ``gamma`` are positional; the rest keyword-only.
+
+    Args:
+        alpha: weight of the shape term in [0, 1] (default 0.5, the paper's).
+        gamma: soft-DTW smoothing (default 0.01, the paper's); a float or a tensor / nn.Parameter to learn it.
+        omega: None (default penalty), a tensor broadcastable to `(B, N, M)`, or a callable (see dilate_loss).
+        divergence: if True the shape term is the soft-DTW divergence.
+        reduction: "none" (default, `(B,)`, as :class:`SoftDTW`), "mean" (the published loss's batch mean)
+            or "sum".
+        cost, bandwidth, itakura_max_slope, backend: as :func:`softdtw.soft_dtw`.
+
+    Shape:
+        - x (predictions): `(B, N, D)` or `(N, D)`; y (targets): `(B, M, D)` or `(M, D)`.
+        - x_lengths, y_lengths (optional): `(B,)` int.
+        - Output: `(B,)` for reduction="none", else a scalar.
+
+    Example:
+        >>> import torch, softdtw
+        >>> _ = torch.manual_seed(0)
+        >>> loss_fn = softdtw.DILATELoss(0.5, 0.1, reduction="mean", backend="reference")
+        >>> pred = torch.randn(4, 20, 1, requires_grad=True)
+        >>> loss_fn(pred, torch.randn(4, 20, 1)).backward()
+    """
+
+    def __init__(self, alpha: float = 0.5, gamma: Union[float, torch.Tensor] = 0.01, *, omega=None,
+                 divergence: bool = False, reduction: str = "none", cost="sqeuclidean",
+                 bandwidth: Optional[float] = None, itakura_max_slope: Optional[float] = None,
+                 backend: Optional[str] = None):
+        super().__init__()
+        if reduction not in _REDUCTIONS:
+            raise ValueError(f"reduction must be one of {_REDUCTIONS}; got {reduction!r}.")
+        if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not 0.0 <= float(alpha) <= 1.0:
+            raise ValueError(f"DILATELoss(alpha={alpha!r}): alpha must be a number in [0, 1] (the weight of "
+                             f"the shape term).")
+        self.alpha = float(alpha)
+        self.gamma = gamma
+        self.omega = omega
+        self.divergence = bool(divergence)
+        self.reduction = reduction
+        self.cost = cost
+        self.bandwidth = bandwidth
+        self.itakura_max_slope = itakura_max_slope
+        self.backend = backend
+
+    def forward(self, x, y, x_lengths=None, y_lengths=None) -> torch.Tensor:
+        from .dilate import dilate_loss
+
+        values = dilate_loss(x, y, self.alpha, self.gamma, omega=self.omega, divergence=self.divergence,
+                             cost=self.cost, bandwidth=self.bandwidth, itakura_max_slope=self.itakura_max_slope,
+                             x_lengths=x_lengths, y_lengths=y_lengths, backend=self.backend)
+        return _reduce(values, self.reduction)
+
+    def extra_repr(self) -> str:
+        return (f"alpha={self.alpha}, gamma={self.gamma}, divergence={self.divergence}, "
+                f"reduction={self.reduction!r}")

@@ -190,6 +190,14 @@ def _cell_weights(R: torch.Tensor, gamma: torch.Tensor, valid: torch.Tensor, *, 
     the argmin (ties: diagonal, then up, then left), entropy 0. open_begin, penalty: as in
     :func:`_predecessors`.
     """
+    w_diag, w_up, w_left, _, entropy = _cell_weights_log(R, gamma, valid, open_begin=open_begin, penalty=penalty)
+    return w_diag, w_up, w_left, entropy
+
+
+def _cell_weights_log(R: torch.Tensor, gamma: torch.Tensor, valid: torch.Tensor, *, open_begin: bool = False,
+                      penalty: torch.Tensor | None = None):
+    """As :func:`_cell_weights`, with the weights' logarithms `(3, B, N, M)` too (finite: 0 where the
+    weight is 0, and never computed as log of an underflowed weight), for the second order."""
     preds = _predecessors(R, open_begin=open_begin, penalty=penalty)
     stacked = torch.stack(preds)  # (3, B, N, M)
     low = stacked.min(dim=0).values
@@ -200,7 +208,7 @@ def _cell_weights(R: torch.Tensor, gamma: torch.Tensor, valid: torch.Tensor, *, 
         is_u = ~is_d & (u <= l)
         is_l = ~is_d & ~is_u
         w = torch.stack([is_d, is_u, is_l]).to(R.dtype) * live
-        return w[0], w[1], w[2], torch.zeros_like(R)
+        return w[0], w[1], w[2], torch.zeros_like(w), torch.zeros_like(R)
     shift = torch.where(live, low, torch.zeros_like(low))
     gap = stacked - shift  # >= 0; +inf for a border or an unreachable predecessor
     alive = torch.isfinite(gap) & live
@@ -208,9 +216,9 @@ def _cell_weights(R: torch.Tensor, gamma: torch.Tensor, valid: torch.Tensor, *, 
     terms = torch.where(alive, torch.exp(-gap / gamma), torch.zeros_like(gap))
     z = torch.where(live, terms.sum(dim=0), torch.ones_like(low))  # in [1, 3]
     w = terms / z
-    log_w = -gap / gamma - torch.log(z)
-    entropy = torch.where(alive, w * log_w, torch.zeros_like(w)).sum(dim=0)
-    return w[0], w[1], w[2], entropy
+    log_w = torch.where(alive, -gap / gamma - torch.log(z), torch.zeros_like(gap))
+    entropy = (w * log_w).sum(dim=0)
+    return w[0], w[1], w[2], log_w, entropy
 
 
 def _end_weights(R: torch.Tensor, gamma: torch.Tensor, x_lengths: torch.Tensor, y_lengths: torch.Tensor):
@@ -315,6 +323,117 @@ def check_variant(window, open_begin: bool, open_end: bool) -> None:
         raise ValueError(
             f"{name}=True cannot be combined with a band (bandwidth / window): a band is drawn between the "
             f"pair's corners, which an open end removes. Drop the band, or set {name}=False.")
+
+
+def _predecessors_dot(T: torch.Tensor):
+    """(T[i-1, j-1], T[i-1, j], T[i, j-1]) of every cell with 0 on the borders (derivative tables:
+    the virtual start R[-1, -1] = 0 is a constant)."""
+    B, N, M = T.shape
+    Tp = T.new_zeros((B, N + 1, M + 1))
+    Tp[:, 1:, 1:] = T
+    return Tp[:, :-1, :-1], Tp[:, :-1, 1:], Tp[:, 1:, :-1]
+
+
+def _second_order(R, gamma, valid, x_lengths, y_lengths, Cdot, gamma_dot):
+    """(E, vgamma, Edot, vgamma_dot) of a float64 table R (see :func:`hvp_cost`), gamma > 0.
+
+    Pass 1, along the anti-diagonals: Rdot_s = Cdot_s + sum_p w_{p->s} Rdot_p + gamma_dot H_s.
+    Then for every cell at once: wdot_{p->s} = w_{p->s} (-(Rdot_p - Sdot_s) - gamma_dot log w_{p->s}) / gamma
+    with Sdot_s = Rdot_s - Cdot_s, and Hdot_s = sum_p wdot_{p->s} log w_{p->s}.
+    Pass 2, from the end back: Edot_p = sum_s (Edot_s w_{p->s} + E_s wdot_{p->s}), Edot_end = 0.
+    """
+    B, N, M = R.shape
+    w_diag, w_up, w_left, log_w, entropy = _cell_weights_log(R, gamma, valid)
+    E, vgamma = _alignment(R, gamma, valid, x_lengths, y_lengths)
+    _, inside = _skew_index(N, M, R.device)
+    on = _to_diagonals(valid) & inside.unsqueeze(0)
+    reach = torch.isfinite(R)
+
+    def diagonals(t):  # garbage off the table's range is zeroed
+        td = _to_diagonals(t)
+        return torch.where(on, td, torch.zeros_like(td))
+
+    gdot = gamma_dot.view(B, 1)
+    Wd, Wu, Wl = diagonals(w_diag), diagonals(w_up), diagonals(w_left)
+    Cd, Hd = diagonals(Cdot), diagonals(entropy)
+    Fd = diagonals(reach)
+    zero_col = R.new_zeros(B, 1)
+
+    # Pass 1: Rdot. Same neighbours as _table: up = row i - 1 of diagonal d - 1, left = row i of d - 1,
+    # corner = row i - 1 of d - 2; the borders (and the virtual start) contribute 0.
+    prev2 = R.new_zeros(B, N)
+    prev1 = R.new_zeros(B, N)
+    rdots = []
+    for d in range(N + M - 1):
+        up = torch.cat([zero_col, prev1[:, :-1]], dim=1)
+        corner = torch.cat([zero_col, prev2[:, :-1]], dim=1)
+        r = Cd[:, d] + Wd[:, d] * corner + Wu[:, d] * up + Wl[:, d] * prev1 + gdot * Hd[:, d]
+        r = torch.where(Fd[:, d] > 0, r, torch.zeros_like(r))  # unreachable cells: no derivative
+        rdots.append(r)
+        prev2, prev1 = prev1, r
+    Rdot = _from_diagonals(torch.stack(rdots, dim=1), M)
+    Sdot = torch.where(reach & valid, Rdot - Cdot, torch.zeros_like(Rdot))
+    w = torch.stack([w_diag, w_up, w_left])
+    wdot = w * (-(torch.stack(_predecessors_dot(Rdot)) - Sdot) - gamma_dot.view(1, B, 1, 1) * log_w) / gamma
+    Hdot = (wdot * log_w).sum(dim=0)
+
+    # Pass 2: Edot, successors as in _alignment.
+    Ed = _to_diagonals(E)
+    Vd, Vu, Vl = diagonals(wdot[0]), diagonals(wdot[1]), diagonals(wdot[2])
+
+    def below(t):  # t[:, i + 1]
+        return torch.cat([t[:, 1:], zero_col], dim=1)
+
+    next2 = R.new_zeros(B, N)  # Edot on diagonal d + 2
+    next1 = R.new_zeros(B, N)  # and d + 1
+    out = []
+    for d in range(N + M - 2, -1, -1):
+        e = R.new_zeros(B, N)
+        if d + 2 <= N + M - 2:
+            e = e + below(next2 * Wd[:, d + 2] + Ed[:, d + 2] * Vd[:, d + 2])
+        if d + 1 <= N + M - 2:
+            e = e + below(next1 * Wu[:, d + 1] + Ed[:, d + 1] * Vu[:, d + 1])
+            e = e + next1 * Wl[:, d + 1] + Ed[:, d + 1] * Vl[:, d + 1]
+        e = torch.where(on[:, d], e, torch.zeros_like(e))
+        out.append(e)
+        next2, next1 = next1, e
+    Edot = _from_diagonals(torch.stack(out[::-1], dim=1), M)
+    vgamma_dot = (Edot * entropy + E * Hdot).sum(dim=(1, 2))
+    return E, vgamma, Edot, vgamma_dot
+
+
+def hvp_cost(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot):
+    """Second order of soft-DTW in a precomputed cost: (E, vgamma, Edot, vgamma_dot).
+
+    Per pair b with value v_b = R_b[n_b - 1, m_b - 1] (Mensch & Blondel 2018, the directional
+    derivative of the DP):
+
+    - E `(B, N, M)` = dv_b / dC_b (as :func:`backward_cost` with grad = 1), vgamma `(B,)` = dv_b / dgamma;
+    - Edot `(B, N, M)` = the derivative of E along (Cdot, gamma_dot): H_CC Cdot + H_Cgamma gamma_dot;
+    - vgamma_dot `(B,)` = H_gammaC Cdot + H_gammagamma gamma_dot.
+
+    Cdot `(B, N, M)` (its values outside the lengths, the window and on +inf cells are read as 0) and
+    gamma_dot `(B,)` are in C's dtype, and so are the outputs. gamma == 0: E is the hard path, the rest 0
+    (the derivatives almost everywhere). A pair whose value is +inf gets zeros. The forward is recomputed
+    from C (nothing saved is read); working memory: the float64 tables R and Rdot and the weights, a few
+    `(B, N, M)` float64 tensors.
+    """
+    Cw, valid = _prepare(C, x_lengths, y_lengths, window)
+    g = gamma.detach().to(Cw.dtype)
+    valid = valid & torch.isfinite(Cw)
+    R = _table(Cw.detach(), g, valid)
+    keep = torch.isfinite(_end_values(R, x_lengths, y_lengths).to(C.dtype)).to(Cw.dtype)
+    if float(g) == 0.0:
+        E, _ = _alignment(R, g, valid, x_lengths, y_lengths)
+        E = E * keep.view(-1, 1, 1)
+        zeros = C.new_zeros(C.shape[0])
+        return E.to(C.dtype), zeros, torch.zeros_like(C), zeros.clone()
+    Cdot = torch.where(valid, Cdot.detach().to(Cw.dtype), torch.zeros_like(Cw))
+    gdot = gamma_dot.detach().to(Cw.dtype)
+    E, vgamma, Edot, vgamma_dot = _second_order(R, g, valid, x_lengths, y_lengths, Cdot, gdot)
+    k3 = keep.view(-1, 1, 1)
+    return ((E * k3).to(C.dtype), (vgamma * keep).to(C.dtype), (Edot * k3).to(C.dtype),
+            (vgamma_dot * keep).to(C.dtype))
 
 
 def saved_spec(kind, B, N, M, D, dtype, memory):

@@ -1,0 +1,207 @@
+r"""DILATE: a shape term (soft-DTW) plus a temporal term (the expected alignment against a time-shift
+penalty), for training forecasters (Le Guen & Thome, "Shape and Time Distortion Loss for Training Deep
+Time Series Forecasting Models", NeurIPS 2019).
+
+.. math::
+    \mathrm{DILATE}(x, y) = \alpha\, \mathrm{sdtw}_\gamma(x, y) + (1 - \alpha) \langle E_\gamma(x, y), \Omega \rangle,
+    \qquad E_\gamma = \partial\, \mathrm{sdtw}_\gamma / \partial C,
+
+with Omega[i, j] = ((i - j) / n)^2 by default. The temporal term's gradient is a Hessian-vector product of
+soft-DTW (Mensch & Blondel 2018): the loss runs one forward DP and one first-order backward (the value and E),
+and its backward is one call of the backend's ``hvp_cost`` (a directional forward and backward), which gives
+the gradients of both terms at once.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional, Union
+
+import torch
+
+from . import _ops, costs
+from ._checks import Span, check_cost_matrix, make_window, prepare, route_by_range
+
+__all__ = ["dilate_loss", "default_omega"]
+
+
+def default_omega(i: torch.Tensor, j: torch.Tensor, x_lengths: torch.Tensor, y_lengths: torch.Tensor) -> torch.Tensor:
+    """The default temporal penalty ((i - j) / n_b)^2, n_b the pair's x length (the forecast horizon).
+
+    Args:
+        i: `(1, N, 1)` int64 step indices of x; j: `(1, 1, M)` of y; x_lengths, y_lengths: `(B, 1, 1)` int64.
+
+    Returns:
+        `(B, N, M)` float64. For N != M the steps are compared at face value (step i of x against step j
+        of y, same start and sampling rate), not rescaled to relative positions i / n - j / m.
+    """
+    return ((i - j).double() / x_lengths.double()) ** 2
+
+
+def _omega_tensor(omega, B: int, N: int, M: int, x_lengths, y_lengths, dtype, device) -> torch.Tensor:
+    """omega (None, a callable or a tensor broadcastable to `(B, N, M)`) as a `(B, N, M)` tensor."""
+    if omega is None or callable(omega):
+        fn = default_omega if omega is None else omega
+        i = torch.arange(N, device=device).view(1, N, 1)
+        j = torch.arange(M, device=device).view(1, 1, M)
+        out = fn(i, j, x_lengths.view(B, 1, 1), y_lengths.view(B, 1, 1))
+        name = "the omega callable's output"
+    else:
+        out, name = omega, "omega"
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"{name} must be a tensor broadcastable to (B, N, M) = ({B}, {N}, {M}); got "
+                        f"{type(out).__name__}.")
+    try:
+        out = torch.broadcast_to(out, (B, N, M))
+    except RuntimeError:
+        raise ValueError(f"{name} must be broadcastable to (B, N, M) = ({B}, {N}, {M}) (e.g. (N, M)); got shape "
+                         f"{tuple(out.shape)}.") from None
+    out = out.to(device=device, dtype=dtype)
+    if not bool(torch.isfinite(out.detach()).all()):
+        raise ValueError(f"{name} must be finite; it holds NaN or Inf.")
+    return out
+
+
+class _Dilate(torch.autograd.Function):
+    """(sdtw `(B,)`, <E, Omega> `(B,)`) of a cost C `(B, N, M)`, differentiable in C, gamma and Omega.
+
+    Backward for the upstream (gs, gt): one hvp_cost along Cdot = gt Omega gives
+    dC = gs E + Edot, dgamma = sum_b gs vgamma + vgamma_dot, dOmega = gt E."""
+
+    @staticmethod
+    def forward(ctx, C, gamma, omega, meta):
+        x_lengths, y_lengths, window, backend = meta
+        value, saved = _ops.forward_cost(C, gamma, x_lengths, y_lengths, window, "store", backend)
+        E, _ = _ops.backward_cost(torch.ones_like(value), C, gamma, x_lengths, y_lengths, window, value, saved,
+                                  "store", backend)
+        ctx.meta = meta
+        ctx.save_for_backward(C, gamma, omega, value, E)
+        return value, (E * omega).sum((1, 2))
+
+    @staticmethod
+    def backward(ctx, g_shape, g_temporal):
+        if torch.is_grad_enabled():
+            raise NotImplementedError(
+                "a double backward through dilate_loss is not supported: DILATE's gradient is already a second "
+                "derivative of soft-DTW (softdtw::hvp_cost), which has no derivative of its own. Take its "
+                "backward with create_graph=False.")
+        C, gamma, omega, value, E = ctx.saved_tensors
+        x_lengths, y_lengths, window, backend = ctx.meta
+        B = C.shape[0]
+        gs = C.new_zeros(B) if g_shape is None else g_shape
+        gt = C.new_zeros(B) if g_temporal is None else g_temporal
+        keep = torch.isfinite(value).to(C.dtype)
+        gs, gt = gs * keep, gt * keep
+        need = ctx.needs_input_grad
+        dC = dgamma = domega = None
+        if need[0] or need[1]:
+            Cdot = (gt.view(-1, 1, 1) * omega).contiguous()
+            E2, vgamma, Edot, vgamma_dot = _ops.hvp_cost(C, gamma, x_lengths, y_lengths, window, Cdot,
+                                                         torch.zeros_like(gs), backend)
+            if need[0]:
+                dC = gs.view(-1, 1, 1) * E2 + Edot
+            if need[1]:
+                dgamma = (gs * vgamma + vgamma_dot).sum().reshape(gamma.shape)
+        if need[2]:
+            domega = gt.view(-1, 1, 1) * E
+        return dC, dgamma, domega, None
+
+
+def dilate_loss(x, y, alpha: float = 0.5, gamma: Union[float, torch.Tensor] = 0.01, *,
+                omega: Optional[Union[torch.Tensor, Callable]] = None, divergence: bool = False,
+                cost="sqeuclidean", bandwidth=None, itakura_max_slope=None, x_lengths=None, y_lengths=None,
+                backend=None, return_terms: bool = False):
+    r"""The DILATE loss of each pair: alpha * shape + (1 - alpha) * temporal (Le Guen & Thome 2019).
+
+    .. math::
+        \mathrm{shape} = \mathrm{sdtw}_\gamma(x, y), \qquad
+        \mathrm{temporal} = \sum_{i,j} E_{ij}\, \Omega_{ij}, \qquad
+        \Omega_{ij} = \Big(\frac{i - j}{n}\Big)^2 \text{ by default},
+
+    E the expected alignment of x and y (:func:`softdtw.soft_dtw_alignment`), n the pair's x length.
+
+    Args:
+        x: `(B, N, D)` predictions (or `(N, D)`); steps past `x_lengths` are ignored.
+        y: `(B, M, D)` targets (or `(M, D)`); M may differ from N.
+        alpha: weight of the shape term in [0, 1] (the paper's default 0.5).
+        gamma: soft-DTW smoothing > 0 (float or 0-d tensor, learnable); the paper uses 0.01 on series
+            scaled to about [0, 1]. gamma = 0 gives hard DTW, whose E is piecewise constant: the temporal
+            term then has zero gradient.
+        omega: the temporal penalty: None for :func:`default_omega` ((i - j) / n_b)^2, a tensor
+            broadcastable to `(B, N, M)` (e.g. `(N, M)`; it may require grad), or a callable
+            ``omega(i, j, x_lengths, y_lengths)`` with i `(1, N, 1)`, j `(1, 1, M)` int64 step indices and
+            lengths `(B, 1, 1)`, returning something broadcastable to `(B, N, M)`. Entries past the lengths
+            and outside a band meet E = 0 and do not count.
+        divergence: if True the shape term is the soft-DTW divergence
+            sdtw(x, y) - (sdtw(x, x) + sdtw(y, y)) / 2 (>= 0, 0 at x = y) instead of sdtw(x, y).
+        cost, bandwidth, itakura_max_slope, x_lengths, y_lengths, backend: as :func:`softdtw.soft_dtw`.
+        return_terms: also return the shape and temporal terms.
+
+    Returns:
+        `(B,)` losses in x's dtype (0-d for unbatched inputs), or (loss, shape, temporal) with return_terms.
+
+    Differences from the published code (vincent-leguen/DILATE, ``loss/dilate_loss.py``): there the shape term
+    is the batch mean of soft-DTW on the squared Euclidean cost with the targets as the first argument, the
+    temporal term is sum_b sum_ij E_ij (i - j)^2 / (N^2 B) on N x N pairs, and the loss is one scalar. Here
+    the loss is per pair (take ``.mean()``, or ``DILATELoss(reduction="mean")``, for theirs: same value for
+    equal lengths, as the squared Euclidean cost and the default Omega are symmetric), the pairs may have
+    N != M and their own lengths (Omega then divides by each pair's n_b), the cost, the band and Omega are
+    options, gamma can be learned, and the gradients are exact in float64 DP (theirs runs the DP one pair at
+    a time on the CPU, in float32, without a gradient for gamma).
+
+    Memory: C, E and the backend's second-order working tables, each `(B, N, M)`; the cost matrix is always
+    materialised. Devices: CPU, CUDA. Differentiable in: x, y, gamma, omega (needs a backend with
+    ``hvp_cost``; others raise a NotImplementedError naming the backend). Not twice differentiable.
+
+    Example:
+        >>> import torch, softdtw
+        >>> _ = torch.manual_seed(0)
+        >>> pred = torch.randn(4, 20, 1, requires_grad=True)
+        >>> loss = softdtw.dilate_loss(pred, torch.randn(4, 20, 1), alpha=0.5, gamma=0.1, backend="reference")
+        >>> loss.shape
+        torch.Size([4])
+        >>> loss.mean().backward()
+        >>> bool(torch.isfinite(pred.grad).all())
+        True
+    """
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 <= float(alpha) <= 1.0:
+        raise ValueError(f"alpha must be a number in [0, 1] (the weight of the shape term); got {alpha!r}.")
+    p = prepare(x, y, gamma, cost=cost, bandwidth=bandwidth, itakura_max_slope=itakura_max_slope,
+                x_lengths=x_lengths, y_lengths=y_lengths, memory="auto", backend=backend)
+    B, N, D = p.x.shape
+    M = p.y.shape[1]
+    C = check_cost_matrix(costs.pairwise_cost(cost, p.x, p.y), B, N, M, device=p.x.device, cost=cost)
+    C = C.to(p.x.dtype).contiguous()
+    backend = p.backend
+    if not isinstance(cost, str):
+        backend = route_by_range([C.detach()], p.gamma, Span("C", 0, N, M), backend)
+    Om = _omega_tensor(omega, B, N, M, p.x_lengths, p.y_lengths, p.x.dtype, p.x.device)
+    needs = torch.is_grad_enabled() and (C.requires_grad or p.gamma.requires_grad or Om.requires_grad)
+    if needs:
+        _ops._hvp_function(backend)  # the backward needs the second order: say so now, not after the forward
+        shape, temporal = _Dilate.apply(C, p.gamma, Om, (p.x_lengths, p.y_lengths, p.window, backend))
+    else:
+        with torch.no_grad():
+            shape, temporal = _dilate_values(C, p.gamma, Om, p.x_lengths, p.y_lengths, p.window, backend)
+    if divergence:
+        from .functional import _run  # functional imports nothing from here; a late import keeps it that way
+
+        wxx = make_window(p.x_lengths, p.x_lengths, N, N, bandwidth, itakura_max_slope)
+        wyy = make_window(p.y_lengths, p.y_lengths, M, M, bandwidth, itakura_max_slope)
+        qxx = p._replace(y=p.x, y_lengths=p.x_lengths, window=wxx)
+        qyy = p._replace(x=p.y, x_lengths=p.y_lengths, window=wyy)
+        shape = shape - 0.5 * _run(qxx, cost, "auto") - 0.5 * _run(qyy, cost, "auto")
+    loss = alpha * shape + (1.0 - alpha) * temporal
+
+    def out(t):
+        t = t.to(p.out_dtype)
+        return t[0] if p.unbatched else t
+
+    return (out(loss), out(shape), out(temporal)) if return_terms else out(loss)
+
+
+def _dilate_values(C, gamma, omega, x_lengths, y_lengths, window, backend):
+    """(sdtw, <E, Omega>) without a graph (no input requires grad)."""
+    gamma = gamma.detach()
+    value, saved = _ops.forward_cost(C, gamma, x_lengths, y_lengths, window, "store", backend)
+    E, _ = _ops.backward_cost(torch.ones_like(value), C, gamma, x_lengths, y_lengths, window, value, saved, "store",
+                              backend)
+    return value, (E * omega).sum((1, 2))
