@@ -245,3 +245,37 @@ def test_never_nan_on_finite_inputs(B, N, M, log_gamma, log_scale, band, f32, se
         out = cpu.hvp_cost(C, _g(gamma, dtype), xl, yl, w, Cdot, gdot)
         for t in out:
             assert t.dtype == dtype and torch.isfinite(t).all()
+
+
+# --- out of the data dtype's comfortable range ------------------------------------------------------
+
+def test_float32_tiny_gamma_runs_the_float64_kernels():
+    """float32 data whose wdot would pass the float32 cap (a direction of 1 at gamma = 1e-30: Edot ~1e30)
+    is run by the float64 kernels."""
+    B, N, M = 2, 6, 5
+    C = torch.rand(B, N, M, generator=torch.Generator().manual_seed(31), dtype=F64) * 1e-30
+    Cdot, gdot = _direction(B, N, M, seed=32)
+    gdot = gdot * 1e-30
+    xl, yl = _lengths(6, 4), _lengths(5, 5)
+    assert not cpu._hvp_fits(C.float(), _g(1e-30, torch.float32), xl, yl, None, Cdot.float(), gdot.float())
+    out32 = cpu.hvp_cost(C.float(), _g(1e-30, torch.float32), xl, yl, None, Cdot.float(), gdot.float())
+    out64 = cpu.hvp_cost(C, _g(1e-30), xl, yl, None, Cdot, gdot)
+    for a, b in zip(out32, out64):
+        assert a.dtype == torch.float32 and torch.isfinite(a).all()
+        assert rel_err(a, b) <= 1e-6
+
+
+def test_float64_huge_direction_goes_to_the_reference():
+    from softdtw.backends import reference
+    if not hasattr(reference, "hvp_cost"):
+        pytest.skip("reference.hvp_cost is not in this tree yet")
+    B, N, M = 2, 5, 4
+    C = torch.rand(B, N, M, generator=torch.Generator().manual_seed(33), dtype=F64)
+    Cdot, gdot = _direction(B, N, M, seed=34)
+    Cdot = Cdot * 1e288
+    xl, yl = _lengths(5, 3), _lengths(4, 4)
+    assert not cpu._hvp_fits(C, _g(0.01), xl, yl, None, Cdot, gdot)
+    got = cpu.hvp_cost(C, _g(0.01), xl, yl, None, Cdot, gdot)
+    want = reference.hvp_cost(C, _g(0.01), xl, yl, None, Cdot, gdot)
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)

@@ -46,6 +46,7 @@ from ._cpu_kernels import (
     _row_bounds,
     _state_constants,
     exp2_neg,
+    exp_floor,
     flush_exponent,
     log2_1to3,
     sentinel,
@@ -70,6 +71,37 @@ def _rdot_ref(d, u, l, rd_d, rd_u, rd_l):
     return rd_d if d == m else (rd_u if u == m else rd_l)
 
 
+@njit(**_INLINE)
+def _softmin_weights(d, u, l, like):
+    """(S', w_d, w_u, w_l, t_d, t_u, t_l, ent): ``softmin3``'s value S' (the same arithmetic), the weights
+    w_p = 2^(S' - R'[p]) of the three predecessors, t_p = log2 w_p and ent = sum_p w_p t_p.
+
+    The weights come from softmin3's own terms (1, 2^(lo - mid), 2^(lo - hi)) over their sum Z: one
+    division instead of three more exp2. Below 2^flush a weight is 0, as in the backward."""
+    t = type(like)
+    st = type(d)
+    lo = min(d, min(u, l))
+    hi = max(d, max(u, l))
+    mid = max(min(d, u), min(max(d, u), l))
+    floor = st(exp_floor(like))
+    flush = st(flush_exponent(like))
+    e_mid = exp2_neg(t(max(lo - mid, floor)))
+    e_hi = exp2_neg(t(max(lo - hi, floor)))
+    z = t(1.0) + e_mid + e_hi
+    lg = log2_1to3(z)
+    iz = t(1.0) / z
+    one, zero = t(1.0), t(0.0)
+    x_d, x_u, x_l = lo - d, lo - u, lo - l
+    a_d = one if d == lo else (e_mid if d == mid else e_hi)
+    a_u = one if u == lo else (e_mid if u == mid else e_hi)
+    a_l = one if l == lo else (e_mid if l == mid else e_hi)
+    w_d = a_d * iz if x_d > flush else zero
+    w_u = a_u * iz if x_u > flush else zero
+    w_l = a_l * iz if x_l > flush else zero
+    t_d, t_u, t_l = t(max(x_d, flush)) - lg, t(max(x_u, flush)) - lg, t(max(x_l, flush)) - lg
+    return lo - st(lg), w_d, w_u, w_l, t_d, t_u, t_l, w_d * t_d + w_u * t_u + w_l * t_l
+
+
 @njit(**_JIT)
 def _forward_row(a, b, prev, cur, dprev, dcur, crow, cdrow, lo, hi, left, dleft, inv, big, gdl):
     """Row i of the forward, j in [a, b), all lanes: cur[j + 1] = R'[i, j] (as ``_dp_row_soft``) and
@@ -83,14 +115,10 @@ def _forward_row(a, b, prev, cur, dprev, dcur, crow, cdrow, lo, hi, left, dleft,
         for k in range(L):
             c = crow[j, k]
             d, u, l = prev[j, k], prev[j + 1, k], left[k]
-            s = softmin3(d, u, l, c)
+            s, w_d, w_u, w_l, t_d, t_u, t_l, ent = _softmin_weights(d, u, l, c)
             r = min(c * inv + s, big)
             inside = (j >= lo[k]) & (j < hi[k])
             r = r if inside else big
-            w_d, t_d = _weight_log(s - d, c)
-            w_u, t_u = _weight_log(s - u, c)
-            w_l, t_l = _weight_log(s - l, c)
-            ent = w_d * t_d + w_u * t_u + w_l * t_l
             rd_d, rd_u, rd_l = dprev[j, k], dprev[j + 1, k], dleft[k]
             ref = _rdot_ref(d, u, l, rd_d, rd_u, rd_l)
             mdot = w_d * (rd_d - ref) + w_u * (rd_u - ref) + w_l * (rd_l - ref)
@@ -134,37 +162,36 @@ def _weights_exact(d, u, l, like):
 
 
 @njit(**_INLINE)
-def _store_cell(W, j, k, w_d, w_u, w_l, t_d, t_u, t_l, ent, rd_d, rd_u, rd_l, ref, g, inv_g, like):
-    """W[:, j + 1, k] of one cell (see _backward_weights_row) from its weights, their log2 and the
-    predecessors' Rdot (ref: that of the largest weight)."""
+def _cell_dots(w_d, w_u, w_l, t_d, t_u, t_l, ent, rd_d, rd_u, rd_l, ref, g, inv_g, like):
+    """(wdot_diag, wdot_up, wdot_left, Hdot) of one cell (see _backward_weights_row) from its weights,
+    their log2 and the predecessors' Rdot (ref: that of the largest weight), in the data dtype (g =
+    gamma_dot ln 2 and inv_g = 1 / gamma in it too; cpu.py checks that the products stay far below the
+    cap, see _hvp_fits). Scalars only: an array argument of an inlined function costs a reference count
+    per call, which stops the vectoriser."""
     t = type(like)
     tiny = exp2_neg(flush_exponent(like))
-    cap = type(ref)(sentinel(like))
-    x_d, x_u, x_l = rd_d - ref, rd_u - ref, rd_l - ref
+    cap = sentinel(like)
+    # Differences of neighbours' Rdot, exact in the state dtype, small enough for the data dtype.
+    x_d, x_u, x_l = t(rd_d - ref), t(rd_u - ref), t(rd_l - ref)
     kk = w_d * x_d + w_u * x_u + w_l * x_l + g * ent  # Sdot_s - Rdot_ref
     # wdot = w (delta_p - gamma_dot ln w) / gamma, capped at the sentinel (no inf, so never 0 * inf).
-    v_d = t(max(min(w_d * ((kk - x_d - g * t_d) * inv_g), cap), -cap))
-    v_u = t(max(min(w_u * ((kk - x_u - g * t_u) * inv_g), cap), -cap))
-    v_l = t(max(min(w_l * ((kk - x_l - g * t_l) * inv_g), cap), -cap))
+    v_d = max(min(w_d * ((kk - x_d - g * t_d) * inv_g), cap), -cap)
+    v_u = max(min(w_u * ((kk - x_u - g * t_u) * inv_g), cap), -cap)
+    v_l = max(min(w_l * ((kk - x_l - g * t_l) * inv_g), cap), -cap)
     v_d = v_d if abs(v_d) >= tiny else like
     v_u = v_u if abs(v_u) >= tiny else like
     v_l = v_l if abs(v_l) >= tiny else like
-    W[0, j + 1, k] = w_d
-    W[1, j + 1, k] = w_u
-    W[2, j + 1, k] = w_l
-    W[3, j + 1, k] = v_d
-    W[4, j + 1, k] = v_u
-    W[5, j + 1, k] = v_l
-    W[6, j + 1, k] = ent
-    W[7, j + 1, k] = t(LN2) * (v_d * t_d + v_u * t_u + v_l * t_l)
+    return v_d, v_u, v_l, t(LN2) * (v_d * t_d + v_u * t_u + v_l * t_l)
 
 
 @njit(**_JIT)
-def _backward_weights_row(a, b, rup, rcur, dup, dcur, crow, inv, inv_g, gdl, exact, W):
+def _backward_weights_row(a, b, rup, rcur, dup, dcur, crow, inv, inv_g, gdt, exact, W):
     """Row i's weights and their derivatives, j in [a, b), all lanes, into W[q, j + 1, k]:
-    q = 0..2 w (diag, up, left), 3..5 wdot, 6 ent = sum_p w log2 w, 7 Hdot = sum_p wdot ln w."""
+    q = 0..2 w (diag, up, left), 3..5 wdot, 6 ent = sum_p w log2 w, 7 Hdot = sum_p wdot ln w. gdt[k]:
+    gamma_dot of lane k times ln 2, in the data dtype; inv_g = 1 / gamma."""
     L = crow.shape[1]
     like = crow.dtype.type(0.0)
+    inv_g = crow.dtype.type(inv_g)
     if exact:
         for j in range(a, b):
             for k in range(L):
@@ -172,8 +199,11 @@ def _backward_weights_row(a, b, rup, rcur, dup, dcur, crow, inv, inv_g, gdl, exa
                 w_d, w_u, w_l, t_d, t_u, t_l, ent = _weights_exact(d, u, l, like)
                 rd_d, rd_u, rd_l = dup[j, k], dup[j + 1, k], dcur[j, k]
                 ref = _rdot_ref(d, u, l, rd_d, rd_u, rd_l)
-                _store_cell(W, j, k, w_d, w_u, w_l, t_d, t_u, t_l, ent, rd_d, rd_u, rd_l, ref, gdl[k],
-                            inv_g, like)
+                v_d, v_u, v_l, hd = _cell_dots(w_d, w_u, w_l, t_d, t_u, t_l, ent, rd_d, rd_u, rd_l, ref,
+                                               gdt[k], inv_g, like)
+                W[0, j + 1, k], W[1, j + 1, k], W[2, j + 1, k] = w_d, w_u, w_l
+                W[3, j + 1, k], W[4, j + 1, k], W[5, j + 1, k] = v_d, v_u, v_l
+                W[6, j + 1, k], W[7, j + 1, k] = ent, hd
         return
     for j in range(a, b):
         for k in range(L):
@@ -181,8 +211,11 @@ def _backward_weights_row(a, b, rup, rcur, dup, dcur, crow, inv, inv_g, gdl, exa
             w_d, w_u, w_l, t_d, t_u, t_l, ent = _weights_fast(rcur[j + 1, k], crow[j, k], inv, d, u, l)
             rd_d, rd_u, rd_l = dup[j, k], dup[j + 1, k], dcur[j, k]
             ref = _rdot_ref(d, u, l, rd_d, rd_u, rd_l)
-            _store_cell(W, j, k, w_d, w_u, w_l, t_d, t_u, t_l, ent, rd_d, rd_u, rd_l, ref, gdl[k], inv_g,
-                        like)
+            v_d, v_u, v_l, hd = _cell_dots(w_d, w_u, w_l, t_d, t_u, t_l, ent, rd_d, rd_u, rd_l, ref, gdt[k],
+                                           inv_g, like)
+            W[0, j + 1, k], W[1, j + 1, k], W[2, j + 1, k] = w_d, w_u, w_l
+            W[3, j + 1, k], W[4, j + 1, k], W[5, j + 1, k] = v_d, v_u, v_l
+            W[6, j + 1, k], W[7, j + 1, k] = ent, hd
 
 
 @njit(**_JIT)
@@ -241,8 +274,10 @@ def _hvp_group(g, lanes, C, Cdot, N, M, gamma, gamma_dot, x_lengths, y_lengths, 
     inv_g = st.type(1.0 / gamma)
     half = big * 0.5
     gdl = np.zeros(lanes, st)
+    gdt = np.zeros(lanes, dt)
     for k in range(nl):
         gdl[k] = st.type(gamma_dot[b0 + k]) * LN2
+        gdt[k] = gdl[k]
     # _cost_row's arguments for fused costs, unused with COST_GIVEN.
     nox = np.empty((0, 0, 0), dt)
     noxrow = np.empty((0, lanes), dt)
@@ -311,7 +346,7 @@ def _hvp_group(g, lanes, C, Cdot, N, M, gamma, gamma_dot, x_lengths, y_lengths, 
         if not exact:
             _cost_row(i, b0, nl, a, b, nox, nox, C, COST_GIVEN, lo, hi, noxrow, crow)
         rup, dup = (Rt[i - 1], Rdt[i - 1]) if i > 0 else (border, dborder)
-        _backward_weights_row(a, b, rup, Rt[i], dup, Rdt[i], crow, inv, inv_g, gdl, exact, W)
+        _backward_weights_row(a, b, rup, Rt[i], dup, Rdt[i], crow, inv, inv_g, gdt, exact, W)
         _reset_outside(e_cur, e_lo, e_hi, a + 1, b + 1, 0)
         _reset_outside(ed_cur, e_lo, e_hi, a + 1, b + 1, 0)
         e_lo, e_hi = a + 1, b + 1
