@@ -219,16 +219,19 @@ def _backward_weights_row(a, b, rup, rcur, dup, dcur, crow, inv, inv_g, gdt, exa
 
 
 @njit(**_JIT)
-def _alignment_row(a, b, lo, hi, end_col, P_next, W, e_cur, ed_cur):
-    """E[i, j] and Edot[i, j] for j = b - 1 .. a (buffer position j + 1).
+def _alignment_row(a, b, lo, hi, end_col, P_next, W, e_cur, ed_cur, P, acc_e, acc_ed):
+    """E[i, j] and Edot[i, j] for j = b - 1 .. a (buffer position j + 1), and what row i hands on.
 
     P_next[q, j + 1] holds, for the cell (i + 1, j): q = 0 E w_diag, 1 Edot w_diag + E wdot_diag,
     2 E w_up, 3 Edot w_up + E wdot_up (the shares it hands to its diagonal and upper predecessors);
-    the left successor (i, j + 1) is read from this row. The end cell adds 1 to E.
+    the left successor (i, j + 1) is read from this row. The end cell adds 1 to E. Row i's own shares
+    go to P[q, j + 1], and acc_e += E ent (log2 units), acc_ed += Edot H + E Hdot (natural units),
+    float64 per lane.
     """
     L = e_cur.shape[1]
     zero = e_cur.dtype.type(0.0)
     one = e_cur.dtype.type(1.0)
+    ln2 = e_cur.dtype.type(LN2)
     tiny = exp2_neg(flush_exponent(zero))
     for j in range(b - 1, a - 1, -1):
         for k in range(L):
@@ -238,19 +241,10 @@ def _alignment_row(a, b, lo, hi, end_col, P_next, W, e_cur, ed_cur):
             ed = P_next[1, j + 2, k] + P_next[3, j + 1, k] + (ed_r * w_l + e_r * v_l)
             e += one if j == end_col[k] else zero
             keep = (j >= lo[k]) & (j < hi[k]) & (e >= tiny)
-            e_cur[j + 1, k] = e if keep else zero
-            ed_cur[j + 1, k] = ed if (keep & (abs(ed) >= tiny)) else zero
-
-
-@njit(**_JIT)
-def _shares_row(a, b, e_cur, ed_cur, W, P, acc_e, acc_ed):
-    """P[q, j + 1] (see _alignment_row) of row i's cells, j in [a, b), and the sums
-    acc_e += E ent (log2 units) and acc_ed += Edot H + E Hdot (natural units), float64 per lane."""
-    L = e_cur.shape[1]
-    ln2 = e_cur.dtype.type(LN2)
-    for j in range(a, b):
-        for k in range(L):
-            e, ed = e_cur[j + 1, k], ed_cur[j + 1, k]
+            e = e if keep else zero
+            ed = ed if (keep & (abs(ed) >= tiny)) else zero
+            e_cur[j + 1, k] = e
+            ed_cur[j + 1, k] = ed
             w_d, w_u = W[0, j + 1, k], W[1, j + 1, k]
             P[0, j + 1, k] = e * w_d
             P[1, j + 1, k] = ed * w_d + e * W[3, j + 1, k]
@@ -350,11 +344,10 @@ def _hvp_group(g, lanes, C, Cdot, N, M, gamma, gamma_dot, x_lengths, y_lengths, 
         _reset_outside(e_cur, e_lo, e_hi, a + 1, b + 1, 0)
         _reset_outside(ed_cur, e_lo, e_hi, a + 1, b + 1, 0)
         e_lo, e_hi = a + 1, b + 1
-        _alignment_row(a, b, lo, hi, end_col, P_next, W, e_cur, ed_cur)
         for q in range(4):
             _reset_outside(P_cur[q], c_lo, c_hi, a + 1, b + 1, 0)
         c_lo, c_hi = a + 1, b + 1
-        _shares_row(a, b, e_cur, ed_cur, W, P_cur, acc_e, acc_ed)
+        _alignment_row(a, b, lo, hi, end_col, P_next, W, e_cur, ed_cur, P_cur, acc_e, acc_ed)
         for k in range(nl):
             src, dsrc = e_cur[a + 1:b + 1, k], ed_cur[a + 1:b + 1, k]
             dst, ddst = E[b0 + k, i, a:b], Edot[b0 + k, i, a:b]
