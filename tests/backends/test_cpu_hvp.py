@@ -279,3 +279,39 @@ def test_float64_huge_direction_goes_to_the_reference():
     want = reference.hvp_cost(C, _g(0.01), xl, yl, None, Cdot, gdot)
     for a, b in zip(got, want):
         assert torch.equal(a, b)
+
+
+# --- compiled and cached kernels ------------------------------------------------------------------
+
+_SCRIPT = """
+import sys, torch
+from softdtw.backends import cpu
+g = torch.Generator().manual_seed(0)
+C = torch.rand(20, 60, 45, generator=g, dtype=torch.float64)
+Cdot = torch.randn(20, 60, 45, generator=g, dtype=torch.float64)
+gdot = torch.randn(20, generator=g, dtype=torch.float64)
+n = torch.full((20,), 60)
+m = torch.full((20,), 45)
+torch.save(cpu.hvp_cost(C, torch.tensor(0.1, dtype=torch.float64), n, m, None, Cdot, gdot), sys.argv[1])
+"""
+
+
+@pytest.mark.slow
+def test_compiled_and_cached_hvp_kernels_give_bitwise_equal_results(tmp_path):
+    """As tests/backends/test_cpu_loading.py for the first order: cpu.hvp_cost loads the cached helpers
+    of _cpu_hvp (callees first) before its kernel, so a process that loads the cache gets the bits of
+    one that compiled."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"), NUMBA_NUM_THREADS="2")
+    outs = []
+    for name in ("compiled", "cached"):
+        out = tmp_path / f"{name}.pt"
+        r = subprocess.run([sys.executable, "-c", _SCRIPT, str(out)], env=env, capture_output=True, text=True,
+                           timeout=1200)
+        assert r.returncode == 0, r.stderr
+        outs.append(torch.load(out))
+    for a, b in zip(*outs):
+        assert torch.equal(a, b), float((a - b).abs().max())

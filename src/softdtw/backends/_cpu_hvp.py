@@ -7,7 +7,8 @@ per group of pairs, one kernel call:
 
 1. Forward, row by row: R' (log2 units, exactly the first-order forward's arithmetic: ``softmin3``) and
    Rdot_s = Cdot_s + sum_p w_{p->s} Rdot_p + gamma_dot H_s (natural units), both float64 for either data
-   dtype, into the group's tables `(N, M + 2, lanes)`.
+   dtype, into the group's tables `(N, M + 2, lanes)`. The weights here come from softmin3's own terms
+   (``_softmin_weights``: one division per cell, no more exp2).
 2. Backward, bottom-up: each cell's weights w_{p->s} again from the table R' (the first-order backward's
    formulas: ``_cell_weights_exact`` for float32 data and huge R', else 2^(S' - R'[p])), their
    derivatives wdot_{p->s} = w (delta_p - gamma_dot ln w) / gamma with delta_p = Sdot_s - Rdot_p, and the

@@ -36,6 +36,9 @@ kernels; the arithmetic lives in ``_cpu_kernels.py``.
   banded pair costs its band: two pairs 2^18 x (2^18 - 100) with a band of radius 128, 24 s
   (190 s when every recomputed row was written across all M columns).
 - gamma == 0 is hard DTW; its backward follows the argmin path (ties: diagonal, up, left).
+- Second order: :func:`hvp_cost` (``_cpu_hvp.py``), E, dv/dgamma and their derivatives along a direction
+  (Mensch & Blondel 2018), recomputing the forward from C; working memory: float64 tables of R' and Rdot,
+  16 bytes a cell, for the pairs of the groups that run at once.
 - Non-finite and extreme numbers: C may hold +inf (a forbidden cell); a pair with no finite path, or
   whose value overflows the data dtype, gets +inf and a zero gradient. Costs over gamma past what a
   float32 state holds run with a float64 state; float64 data past 2.5e299 in log2 units is computed
