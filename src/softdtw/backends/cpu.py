@@ -42,6 +42,9 @@ kernels; the arithmetic lives in ``_cpu_kernels.py``.
   step_penalty per pair `(B,)` as an extra last output when step_penalty is not None. Bands with an
   open end raise ValueError (reference.check_variant). Open end, hard DTW: the first argmin of the
   last row is the end the backward follows.
+- Second order: :func:`hvp_cost` (``_cpu_hvp.py``), E, dv/dgamma and their derivatives along a direction
+  (Mensch & Blondel 2018), recomputing the forward from C; working memory: float64 tables of R' and Rdot,
+  16 bytes a cell, for the pairs of the groups that run at once.
 - Non-finite and extreme numbers: C may hold +inf (a forbidden cell); a pair with no finite path, or
   whose value overflows the data dtype, gets +inf and a zero gradient. Costs over gamma past what a
   float32 state holds run with a float64 state; float64 data past 2.5e299 in log2 units is computed
@@ -65,6 +68,7 @@ import numpy as np
 import torch
 
 from .._windows import valid_cells
+from . import _cpu_hvp
 from . import _cpu_kernels as kernels
 from . import reference
 from ._cpu_loading import prepare as _prepare_kernels
@@ -554,3 +558,99 @@ def backward_cost(grad, C, gamma, x_lengths, y_lengths, window, value, saved, me
     if dpen is None:
         return _zero_where_infinite(value, dC, dgamma)
     return _zero_where_infinite(value, dC, dgamma, dpen)
+
+
+# --- second order ----------------------------------------------------------------------------------
+
+#: Pairs per SIMD group of hvp_cost (float64 tables and state for either data dtype).
+_HVP_MAX_LANES = 16
+#: Bound on the R' and Rdot tables of one hvp_cost kernel call (all its groups); larger batches run
+#: in several calls, and long pairs in groups of fewer lanes (down to one pair a group).
+_HVP_BYTES = 512 << 20
+
+
+def _hvp_plan(B: int, N: int, M: int) -> tuple[int, int]:
+    """(lanes, slots): pairs per SIMD group, and groups per kernel call (each with its own tables).
+
+    Lanes: the pairs per thread, split into as few groups of at most _HVP_MAX_LANES as they need, in
+    equal parts (B = 40 on 2 threads: 4 groups of 10, not 16, 16, 8), halved while the threads' tables
+    pass _HVP_BYTES."""
+    threads = numba.get_num_threads()
+    per_thread = -(-B // threads)
+    lanes = -(-per_thread // -(-per_thread // _HVP_MAX_LANES))
+    per_lane = 16 * N * (M + 2)
+    while lanes > 1 and threads * lanes * per_lane > _HVP_BYTES:
+        lanes = -(-lanes // 2)
+    groups = -(-B // lanes)
+    slots = min(groups, max(threads, _HVP_BYTES // (lanes * per_lane)))
+    return lanes, slots
+
+
+def _hvp_fits(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot) -> bool:
+    """Whether the kernels' wdot = w (delta - gamma_dot ln w) / gamma, computed in the data dtype, stays
+    far below the data dtype's sentinel (where _cpu_hvp._cell_dots caps it): |delta| <= 2 (N + M)
+    (max |Cdot| + |gamma_dot| log 3) on the cells used, |ln w| <= 45 (float32) / 350 (float64).
+
+    False sends float32 data to the float64 kernels and float64 data to the reference backend (only for
+    gamma or directions past ~1e-25 / 1e25 of the costs' scale)."""
+    B, N, M = C.shape
+    c = _view(Cdot)
+    big = max(float(c.max()), -float(c.min())) if c.size else 0.0
+    if not math.isfinite(big):  # inf or NaN somewhere: read as 0 off the cells used
+        used = valid_cells(x_lengths, y_lengths, window, N, M) & torch.isfinite(C)
+        big = float(Cdot[used].abs().max()) if bool(used.any()) else 0.0
+    g = float(gamma_dot.abs().max()) if gamma_dot.numel() else 0.0
+    log_w = 45.0 if C.dtype == torch.float32 else 350.0
+    delta = 2.0 * (N + M) * (big + 1.1 * g) + log_w * g
+    limit = 1e25 if C.dtype == torch.float32 else 1e290
+    return math.isfinite(delta) and delta <= limit * _gamma(gamma)
+
+
+def hvp_cost(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot):
+    """Second order in a precomputed cost: (E `(B, N, M)`, vgamma `(B,)`, Edot `(B, N, M)`, vgamma_dot `(B,)`).
+
+    Per pair, E = dv/dC and vgamma = dv/dgamma (backward_cost's with grad = 1) and their derivatives along
+    (Cdot `(B, N, M)`, gamma_dot `(B,)`): Edot = H_CC Cdot + H_Cgamma gamma_dot, vgamma_dot = H_gammaC Cdot +
+    H_gammagamma gamma_dot (Mensch & Blondel 2018; the kernels and their numerics: ``_cpu_hvp.py``). Cdot is
+    read as 0 outside the lengths and window and on +inf cells. gamma == 0: the hard path (as
+    backward_cost) and zeros. A pair without a finite value gets zeros. The forward is recomputed from C
+    (nothing saved is read).
+
+    Memory: per group of up to 16 pairs, two float64 tables `(N, M + 2, lanes)` (R' and Rdot: 16 bytes a
+    cell) for the groups of one kernel call (up to ``_HVP_BYTES``, or one group per thread for longer
+    pairs). float64 data past the kernels' range goes to the reference backend (see :func:`_state`).
+    """
+    B, N, M = C.shape
+    if _gamma(gamma) == 0:
+        value, saved = forward_cost(C, gamma, x_lengths, y_lengths, window, "store")
+        E, vgamma = backward_cost(torch.ones_like(value), C, gamma, x_lengths, y_lengths, window, value,
+                                  saved, "store")
+        return E, vgamma, torch.zeros_like(C), torch.zeros_like(vgamma)
+    how = _weights(None, None, C, kernels.COST_GIVEN, gamma, x_lengths, y_lengths, window, N, M, C.dtype)
+    if how != "reference" and not _hvp_fits(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot):
+        if C.dtype == torch.float32:  # the float64 kernels, exact for float32 inputs
+            out = hvp_cost(C.double(), gamma.double(), x_lengths, y_lengths, window, Cdot.double(),
+                           gamma_dot.double())
+            return tuple(t.float() for t in out)
+        how = "reference"
+    if how == "reference":
+        return reference.hvp_cost(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot)
+    _prepare_kernels(_cpu_hvp, ("hvp_kernel",))
+    lanes, slots = _hvp_plan(B, N, M)
+    what = "hvp_cost's R and Rdot tables"
+    Rt = _allocate((slots, N, M + 2, lanes), np.float64, what, B, N, M)
+    Rdt = _allocate((slots, N, M + 2, lanes), np.float64, what, B, N, M)
+    values = torch.empty(B, dtype=C.dtype)
+    # Zero-filled by NumPy: torch.zeros of (B, N, M) took ~6 ns a cell on 2 busy cores (its parallel fill),
+    # a quarter of the kernel's time; NumPy's fill ~0.2.
+    E, Edot = torch.empty_like(C), torch.empty_like(C)
+    E.numpy().fill(0)
+    Edot.numpy().fill(0)
+    vgamma, vgamma_dot = torch.empty(B, dtype=C.dtype), torch.empty(B, dtype=C.dtype)
+    win, has_win = _window_args(window)
+    args = (_view(C), _view(Cdot.to(C.dtype)), _gamma(gamma), _view(gamma_dot.to(C.dtype)),
+            _view(x_lengths), _view(y_lengths), win, has_win, lanes)
+    outs = (values.numpy(), E.numpy(), Edot.numpy(), vgamma.numpy(), vgamma_dot.numpy())
+    for g0 in range(0, -(-B // lanes), slots):
+        _cpu_hvp.hvp_kernel(*args, g0, Rt, Rdt, how == "exact", *outs)
+    return _zero_where_infinite(values, E, vgamma, Edot, vgamma_dot)
