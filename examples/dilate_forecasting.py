@@ -76,7 +76,7 @@ def evaluate(model, past, future):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "dilate_forecasting.png"),
-                    help="path of the figure (default: dilate_forecasting.png in the temp directory)")
+                    help="path of the figure, or a folder for dilate_forecasting.png (default: the temp directory)")
     ap.add_argument("--steps", type=int, default=300, help="training steps per model (default 300)")
     ap.add_argument("--gamma", type=float, default=0.01, help="soft-DTW smoothing (default 0.01, the paper's)")
     ap.add_argument("--alpha", type=float, default=0.5, help="DILATE's shape weight (default 0.5, the paper's)")
@@ -116,8 +116,9 @@ def main():
     axes[0].legend(loc="lower left", fontsize=8)
     fig.suptitle(f"MSE vs soft-DTW vs DILATE (gamma={args.gamma}, alpha={args.alpha})")
     fig.tight_layout()
-    fig.savefig(args.out, dpi=110)
-    print(f"figure: {args.out}")
+    out = os.path.join(args.out, "dilate_forecasting.png") if os.path.isdir(args.out) else args.out
+    fig.savefig(out, dpi=110)
+    print(f"figure: {out}")
 
 
 if __name__ == "__main__":

@@ -270,6 +270,7 @@ def test_python_dash_m_softdtw():
 @pytest.mark.parametrize("script, args", [
     ("forecasting.py", ["--steps", "15"]),
     ("barycenter_clustering.py", ["--n", "24", "--max-iter", "5"]),
+    ("dilate_forecasting.py", ["--steps", "10"]),
 ])
 def test_examples_run(script, args, tmp_path):
     root = Path(__file__).resolve().parents[1]
