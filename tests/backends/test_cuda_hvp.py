@@ -2,8 +2,8 @@
 
 Checked against the brute-force path oracle (tests/_paths.py) on tiny pairs, against the first order (E and
 vgamma are cuda backward_cost's dC and dgamma with grad = 1, and the reference backend's in float64), against
-central differences of backward_cost in float64 (E-dot, vgamma-dot), float32 against float64 on fresh random
-data, per-pair lengths, bands, +inf cells, gamma in {1e-3, 0.1, 1, 10} and 0 (hard DTW); every output finite.
+central differences of backward_cost in float64 (E-dot, vgamma-dot), the cpu backend's hvp_cost in float64 (all
+four outputs, up to N = 1500), float32 against float64 on fresh random data, per-pair lengths, bands, +inf cells, gamma in {1e-3, 0.1, 1, 10} and 0 (hard DTW); every output finite.
 N <= 1024 runs hvp_fast_kernel (N = 700, 1000: each thread owns 4 rows; N = 300, 513: 2 and 4), N = 1100 and
 1500 the first kernel (several rows per thread); N != M both ways; unaligned C (the scalar path of the 16-byte
 groups) equals aligned C exactly.
@@ -209,14 +209,51 @@ def test_directional_derivative_matches_central_differences(B, N, M, lengths, ba
         return (dCp - dCm) / (2 * h), (dgp - dgm) / (2 * h)
 
     # Richardson: (4 D(h/2) - D(h)) / 3 cancels the h^2 term of the central difference (at gamma = 0.1, N = 1500
-    # the plain one is 4e-5 off in vgamma_dot at h = 1e-6: its truncation error, not the kernel's).
-    h = 1e-6
+    # the plain one is 4e-5 off in vgamma_dot at h = 1e-6: its truncation error, not the kernel's), leaving h^4.
+    # h = 1e-4, not smaller: the differences divide the first order's own rounding by h (on the cpu backend,
+    # float64, B = 2, 1000 x 700, gamma = 0.1: 5e-9 at h = 1e-4, 8e-7 at h = 1e-6; cuda's dgamma rounds more,
+    # and failed 1e-5 at h = 1e-6 for N >= 1000). The decisive check is test_matches_the_cpu_backend.
+    h = 1e-4
     (dC1, dg1), (dC2, dg2) = central(h), central(h / 2)
     _close(Ed, (4 * dC2 - dC1) / 3, 1e-5)
     # dgamma's own rounding, |value| / gamma · eps, divided by the step (ten times over).
     v, _, _ = first_order(C, g, xl, yl, window)
     floor = float(v.abs().max()) / gamma * 1e-16 / h * 1e6
     _close(vgd, (4 * dg2 - dg1) / 3, 1e-5, floor)
+
+
+# --- the cpu backend's hvp_cost (float64): no differences, the decisive check at large sizes -----------------
+
+CPU_CASES = FIRST_ORDER_CASES + [
+    (3, 40, 33, True, None, 1e-3),
+    (4, 50, 64, True, 6, 10.0),
+    (2, 256, 256, False, None, 10.0),
+    (2, 1000, 300, True, None, 10.0),
+    (2, 300, 1000, True, 40, 1e-3),
+]
+
+
+@pytest.mark.parametrize("B,N,M,lengths,band,gamma", CPU_CASES)
+def test_matches_the_cpu_backend(B, N, M, lengths, band, gamma):
+    """All four outputs against softdtw.backends.cpu.hvp_cost on the same float64 inputs moved to the CPU."""
+    from softdtw.backends import cpu
+
+    scale = 1e-3 if gamma == 1e-3 else 1.0
+    C, Cd, gd, xl, yl, window = _problem(B, N, M, seed=5 * B + M, lengths=lengths, band=band, scale=scale)
+    if N >= 40 and M >= 33:  # a few +inf cells off the pairs' corners
+        C[0, N // 3, M // 4] = float("inf")
+        C[-1, N // 2, M // 3] = float("inf")
+    g = _gamma(gamma)
+    got = hvp(C, g, xl, yl, window, Cd, gd)
+    want = cpu.hvp_cost(C.cpu(), g.cpu(), xl.cpu(), yl.cpu(), None if window is None else window.cpu(), Cd.cpu(),
+                        gd.cpu())
+    E, vg, Ed, vgd = got
+    Ew, vgw, Edw, vgdw = want
+    _close(E, Ew, 1e-9)
+    _close(vg, vgw, 1e-9, 1.0)
+    _close(Ed, Edw, 1e-9)
+    # vgamma_dot sums terms of the size of E-dot (times w log w): relative to that scale where it cancels.
+    _close(vgd, vgdw, 1e-9, float(Edw.abs().max()))
 
 
 @pytest.mark.parametrize("B,N,M,lengths,band,gamma", FIRST_ORDER_CASES)
@@ -265,6 +302,9 @@ def test_directional_derivative_through_inf_cells():
 @pytest.mark.parametrize("B,N,M,lengths,band", [(4, 64, 50, True, None), (4, 50, 64, True, 6), (2, 256, 256, False, None),
                                                 (2, 1000, 300, True, None)])
 def test_float32_matches_float64(gamma, B, N, M, lengths, band):
+    """1e-3 for all four outputs: R' and R-dot (and S-dot) are float64 for float32 data too, so w-dot's
+    S-dot_s - R-dot_p, a difference of two path sums that grow like the path's length, does not cancel in float32
+    (it did at gamma = 10: vgamma_dot 5.4e-3 off at 2 x 1000 x 300 when R-dot was float32)."""
     scale = 1e-3 if gamma == 1e-3 else 1.0
     C, Cd, gd, xl, yl, window = _problem(B, N, M, seed=N * M + 1, lengths=lengths, band=band, scale=scale)
     want = hvp(C, _gamma(gamma), xl, yl, window, Cd, gd)

@@ -46,10 +46,10 @@ def hvp_cost(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot):
     data dtype; zero outside each pair, everything zero for a pair with no finite path, and at gamma == 0 the hard
     path E with vgamma = Edot = vgamma_dot = 0.
 
-    Working memory (freed on return): the R table, diagonal-major, as B·N·M float64 values (R in log2 units,
-    float64 for float32 data too), and B·N·M R-dot values in the data dtype: 12 bytes per cell for float32 data,
-    16 for float64, besides the outputs (N <= 1024; above, the first kernel also keeps E and E-dot tables:
-    20 and 32 bytes per cell).
+    Working memory (freed on return): the R and R-dot tables, diagonal-major, as 2·B·N·M float64 values (R in
+    log2 units; both float64 for float32 data too, so float32 R-dot keeps the small differences its second
+    derivative takes of it): 16 bytes per cell for either data dtype, besides the outputs (N <= 1024; above,
+    the first kernel also keeps E and E-dot tables in the data dtype: 24 and 32 bytes per cell).
     """
     from . import _alloc, _window  # the package's helpers (imported here: the package imports this module)
 
@@ -73,14 +73,16 @@ def hvp_cost(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot):
             y_lengths.data_ptr(), _launch.ptr(window), R.data_ptr()]
     if plan is not None:
         threads, rpt = plan
-        Q = _alloc(C, cells, dtype, "the HVP's R-dot table (hvp_cost)", B, N, M)
+        Q = _alloc(C, cells, torch.float64, "the HVP's R-dot table (hvp_cost)", B, N, M)
         vec = all(t.data_ptr() % 16 == 0 for t in (C, Cdot, E, Edot))  # 16-byte groups of C, C-dot, E, E-dot
         expr = f"sdtw::hvp_fast_kernel<{_launch._CTYPE[dtype]}, {win}, {rpt}>"
         args += [Q.data_ptr(), E.data_ptr(), Edot.data_ptr(), vgamma.data_ptr(), vgamma_dot.data_ptr(),
                  _launch.i32(B), _launch.i32(N), _launch.i32(M), _launch.i32(int(vec))]
     else:
         threads = _threads(N)
-        Q = _alloc(C, 3 * cells, dtype, "the HVP's R-dot, E and E-dot tables (hvp_cost)", B, N, M)
+        # float64 R-dot (B·N·M), then E and E-dot in the data dtype (2·B·N·M of them) in the same buffer.
+        Q = _alloc(C, cells + 2 * cells * dtype.itemsize // 8, torch.float64,
+                   "the HVP's R-dot, E and E-dot tables (hvp_cost)", B, N, M)
         expr = f"sdtw::hvp_kernel<{_launch._CTYPE[dtype]}, {win}>"
         args += [Q.data_ptr(), E.data_ptr(), Edot.data_ptr(), vgamma.data_ptr(), vgamma_dot.data_ptr(),
                  _launch.i32(B), _launch.i32(N), _launch.i32(M)]

@@ -11,11 +11,16 @@
 //     E_s w log w and (w (Edot_s + E_s a)) log w, so every term is formed where the edge's weight is.
 //     wdot_{p->s} = w a,  a = (Sdot_s - Rdot_p - gamma_dot log w) / gamma.
 // Working memory: a (B, N, M) table per quantity, stored diagonal-major (cells of one anti-diagonal contiguous,
-// so a diagonal's reads and writes coalesce): R' in float64 for every data dtype (a float32 R' of a long path
-// loses ulp(|R'|) in every weight; float64 is the simplest frame), and in the data dtype Q (Rdot; pass 2
-// turns it into Sdot in place, and R' into S', once the cell is done), E and Edot. Weights are
-// 2^(S' - R') <= 1 with S' - R' computed in float64 and exponentiated in the data dtype: nothing is
-// exponentiated upwards, every factor is <= 1, w log w lies in [-1/e, 0].
+// so a diagonal's reads and writes coalesce): R' and Q (Rdot; pass 2 turns it into Sdot in place, and R' into
+// S', once the cell is done) in float64 for every data dtype, and E and Edot in the data dtype. A float32 R' of
+// a long path loses ulp(|R'|) in every weight; a float32 Rdot grows like the path's length (gamma_dot H_s adds
+// up to -ln 3 a cell) and loses ulp(|Rdot|) in wdot's difference Sdot_s - Rdot_p, divided by gamma (float32
+// vgamma_dot was 5e-3 off at gamma = 10, N = 1000). So Rdot is a float64 sum, formed from differences of the
+// predecessors' Rdot to that of the largest weight (weights in the data dtype then err only on those small
+// differences, as on the cpu backend), and wdot's a = (Sdot_s - Rdot_p - gamma_dot ln w) / gamma and the
+// vgamma, vgamma_dot terms are float64. Weights are 2^(S' - R') <= 1 with S' - R' computed in float64 and
+// exponentiated in the data dtype: nothing is exponentiated upwards, every factor is <= 1, w log w lies in
+// [-1/e, 0].
 //
 // Forbidden cells (+inf cost, outside the window or the pair's lengths) and unreachable cells hold the
 // sentinel R' = 1e200 and Rdot = 0, and are skipped as successors; their E and Edot are 0. A pair whose end
@@ -35,7 +40,8 @@ struct HvpArgs {
   const long long* ylen;  // (B,)
   const int* window;      // (B, N, 2) or unused
   double* R;              // (B, N * M) scratch, diagonal-major: R' then S'
-  T* Q;                   // (B, 3, N * M) scratch, diagonal-major: Rdot then Sdot (hard: the argmin), E, Edot
+  double* Q;              // (B, N * M) scratch, diagonal-major: Rdot then Sdot (hard: the argmin)
+  T* EF;                  // (B, 2, N * M) scratch, diagonal-major: E, Edot (hvp_kernel only; past Q's end)
   T* E;                   // (B, N, M)
   T* Edot;                // (B, N, M)
   T* vgamma;              // (B,)
@@ -71,6 +77,17 @@ __device__ __forceinline__ T hvp_clamp_lw(T v) {
   return Num<T>::mx(Num<T>::mn(v, T(0)), T(HVP_LWMIN));
 }
 
+// Rdot_s = Cdot_s + sum_p w_p Rdot_p + gamma_dot H_s in float64, as Rdot_r + sum_p w_p (Rdot_p - Rdot_r) + ...
+// with r the predecessor of largest weight (R'_r = mn): the weights (data dtype) multiply only differences of
+// neighbours' Rdot, which stay small while Rdot grows like the path's length. A forbidden predecessor has
+// weight 0 and Rdot 0: its difference is finite.
+template <typename T>
+__device__ __forceinline__ double hvp_rdot(double mn, double Rd, double Ru, double Qd, double Qu, double Ql, T wd,
+                                           T wu, T wl, T cdot, T gH) {
+  const double Qr = mn == Rd ? Qd : (mn == Ru ? Qu : Ql);
+  return Qr + double(wd * T(Qd - Qr) + wu * T(Qu - Qr) + wl * T(Ql - Qr) + gH) + double(cdot);
+}
+
 template <typename T, bool WINDOW, bool HARD>
 __device__ void hvp_pair(const HvpArgs<T>& a, const int b, const T g, double* red) {
   const int N = a.N, M = a.M;
@@ -81,14 +98,14 @@ __device__ void hvp_pair(const HvpArgs<T>& a, const int b, const T g, double* re
   const T* Db = a.Cdot + size_t(b) * NM;
   const int* wb = a.window + size_t(b) * N * 2;
   double* Rb = a.R + size_t(b) * NM;
-  T* Qb = a.Q + size_t(b) * 3 * NM;
-  T* Eb = Qb + NM;
-  T* Fb = Qb + 2 * NM;  // Edot
+  double* Qb = a.Q + size_t(b) * NM;
+  T* Eb = a.EF + size_t(b) * 2 * NM;
+  T* Fb = Eb + NM;  // Edot
   T* Eo = a.E + size_t(b) * NM;
   T* Fo = a.Edot + size_t(b) * NM;
   const double scale = HARD ? 1.0 : 1.0 / (double(g) * LN2);
   const T gd = HARD ? T(0) : a.gamma_dot[b];
-  const T ig = HARD ? T(0) : T(1) / g;
+  const double ig = HARD ? 0.0 : 1.0 / double(g);
   const T BIGT = Num<T>::big();
 
   // Outputs outside the pair: rows past n, and columns past m of the first n rows.
@@ -108,7 +125,7 @@ __device__ void hvp_pair(const HvpArgs<T>& a, const int b, const T g, double* re
       if (WINDOW) ok = ok && j >= wb[2 * i] && j < wb[2 * i + 1];
       // Predecessors: diagonal (i-1, j-1), up (i-1, j), left (i, j-1); the virtual start R[-1, -1] = 0.
       double Rd = HVP_BIG, Ru = HVP_BIG, Rl = HVP_BIG;
-      T Qd = T(0), Qu = T(0), Ql = T(0);
+      double Qd = 0.0, Qu = 0.0, Ql = 0.0;
       if (i == 0 && j == 0) {
         Rd = 0.0;
       } else if (i > 0 && j > 0) {
@@ -118,7 +135,7 @@ __device__ void hvp_pair(const HvpArgs<T>& a, const int b, const T g, double* re
       if (i > 0) { Ru = Rb[b1 + i - 1]; Qu = Qb[b1 + i - 1]; }
       if (j > 0) { Rl = Rb[b1 + i]; Ql = Qb[b1 + i]; }
       double Rs = HVP_BIG;
-      T Qs = T(0);
+      double Qs = 0.0;
       if (ok) {
         if (HARD) {
           // In the data dtype with the first-order kernels' sentinel and tie-breaking, so the path is theirs.
@@ -127,7 +144,7 @@ __device__ void hvp_pair(const HvpArgs<T>& a, const int b, const T g, double* re
           const T mn = hard_min3(dT, uT, lT, choice);
           if (mn < T(0.5) * BIGT) {
             Rs = double(mn + c);
-            Qs = T(choice);
+            Qs = double(choice);
           }
         } else {
           const double mn = fmin(Rd, fmin(Ru, Rl));
@@ -140,7 +157,7 @@ __device__ void hvp_pair(const HvpArgs<T>& a, const int b, const T g, double* re
             const T wd = ed * iz, wu = eu * iz, wl = el * iz;
             // H = sum_p w log w (natural log); a zero weight's log2 is clamped, so w log w = 0 there.
             const T H = T(LN2) * (wd * (od - lz) + wu * (ou - lz) + wl * (ol - lz));
-            Qs = Db[q] + wd * Qd + wu * Qu + wl * Ql + gd * H;
+            Qs = hvp_rdot<T>(mn, Rd, Ru, Qd, Qu, Ql, wd, wu, wl, Db[q], gd * H);
             Rs = (mn - double(lz)) + double(c) * scale;
           }
         }
@@ -161,10 +178,11 @@ __device__ void hvp_pair(const HvpArgs<T>& a, const int b, const T g, double* re
       const size_t q = size_t(i) * M + j;
       const long long p0 = b0 + i;
       const double Rp = Rb[p0];
-      const T Qp = Qb[p0];
-      T e = T(0), ed = T(0);
+      const double Qp = Qb[p0];
+      T e = T(0);
+      double ed = 0.0;
       double Sout = HVP_BIG;
-      T Qout = T(0);
+      double Qout = 0.0;
       if (Rp < HVP_HALF) {  // allowed and reachable
         if (i == n - 1 && j == m - 1) {
           e = T(1);
@@ -182,16 +200,17 @@ __device__ void hvp_pair(const HvpArgs<T>& a, const int b, const T g, double* re
             if (HARD) {
               if (int(Qb[ps]) == rel) e += es;
             } else {
-              const T eds = Fb[ps], Sds = Qb[ps];
+              const T eds = Fb[ps];
+              const double Sds = Qb[ps];
               const T lw2 = hvp_clamp_lw(T(Ss - Rp));  // log2 of p's weight in s's soft-min, <= 0
               const T w = Num<T>::ex2(lw2);
-              const T lw = T(LN2) * lw2;
-              const T aa = (Sds - Qp - gd * lw) * ig;  // wdot / w
-              const T t = w * (eds + es * aa);
+              const double lw = LN2 * double(lw2);
+              const double aa = (Sds - Qp - double(gd) * lw) * ig;  // wdot / w
+              const double t = double(w) * (double(eds) + double(es) * aa);
               e += es * w;
               ed += t;
-              vg += double(es * w * lw);
-              vgd += double(t * lw);
+              vg += double(es) * double(w) * lw;
+              vgd += t * lw;
             }
           }
         }
@@ -200,15 +219,15 @@ __device__ void hvp_pair(const HvpArgs<T>& a, const int b, const T g, double* re
           Qout = Qp;
         } else {
           Sout = Rp - double(Cb[q]) * scale;  // S' = R' - C'
-          Qout = Qp - Db[q];                  // Sdot = Rdot - Cdot
+          Qout = Qp - double(Db[q]);          // Sdot = Rdot - Cdot
         }
       }
       Rb[p0] = Sout;
       Qb[p0] = Qout;
       Eb[p0] = e;
-      Fb[p0] = ed;
+      Fb[p0] = T(ed);
       Eo[q] = e;
-      Fo[q] = ed;
+      Fo[q] = T(ed);
     }
     __syncthreads();
   }
@@ -236,17 +255,19 @@ __device__ void hvp_pair(const HvpArgs<T>& a, const int b, const T g, double* re
   }
 }
 
-// Grid: B blocks (one per pair) of a multiple of 32 threads, at most HVP_MAX_THREADS.
+// Grid: B blocks (one per pair) of a multiple of 32 threads, at most HVP_MAX_THREADS. Q: B·N·M float64 (R-dot)
+// followed by 2·B·N·M values of T (E, E-dot).
 template <typename T, bool WINDOW>
 __global__ void __launch_bounds__(HVP_MAX_THREADS)
 hvp_kernel(const T* __restrict__ C, const T* __restrict__ Cdot, const T* __restrict__ gamma,
            const T* __restrict__ gamma_dot, const long long* __restrict__ xlen, const long long* __restrict__ ylen,
-           const int* __restrict__ window, double* R, T* Q, T* __restrict__ E, T* __restrict__ Edot,
+           const int* __restrict__ window, double* R, double* Q, T* __restrict__ E, T* __restrict__ Edot,
            T* __restrict__ vgamma, T* __restrict__ vgamma_dot, int B, int N, int M) {
   __shared__ double red[2 * HVP_MAX_THREADS / 32];
   const int b = blockIdx.x;
   if (b >= B) return;
-  const HvpArgs<T> a{C, Cdot, gamma_dot, xlen, ylen, window, R, Q, E, Edot, vgamma, vgamma_dot, N, M};
+  T* EF = reinterpret_cast<T*>(Q + size_t(B) * N * M);  // the E and E-dot tables follow R-dot's
+  const HvpArgs<T> a{C, Cdot, gamma_dot, xlen, ylen, window, R, Q, EF, E, Edot, vgamma, vgamma_dot, N, M};
   const T g = *gamma;  // read on the device: no host sync
   if (g == T(0)) {
     hvp_pair<T, WINDOW, true>(a, b, g, red);
@@ -271,8 +292,8 @@ hvp_kernel(const T* __restrict__ C, const T* __restrict__ Cdot, const T* __restr
 //     per G steps, issued the step before the group is needed), and E, E-dot are collected in such groups and
 //     stored 16 bytes at once (scalar loads / stores where a group leaves the row or the tensor, or the
 //     pointers are not 16-byte aligned: vec == 0).
-//   * Scratch: R' (float64) and R-dot (data dtype), diagonal-major as in hvp_kernel; pass 2 keeps S', S-dot,
-//     E, E-dot on chip instead of writing them back. Pass 2 loads the next step's R', R-dot before the barrier.
+//   * Scratch: R' and R-dot (both float64, as in hvp_kernel), diagonal-major as in hvp_kernel; pass 2 keeps
+//     S', S-dot, E, E-dot on chip instead of writing them back (S', S-dot in float64 registers and ring). Pass 2 loads the next step's R', R-dot before the barrier.
 constexpr int HVPF_MAX_THREADS = 256;  // hvp.py, HVPF_THREADS
 constexpr int HVPF_MAX_RPT = 4;        // rows per thread at most (hvp.py, HVPF_RPTS)
 
@@ -333,7 +354,7 @@ __device__ __forceinline__ void hvpf_set(T (&g)[G], int pos, T v) {
 
 template <typename T, bool WINDOW, bool HARD, int RPT>
 __device__ void hvpf_pair(const HvpArgs<T>& a, const int b, const T g, const bool vec, const long long total,
-                          double* sd, T* st, double* red) {
+                          double* sd, double* sq, T* st, double* red) {
   constexpr int G = HvpVec<T>::G;
   constexpr int S = HVPF_MAX_THREADS;  // ring slot stride
   const int N = a.N, M = a.M;
@@ -343,12 +364,12 @@ __device__ void hvpf_pair(const HvpArgs<T>& a, const int b, const T g, const boo
   const long long pairoff = (long long)b * (long long)NM;  // element index of the pair's C[0, 0] in the tensor
   const int* wb = a.window + size_t(b) * N * 2;
   double* Rb = a.R + size_t(b) * NM;
-  T* Qb = a.Q + size_t(b) * NM;  // R-dot (hard: the argmin)
+  double* Qb = a.Q + size_t(b) * NM;  // R-dot (hard: the argmin)
   T* Eo = a.E + pairoff;
   T* Fo = a.Edot + pairoff;
   const double scale = HARD ? 1.0 : 1.0 / (double(g) * LN2);
   const T gd = HARD ? T(0) : a.gamma_dot[b];
-  const T ig = HARD ? T(0) : T(1) / g;
+  const double ig = HARD ? 0.0 : 1.0 / double(g);
   const T BIGT = Num<T>::big();
   const int i0 = tid * RPT;
 
@@ -376,9 +397,9 @@ __device__ void hvpf_pair(const HvpArgs<T>& a, const int b, const T g, const boo
   // ---- pass 1: R' and R-dot (hard: R and the argmin) -------------------------------------------------------
   {
     double Rl[RPT], Rg[RPT];  // the row's cell on d - 1 (left neighbour of the next), and the diagonal one
-    T Ql[RPT], Qg[RPT];
+    double Ql[RPT], Qg[RPT];
 #pragma unroll
-    for (int k = 0; k < RPT; ++k) { Rl[k] = Rg[k] = HVP_BIG; Ql[k] = Qg[k] = T(0); }
+    for (int k = 0; k < RPT; ++k) { Rl[k] = Rg[k] = HVP_BIG; Ql[k] = Qg[k] = 0.0; }
     // Groups for step d + 1: a row's first cell, or the first cell of a group.
     auto prefetch = [&](int d) {
 #pragma unroll
@@ -399,8 +420,8 @@ __device__ void hvpf_pair(const HvpArgs<T>& a, const int b, const T g, const boo
       const int cur = d & 1, prv = cur ^ 1;
       const long long b0 = hvp_diag_base(d, N, M);
       double Rup = HVP_BIG;  // the thread above's last row on d - 1
-      T Qup = T(0);
-      if (tid > 0) { Rup = sd[prv * S + tid - 1]; Qup = st[prv * S + tid - 1]; }
+      double Qup = 0.0;
+      if (tid > 0) { Rup = sd[prv * S + tid - 1]; Qup = sq[prv * S + tid - 1]; }
 #pragma unroll
       for (int k = RPT - 1; k >= 0; --k) {  // downwards: row k reads row k - 1's cell on d - 1 before it moves
         const int i = i0 + k, j = d - i;
@@ -411,7 +432,7 @@ __device__ void hvpf_pair(const HvpArgs<T>& a, const int b, const T g, const boo
           if (WINDOW) ok = ok && j >= wlo[k] && j < whi[k];
           // Predecessors: diagonal (i-1, j-1), up (i-1, j), left (i, j-1); the virtual start R[-1, -1] = 0.
           double Rd = HVP_BIG, Ru = HVP_BIG, Rlf = HVP_BIG;
-          T Qd = T(0), Qu = T(0), Qlf = T(0);
+          double Qd = 0.0, Qu = 0.0, Qlf = 0.0;
           if (i == 0 && j == 0) {
             Rd = 0.0;
           } else if (i > 0 && j > 0) {
@@ -426,7 +447,7 @@ __device__ void hvpf_pair(const HvpArgs<T>& a, const int b, const T g, const boo
           Rg[k] = Ru;  // the next cell's diagonal neighbour
           Qg[k] = Qu;
           double Rs = HVP_BIG;
-          T Qs = T(0);
+          double Qs = 0.0;
           if (ok) {
             if (HARD) {
               const T dT = Rd >= HVP_HALF ? BIGT : T(Rd), uT = Ru >= HVP_HALF ? BIGT : T(Ru),
@@ -435,7 +456,7 @@ __device__ void hvpf_pair(const HvpArgs<T>& a, const int b, const T g, const boo
               const T mn = hard_min3(dT, uT, lT, choice);
               if (mn < T(0.5) * BIGT) {
                 Rs = double(mn + c);
-                Qs = T(choice);
+                Qs = double(choice);
               }
             } else {
               const double mn = fmin(Rd, fmin(Ru, Rlf));
@@ -447,7 +468,7 @@ __device__ void hvpf_pair(const HvpArgs<T>& a, const int b, const T g, const boo
                 const T iz = T(1) / Z;
                 const T wd = ed * iz, wu = eu * iz, wl = el * iz;
                 const T H = T(LN2) * (wd * (od - lz) + wu * (ou - lz) + wl * (ol - lz));
-                Qs = hvpf_get(dg[k], pos) + wd * Qd + wu * Qu + wl * Qlf + gd * H;
+                Qs = hvp_rdot<T>(mn, Rd, Ru, Qd, Qu, Qlf, wd, wu, wl, hvpf_get(dg[k], pos), gd * H);
                 Rs = (mn - double(lz)) + double(c) * scale;
               }
             }
@@ -459,7 +480,7 @@ __device__ void hvpf_pair(const HvpArgs<T>& a, const int b, const T g, const boo
         }
       }
       sd[cur * S + tid] = Rl[RPT - 1];
-      st[cur * S + tid] = Ql[RPT - 1];
+      sq[cur * S + tid] = Ql[RPT - 1];
       prefetch(d);
       __syncthreads();
     }
@@ -470,18 +491,19 @@ __device__ void hvpf_pair(const HvpArgs<T>& a, const int b, const T g, const boo
   {
     // The row's cell on d + 1 (its right successor, the row above's down successor): S', S-dot (hard: the
     // argmin), E, E-dot; and the diagonal successor (the previous step's down successor).
-    double As[RPT], Gs[RPT], Rn[RPT];
-    T Aq[RPT], Ae[RPT], Af[RPT], Gq[RPT], Ge[RPT], Gf[RPT], Qn[RPT];
+    double As[RPT], Gs[RPT], Rn[RPT], Aq[RPT], Gq[RPT], Qn[RPT];
+    T Ae[RPT], Af[RPT], Ge[RPT], Gf[RPT];
     T eg[RPT][G], fg[RPT][G];  // E and E-dot of the current group
 #pragma unroll
     for (int k = 0; k < RPT; ++k) {
       As[k] = Gs[k] = Rn[k] = HVP_BIG;
-      Aq[k] = Ae[k] = Af[k] = Gq[k] = Ge[k] = Gf[k] = Qn[k] = T(0);
+      Aq[k] = Gq[k] = Qn[k] = 0.0;
+      Ae[k] = Af[k] = Ge[k] = Gf[k] = T(0);
 #pragma unroll
       for (int x = 0; x < G; ++x) { eg[k][x] = T(0); fg[k][x] = T(0); }
     }
-    T* se = st + 2 * S;
-    T* sf = st + 4 * S;
+    T* se = st;
+    T* sf = st + 2 * S;
     // R', R-dot of step d - 1's cells, and the groups of C, C-dot where a row or a group starts (going left).
     auto prefetch = [&](int d) {
       const long long bn = hvp_diag_base(d - 1, N, M);
@@ -503,11 +525,11 @@ __device__ void hvpf_pair(const HvpArgs<T>& a, const int b, const T g, const boo
     prefetch(n + m - 1);
     for (int d = n + m - 2; d >= 0; --d) {
       const int cur = d & 1, nxt = cur ^ 1;
-      double Sdn = HVP_BIG;  // the thread below's first row on d + 1
-      T Qdn = T(0), Edn = T(0), Fdn = T(0);
+      double Sdn = HVP_BIG, Qdn = 0.0;  // the thread below's first row on d + 1
+      T Edn = T(0), Fdn = T(0);
       if (tid + 1 < nt) {
         Sdn = sd[nxt * S + tid + 1];
-        Qdn = st[nxt * S + tid + 1];
+        Qdn = sq[nxt * S + tid + 1];
         Edn = se[nxt * S + tid + 1];
         Fdn = sf[nxt * S + tid + 1];
       }
@@ -519,23 +541,24 @@ __device__ void hvpf_pair(const HvpArgs<T>& a, const int b, const T g, const boo
           const long long e = rowstart + j;
           const int pos = int(e & (G - 1));
           const double Rp = Rn[k];
-          const T Qp = Qn[k];
+          const double Qp = Qn[k];
           // Successors: diagonal (i+1, j+1) on d + 2 (choice 0), down (i+1, j) on d + 1 (choice 1: p is its
           // "up"), right (i, j+1) on d + 1 (choice 2: p is its "left").
           const bool last = k + 1 == RPT;
           const double Sdw = last ? Sdn : As[last ? k : k + 1];
-          const T Qdw = last ? Qdn : Aq[last ? k : k + 1];
+          const double Qdw = last ? Qdn : Aq[last ? k : k + 1];
           const T Edw = last ? Edn : Ae[last ? k : k + 1];
           const T Fdw = last ? Fdn : Af[last ? k : k + 1];
-          const double Sdg = Gs[k];
-          const T Qdg = Gq[k], Edg = Ge[k], Fdg = Gf[k];
+          const double Sdg = Gs[k], Qdg = Gq[k];
+          const T Edg = Ge[k], Fdg = Gf[k];
           Gs[k] = Sdw;  // the next cell's diagonal successor
           Gq[k] = Qdw;
           Ge[k] = Edw;
           Gf[k] = Fdw;
-          T e_ = T(0), ed = T(0);
+          T e_ = T(0);
+          double ed = 0.0;
           double Sout = HVP_BIG;
-          T Qout = T(0);
+          double Qout = 0.0;
           if (Rp < HVP_HALF) {  // allowed and reachable
             if (i == n - 1 && j == m - 1) {
               e_ = T(1);
@@ -547,20 +570,20 @@ __device__ void hvpf_pair(const HvpArgs<T>& a, const int b, const T g, const boo
                 const double Ss = rel == 0 ? Sdg : (rel == 1 ? Sdw : As[k]);
                 if (Ss >= HVP_HALF) continue;  // forbidden or unreachable successor
                 const T es = rel == 0 ? Edg : (rel == 1 ? Edw : Ae[k]);
-                const T Qs = rel == 0 ? Qdg : (rel == 1 ? Qdw : Aq[k]);
+                const double Qs = rel == 0 ? Qdg : (rel == 1 ? Qdw : Aq[k]);
                 if (HARD) {
                   if (int(Qs) == rel) e_ += es;
                 } else {
                   const T eds = rel == 0 ? Fdg : (rel == 1 ? Fdw : Af[k]);
                   const T lw2 = hvp_clamp_lw(T(Ss - Rp));  // log2 of p's weight in s's soft-min, <= 0
                   const T w = Num<T>::ex2(lw2);
-                  const T lw = T(LN2) * lw2;
-                  const T aa = (Qs - Qp - gd * lw) * ig;  // wdot / w
-                  const T t = w * (eds + es * aa);
+                  const double lw = LN2 * double(lw2);
+                  const double aa = (Qs - Qp - double(gd) * lw) * ig;  // wdot / w
+                  const double t = double(w) * (double(eds) + double(es) * aa);
                   e_ += es * w;
                   ed += t;
-                  vg += double(es * w * lw);
-                  vgd += double(t * lw);
+                  vg += double(es) * double(w) * lw;
+                  vgd += t * lw;
                 }
               }
             }
@@ -569,15 +592,15 @@ __device__ void hvpf_pair(const HvpArgs<T>& a, const int b, const T g, const boo
               Qout = Qp;
             } else {
               Sout = Rp - double(hvpf_get(cg[k], pos)) * scale;  // S' = R' - C'
-              Qout = Qp - hvpf_get(dg[k], pos);                  // S-dot = R-dot - C-dot
+              Qout = Qp - double(hvpf_get(dg[k], pos));          // S-dot = R-dot - C-dot
             }
           }
           As[k] = Sout;
           Aq[k] = Qout;
           Ae[k] = e_;
-          Af[k] = ed;
+          Af[k] = T(ed);
           hvpf_set(eg[k], pos, e_);
-          hvpf_set(fg[k], pos, ed);
+          hvpf_set(fg[k], pos, T(ed));
           if (pos == 0 || j == 0) {  // the group is complete (going left): store it
             hvpf_store(a.E, e - pos, rowstart, rowstart + M, vec, eg[k]);
             hvpf_store(a.Edot, e - pos, rowstart, rowstart + M, vec, fg[k]);
@@ -587,7 +610,7 @@ __device__ void hvpf_pair(const HvpArgs<T>& a, const int b, const T g, const boo
         }
       }
       sd[cur * S + tid] = As[0];
-      st[cur * S + tid] = Aq[0];
+      sq[cur * S + tid] = Aq[0];
       se[cur * S + tid] = Ae[0];
       sf[cur * S + tid] = Af[0];
       prefetch(d);
@@ -619,27 +642,28 @@ __device__ void hvpf_pair(const HvpArgs<T>& a, const int b, const T g, const boo
 }
 
 // Grid: B blocks (one per pair) of a multiple of 32 threads, at most HVPF_MAX_THREADS, with
-// threads · RPT >= N. Q: (B, N·M) R-dot scratch (not hvp_kernel's three tables). vec: C, Cdot, E and Edot are
+// threads · RPT >= N. Q: (B, N·M) float64 R-dot scratch (not followed by hvp_kernel's E and E-dot tables). vec: C, Cdot, E and Edot are
 // 16-byte aligned (then the 16-byte groups are used).
 template <typename T, bool WINDOW, int RPT>
 __global__ void __launch_bounds__(HVPF_MAX_THREADS, (RPT == 1 && sizeof(T) == 4) ? 4 : 1)
 hvp_fast_kernel(const T* __restrict__ C, const T* __restrict__ Cdot, const T* __restrict__ gamma,
                 const T* __restrict__ gamma_dot, const long long* __restrict__ xlen,
-                const long long* __restrict__ ylen, const int* __restrict__ window, double* R, T* Q,
+                const long long* __restrict__ ylen, const int* __restrict__ window, double* R, double* Q,
                 T* __restrict__ E, T* __restrict__ Edot, T* __restrict__ vgamma, T* __restrict__ vgamma_dot,
                 int B, int N, int M, int vec) {
-  __shared__ double sd[2 * HVPF_MAX_THREADS];
-  __shared__ T st[6 * HVPF_MAX_THREADS];
+  __shared__ double sd[2 * HVPF_MAX_THREADS];  // the ring: R' (S'), R-dot (S-dot), E, E-dot
+  __shared__ double sq[2 * HVPF_MAX_THREADS];
+  __shared__ T st[4 * HVPF_MAX_THREADS];
   __shared__ double red[2 * HVPF_MAX_THREADS / 32];
   const int b = blockIdx.x;
   if (b >= B) return;
-  const HvpArgs<T> a{C, Cdot, gamma_dot, xlen, ylen, window, R, Q, E, Edot, vgamma, vgamma_dot, N, M};
+  const HvpArgs<T> a{C, Cdot, gamma_dot, xlen, ylen, window, R, Q, nullptr, E, Edot, vgamma, vgamma_dot, N, M};
   const long long total = (long long)B * N * M;
   const T g = *gamma;  // read on the device: no host sync
   if (g == T(0)) {
-    hvpf_pair<T, WINDOW, true, RPT>(a, b, g, vec != 0, total, sd, st, red);
+    hvpf_pair<T, WINDOW, true, RPT>(a, b, g, vec != 0, total, sd, sq, st, red);
   } else {
-    hvpf_pair<T, WINDOW, false, RPT>(a, b, g, vec != 0, total, sd, st, red);
+    hvpf_pair<T, WINDOW, false, RPT>(a, b, g, vec != 0, total, sd, sq, st, red);
   }
 }
 
