@@ -477,12 +477,14 @@ def _strong_wolfe(phi, f0: float, g0: float, t: float, xtol: float, c1: float = 
     return (t_prev, f_prev, p_prev) if t_prev > 0 else (0.0, f0, None)
 
 
-def _lbfgs_iterations(evaluate, x, f, g, pg, lr, history_size: int = 20):
+def _lbfgs_iterations(evaluate, x, f, g, pg, lr, history_size: int = 10):
     """L-BFGS with a strong-Wolfe line search; yields (x, f, per_group, stalled) after each iteration.
 
     ``evaluate(x) -> (f, grad, per_group)``. The two-loop recursion of Nocedal & Wright (Alg. 7.4)
     and the line search of :func:`_strong_wolfe` (Alg. 3.5 and 3.6, with the constants of scipy's
-    and PyTorch's L-BFGS: c1 = 1e-4, c2 = 0.9, at most 25 evaluations).
+    and PyTorch's L-BFGS: c1 = 1e-4, c2 = 0.9, at most 25 evaluations). History of 10 pairs (scipy's
+    m = 10; with 20, OSULeaf-shaped data at gamma = 0.1 ended 0.13 % above scipy's objective after 50
+    iterations, with 10 0.9 % below).
     """
     s_hist, y_hist, rho_hist = [], [], []
     x = x.clone()
