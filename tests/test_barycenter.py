@@ -175,3 +175,68 @@ def test_no_private_torch_optimizer_api():
     import softdtw.barycenter as mod
     source = open(mod.__file__).read()
     assert "torch.optim" not in source and "_strong_wolfe(" in source
+
+
+@pytest.mark.parametrize("seed", [0, 1, 3])
+@pytest.mark.parametrize("gamma", [0.1, 1.0])
+def test_same_start_as_tslearn_objective_no_worse(seed, gamma):
+    """From tslearn's own start (the Euclidean mean), with each library's defaults and 50 iterations
+    at most, ours ends at an objective <= tslearn's (scipy's L-BFGS-B on the flattened barycenter)."""
+    ts = pytest.importorskip("tslearn.barycenters")
+    X, y = make_cbf(12, length=32, seed=seed, dtype=torch.float64)
+    if seed == 3:
+        X = X[y == 0]
+    init = X.mean(0)
+    z_ts = ts.softdtw_barycenter(X.numpy(), gamma=gamma, max_iter=50, init=init.numpy())
+    res = soft_dtw_barycenter(X, gamma, init=init, max_iter=50)
+    ours = _objective(res.barycenter, X, gamma)
+    theirs = _objective(torch.from_numpy(z_ts), X, gamma)
+    assert ours <= theirs + 1e-9 * abs(theirs)
+    assert ours < _objective(init, X, gamma)
+
+
+@pytest.mark.parametrize("gamma", [0.1, 1.0])
+def test_first_iteration_is_scipys(gamma):
+    """The first L-BFGS iteration (steepest descent, first trial step 1 / ||g||_2) lands where scipy's
+    L-BFGS-B does (tslearn, max_iter=1): a much shorter first step sent an OSULeaf-shaped problem into
+    a basin 36 % above tslearn's objective (issue 27)."""
+    ts = pytest.importorskip("tslearn.barycenters")
+    X, _ = make_cbf(10, length=24, seed=2, dtype=torch.float64)
+    init = X.mean(0)
+    z_ts = torch.from_numpy(ts.softdtw_barycenter(X.numpy(), gamma=gamma, max_iter=1, init=init.numpy()))
+    res = soft_dtw_barycenter(X, gamma, init=init, max_iter=1)
+    assert _objective(res.barycenter, X, gamma) == pytest.approx(_objective(z_ts, X, gamma), rel=1e-6)
+
+
+@pytest.mark.parametrize("kw", [
+    {},
+    {"weights": torch.tensor([1.0, 0.5, 2.0, 0.0, 1.0, 3.0]), "groups": torch.tensor([0, 1, 0, 1, 1, 0])},
+    {"x_lengths": torch.tensor([20, 16, 13, 20, 18, 9]), "bandwidth": 6.0, "batch_size": 4},
+])
+def test_cpu_direct_evaluation_matches_autograd(kw):
+    """The cpu fast path (backend forward + backward, no autograd) gives the objective and gradient of
+    the soft_dtw + autograd path."""
+    import softdtw.barycenter as B
+
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(6, 20, 2, generator=g, dtype=torch.float64)
+    kw = dict(kw)
+    P = X.shape[0]
+    groups = kw.pop("groups", torch.zeros(P, dtype=torch.int64))
+    K = int(groups.max()) + 1
+    w = kw.pop("weights", torch.ones(P, dtype=torch.float64))
+    lengths = kw.pop("x_lengths", torch.full((P,), 20))
+    chunk = kw.pop("batch_size", P)
+    Z = torch.randn(K, 15, 2, generator=g, dtype=torch.float64)
+    zl = torch.full((P,), 15)
+    direct = B._direct_cpu(X, Z, groups, w, lengths, zl, lengths, K, chunk, "sqeuclidean",
+                           kw.get("bandwidth"), None, "auto", None)
+    per_group, grad = direct(Z, 0.3)
+    Zr = Z.clone().requires_grad_(True)
+    v = soft_dtw(Zr.index_select(0, groups), X, 0.3, x_lengths=zl, y_lengths=lengths, bandwidth=kw.get("bandwidth"))
+    want = torch.zeros(K, dtype=torch.float64).index_add(0, groups, w * v)
+    want.sum().backward()
+    torch.testing.assert_close(per_group, want.detach(), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(grad, Zr.grad, rtol=1e-12, atol=1e-12)
+    inf_group, zero = direct(torch.full_like(Z, math.inf), 0.3)
+    assert bool(torch.isinf(inf_group).all()) and not bool(zero.any())
