@@ -181,6 +181,9 @@ def nan_padding(t: torch.Tensor, name: str, lengths, lengths_name: str):
     padding set to 0 (the caller's tensor and autograd graph are kept) and `(B,)` int64 lengths.
     NaN inside a series, a series of NaN only, or NaN padding together with explicit lengths raise.
     """
+    a = _host_array(t)
+    if a is not None and not np.isnan(a).any():
+        return t, lengths
     nan = torch.isnan(t)
     if not bool(nan.any()):
         return t, lengths
@@ -327,6 +330,46 @@ def check_length_range(lengths: torch.Tensor, name: str, T: int, series: str) ->
         )
 
 
+def _host_array(t: torch.Tensor):
+    """A NumPy view of a float32 / float64 CPU tensor (no copy), else None.
+
+    The value checks of CPU calls read their tensors through NumPy: a torch reduction over a few ten
+    thousand values opens an intra-op (OpenMP) parallel region whose threads then spin for a while, on
+    the same cores the cpu backend's Numba threads are about to use (2 cores: the loss step's kernels ran
+    ~25 % slower after the checks' reductions; benchmarks/OPTIMIZATION_LOG.md, "CPU checks through NumPy")."""
+    if t.device.type != "cpu" or t.dtype not in (torch.float32, torch.float64) or t.is_conj() or t.is_neg():
+        return None
+    return t.detach().numpy()
+
+
+def _host_values_ok(data, lengths, gamma) -> bool:
+    """check_values' "all is well" for CPU tensors, read through NumPy (see _host_array); False when some
+    tensor is not on the CPU or a value fails (the torch checks below then find and name it)."""
+    for t, _, *kind in data:
+        a = _host_array(t)
+        if a is None:
+            return False
+        if kind:  # a cost: numbers or +inf
+            if np.isnan(a).any() or (a == -np.inf).any():
+                return False
+        elif not np.isfinite(a).all():
+            return False
+    for l, _, T, _ in lengths:
+        if l is not None:
+            if l.device.type != "cpu":
+                return False
+            v = l.numpy()
+            if v.size and (v.min() < 1 or v.max() > T):
+                return False
+    if gamma is not None:
+        if gamma.device.type != "cpu":
+            return False
+        g = float(gamma.detach())
+        if not (math.isfinite(g) and g >= 0):
+            return False
+    return True
+
+
 def check_values(data, lengths, gamma) -> None:
     """Every check that needs the data's values, with one host read (one GPU sync) when all is well.
 
@@ -336,6 +379,8 @@ def check_values(data, lengths, gamma) -> None:
     Only when the combined flag is false are the checks repeated one by one for the message.
     """
     if not _value_checks_enabled():
+        return
+    if _host_values_ok(data, lengths, gamma):
         return
     # One reduction per tensor: a NaN or Inf anywhere makes the sum non-finite. (A sum that overflows
     # although every value is finite only sends us to the exact checks below, which then pass.)
