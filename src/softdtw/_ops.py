@@ -8,6 +8,14 @@ Four ops, each dispatching on a backend name (see ``softdtw/backends/__init__.py
 - ``softdtw::backward_cost``  -> (dC, dgamma (B,))
 - ``softdtw::hvp_cost``       precomputed C and a direction (Cdot, gamma_dot) -> (E, vgamma, Edot, vgamma_dot)
 
+Alignment variants (issue 25): the four DP ops end with ``bool open_begin=False, bool open_end=False,
+Tensor? step_penalty=None`` (see softdtw/backends/reference.py), and the backward ops return d/dstep_penalty
+per pair `(B,)` as their last output (an empty `(0,)` tensor without a penalty). With the defaults the
+kernels call the backends exactly as before; eagerly, calls with an option set go through their own
+autograd.Functions (_FusedVariant, _FromCostVariant), so the default path is unchanged. A backend whose
+functions lack the options (cuda, for now) raises a NotImplementedError naming them (:func:`variant_backend`),
+and so does a create_graph backward of a call with one (hvp_cost has no variants yet).
+
 Second order: with create_graph=True the first-order backward calls the backward ops under autograd, and
 they have their own autograd formulas (``register_autograd``), the Hessian-vector products of Mensch & Blondel
 (2018) through ``softdtw::hvp_cost``: the double backward of soft-DTW works eagerly, through the custom ops and
