@@ -431,6 +431,47 @@ def check_band(bandwidth, itakura_max_slope) -> None:
             )
 
 
+def as_variant(open_begin, open_end, step_penalty, bandwidth, itakura_max_slope, device: torch.device,
+               dtype: torch.dtype) -> Optional[tuple]:
+    """The alignment-variant options (issue 25) as the ops take them: None when none is set (the plain DP),
+    else (open_begin, open_end, step_penalty as a 0-d tensor of ``dtype`` on ``device`` keeping its graph, or
+    None)."""
+    for name, flag in (("open_begin", open_begin), ("open_end", open_end)):
+        if not isinstance(flag, (bool, np.bool_)):
+            raise TypeError(f"{name} must be True or False; got {type(flag).__name__} {flag!r}.")
+    if step_penalty is None:
+        if not (open_begin or open_end):
+            return None
+        pen = None
+    else:
+        if isinstance(step_penalty, bool) or not isinstance(step_penalty, (numbers.Real, torch.Tensor)) or (
+                isinstance(step_penalty, torch.Tensor)
+                and (step_penalty.numel() != 1 or not step_penalty.is_floating_point())):
+            raise TypeError(
+                f"step_penalty must be a finite float or a 0-d float tensor (that may require grad), added once "
+                f"per vertical or horizontal move of a path; got {type(step_penalty).__name__} "
+                f"{_shape(step_penalty) if isinstance(step_penalty, torch.Tensor) else repr(step_penalty)}. "
+                f"Use e.g. step_penalty=0.5 or torch.tensor(0.5, requires_grad=True); None for no penalty.")
+        if isinstance(step_penalty, torch.Tensor):
+            pen = step_penalty.reshape(()).to(device=device, dtype=dtype)
+            value = None if torch.compiler.is_compiling() or not _value_checks_enabled() else float(
+                step_penalty.detach())
+        else:
+            value = float(step_penalty)
+            pen = _constant((), value, dtype, device)
+        if value is not None and not math.isfinite(value):
+            raise ValueError(
+                f"step_penalty must be a finite number (any sign: > 0 discourages vertical and horizontal "
+                f"moves, < 0 favours them); got {value}. Pass None for no penalty.")
+    if (open_begin or open_end) and (bandwidth is not None or itakura_max_slope is not None):
+        name = "open_begin" if open_begin else "open_end"
+        raise ValueError(
+            f"{name}=True cannot be combined with a band (bandwidth={bandwidth!r}, itakura_max_slope="
+            f"{itakura_max_slope!r}): a band is drawn between the pair's corners, which an open end removes. "
+            f"Drop the band (bandwidth=None, itakura_max_slope=None), or set {name}=False.")
+    return bool(open_begin), bool(open_end), pen
+
+
 def make_window(x_lengths, y_lengths, N, M, bandwidth, itakura_max_slope) -> Optional[torch.Tensor]:
     """The constraint window, after checking it leaves a path for every pair."""
     window = build_window(x_lengths, y_lengths, N, M, bandwidth, itakura_max_slope)

@@ -8,6 +8,14 @@ Four ops, each dispatching on a backend name (see ``softdtw/backends/__init__.py
 - ``softdtw::backward_cost``  -> (dC, dgamma (B,))
 - ``softdtw::hvp_cost``       precomputed C and a direction (Cdot, gamma_dot) -> (E, vgamma, Edot, vgamma_dot)
 
+Alignment variants (issue 25): the four DP ops end with ``bool open_begin=False, bool open_end=False,
+Tensor? step_penalty=None`` (see softdtw/backends/reference.py), and the backward ops return d/dstep_penalty
+per pair `(B,)` as their last output (an empty `(0,)` tensor without a penalty). With the defaults the
+kernels call the backends exactly as before; eagerly, calls with an option set go through their own
+autograd.Functions (_FusedVariant, _FromCostVariant), so the default path is unchanged. A backend whose
+functions lack the options (cuda, for now) raises a NotImplementedError naming them (:func:`variant_backend`),
+and so does a create_graph backward of a call with one (hvp_cost has no variants yet).
+
 Second order: with create_graph=True the first-order backward calls the backward ops under autograd, and
 they have their own autograd formulas (``register_autograd``), the Hessian-vector products of Mensch & Blondel
 (2018) through ``softdtw::hvp_cost``: the double backward of soft-DTW works eagerly, through the custom ops and
@@ -29,6 +37,7 @@ schemas).
 """
 from __future__ import annotations
 
+import inspect
 import math
 import os
 from typing import Optional
@@ -41,14 +50,15 @@ from .backends import get_backend
 
 _LIB = torch.library.Library("softdtw", "DEF")
 _LIB.define("forward(Tensor x, Tensor y, Tensor gamma, str cost, Tensor x_lengths, Tensor y_lengths, "
-            "Tensor? window, str memory, str backend) -> (Tensor, Tensor)")
+            "Tensor? window, str memory, str backend, bool open_begin=False, bool open_end=False, Tensor? step_penalty=None) -> (Tensor, Tensor)")
 _LIB.define("backward(Tensor grad, Tensor x, Tensor y, Tensor gamma, str cost, Tensor x_lengths, "
-            "Tensor y_lengths, Tensor? window, Tensor value, Tensor saved, str memory, str backend) "
-            "-> (Tensor, Tensor, Tensor)")
+            "Tensor y_lengths, Tensor? window, Tensor value, Tensor saved, str memory, str backend, "
+            "bool open_begin=False, bool open_end=False, Tensor? step_penalty=None) -> (Tensor, Tensor, Tensor, Tensor)")
 _LIB.define("forward_cost(Tensor C, Tensor gamma, Tensor x_lengths, Tensor y_lengths, Tensor? window, "
-            "str memory, str backend) -> (Tensor, Tensor)")
+            "str memory, str backend, bool open_begin=False, bool open_end=False, Tensor? step_penalty=None) -> (Tensor, Tensor)")
 _LIB.define("backward_cost(Tensor grad, Tensor C, Tensor gamma, Tensor x_lengths, Tensor y_lengths, "
-            "Tensor? window, Tensor value, Tensor saved, str memory, str backend) -> (Tensor, Tensor)")
+            "Tensor? window, Tensor value, Tensor saved, str memory, str backend, bool open_begin=False, bool open_end=False, Tensor? step_penalty=None) "
+            "-> (Tensor, Tensor, Tensor)")
 _LIB.define("hvp_cost(Tensor C, Tensor gamma, Tensor x_lengths, Tensor y_lengths, Tensor? window, Tensor Cdot, "
             "Tensor gamma_dot, str backend) -> (Tensor, Tensor, Tensor, Tensor)")
 
@@ -87,12 +97,18 @@ hvp_cost = torch.ops.softdtw.hvp_cost.default
 
 @_kernel("forward")
 def _forward_kernel(x: Tensor, y: Tensor, gamma: Tensor, cost: str, x_lengths: Tensor, y_lengths: Tensor,
-                    window: Optional[Tensor], memory: str, backend: str) -> tuple[Tensor, Tensor]:
+                    window: Optional[Tensor], memory: str, backend: str, open_begin: bool = False,
+                    open_end: bool = False, step_penalty: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
+    if open_begin or open_end or step_penalty is not None:
+        return variant_backend(backend, open_begin, open_end, step_penalty).forward(
+            x, y, gamma, cost, x_lengths, y_lengths, window, memory, open_begin=open_begin, open_end=open_end,
+            step_penalty=step_penalty)
     return get_backend(backend).forward(x, y, gamma, cost, x_lengths, y_lengths, window, memory)
 
 
 @_fake("forward")
-def _(x, y, gamma, cost, x_lengths, y_lengths, window, memory, backend):
+def _(x, y, gamma, cost, x_lengths, y_lengths, window, memory, backend, open_begin=False, open_end=False,
+      step_penalty=None):
     B, N, D = x.shape
     return x.new_empty((B,)), _saved_like(x, backend, "fused", B, N, y.shape[1], D, memory)
 
@@ -100,24 +116,37 @@ def _(x, y, gamma, cost, x_lengths, y_lengths, window, memory, backend):
 @_kernel("backward")
 def _backward_kernel(grad: Tensor, x: Tensor, y: Tensor, gamma: Tensor, cost: str, x_lengths: Tensor,
                      y_lengths: Tensor, window: Optional[Tensor], value: Tensor, saved: Tensor, memory: str,
-                     backend: str) -> tuple[Tensor, Tensor, Tensor]:
-    return get_backend(backend).backward(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value,
-                                         saved, memory)
+                     backend: str, open_begin: bool = False, open_end: bool = False,
+                     step_penalty: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(dx, dy, dgamma `(B,)`, dpenalty): dpenalty is grad_b d value_b / d step_penalty `(B,)`, or an empty `(0,)`
+    tensor without a step penalty."""
+    if open_begin or open_end or step_penalty is not None:
+        out = variant_backend(backend, open_begin, open_end, step_penalty).backward(
+            grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved, memory, open_begin=open_begin,
+            open_end=open_end, step_penalty=step_penalty)
+        return tuple(out) if step_penalty is not None else tuple(out) + (x.new_empty((0,)),)
+    dx, dy, dgamma = get_backend(backend).backward(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value,
+                                                   saved, memory)
+    return dx, dy, dgamma, x.new_empty((0,))
 
 
 @_fake("backward")
-def _(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved, memory, backend):
-    return torch.empty_like(x), torch.empty_like(y), x.new_empty((x.shape[0],))
+def _(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved, memory, backend, open_begin=False,
+      open_end=False, step_penalty=None):
+    B = x.shape[0]
+    return (torch.empty_like(x), torch.empty_like(y), x.new_empty((B,)),
+            x.new_empty((B,) if step_penalty is not None else (0,)))
 
 
 def _forward_setup(ctx, inputs, output):
-    x, y, gamma, cost, x_lengths, y_lengths, window, memory, backend = inputs
+    x, y, gamma, cost, x_lengths, y_lengths, window, memory, backend, open_begin, open_end, step_penalty = inputs
     value, saved = output
     ctx.mark_non_differentiable(saved)
     # Otherwise autograd fills a zero gradient the size of the saved table on every backward.
     ctx.set_materialize_grads(False)
     ctx.cost, ctx.memory, ctx.backend = cost, memory, backend
-    ctx.save_for_backward(x, y, gamma, x_lengths, y_lengths, window, value, saved)
+    ctx.open_begin, ctx.open_end = open_begin, open_end
+    ctx.save_for_backward(x, y, gamma, x_lengths, y_lengths, window, value, saved, step_penalty)
 
 
 def _hvp_function(backend: str):
@@ -133,11 +162,52 @@ def _hvp_function(backend: str):
     return fn
 
 
-def _check_create_graph(backend: str) -> None:
+def _check_create_graph(backend: str, variant=None) -> None:
     """Called by every first-order backward: when it runs with create_graph=True (autograd enables grad mode
-    for it then), the backend must have the second order, so that no gradient is returned without its graph."""
+    for it then), the backend must have the second order, so that no gradient is returned without its graph.
+    variant: (open_begin, open_end, step_penalty) of the call, whose second order does not exist yet."""
     if torch.is_grad_enabled():
         _hvp_function(backend)
+        if variant is not None:
+            _refuse_variant_second_order(*variant)
+
+
+def variant_names(open_begin: bool, open_end: bool, step_penalty) -> list:
+    """The alignment-variant options that are set, by name."""
+    return [name for name, on in (("open_begin", open_begin), ("open_end", open_end),
+                                  ("step_penalty", step_penalty is not None)) if on]
+
+
+def _refuse_variant_second_order(open_begin: bool, open_end: bool, step_penalty) -> None:
+    names = variant_names(open_begin, open_end, step_penalty)
+    if names:
+        raise NotImplementedError(
+            f"second-order gradients of soft-DTW (a backward with create_graph=True, a differentiable "
+            f"soft_dtw_alignment, DILATE) are not available with {' / '.join(names)} yet: softdtw::hvp_cost has "
+            f"no alignment variants. Take first-order gradients only (create_graph=False), or drop "
+            f"{' and '.join(names)}.")
+
+
+#: Per backend name: whether its four DP functions take the alignment-variant options.
+_HAS_VARIANTS: dict = {}
+
+
+def variant_backend(backend: str, open_begin: bool, open_end: bool, step_penalty):
+    """The backend module, which must take the alignment-variant options that are set: a backend without them
+    (cuda, for now) raises a NotImplementedError naming the options, never a value without them."""
+    module = get_backend(backend)
+    has = _HAS_VARIANTS.get(backend)
+    if has is None:
+        has = _HAS_VARIANTS[backend] = all(
+            "open_begin" in inspect.signature(getattr(module, fn)).parameters
+            for fn in ("forward", "backward", "forward_cost", "backward_cost"))
+    if not has:
+        names = " / ".join(variant_names(open_begin, open_end, step_penalty))
+        raise NotImplementedError(
+            f"{names} is not available on the {backend} backend yet (only the reference and cpu backends have the "
+            f"alignment variants). Move the inputs to the CPU with .cpu() (backend='cpu'), or pass "
+            f"backend='reference' (exact, slow, runs on the inputs' device).")
+    return module
 
 
 def _third_order_error() -> NotImplementedError:
@@ -156,15 +226,17 @@ def _no_saved_error():
 
 
 def _forward_backward(ctx, grad_value, _grad_saved):
-    x, y, gamma, x_lengths, y_lengths, window, value, saved = ctx.saved_tensors
+    x, y, gamma, x_lengths, y_lengths, window, value, saved, step_penalty = ctx.saved_tensors
     if grad_value is None:
-        return None, None, None, None, None, None, None, None, None
-    _check_create_graph(ctx.backend)
+        return (None,) * 12
+    variant = (ctx.open_begin, ctx.open_end, step_penalty)
+    _check_create_graph(ctx.backend, variant)
     if ctx.memory == "none":
         raise _no_saved_error()
-    dx, dy, dgamma = backward(grad_value.contiguous(), x, y, gamma, ctx.cost, x_lengths, y_lengths,
-                              window, value, saved, ctx.memory, ctx.backend)
-    return dx, dy, dgamma.sum().reshape(gamma.shape), None, None, None, None, None, None
+    dx, dy, dgamma, dpen = backward(grad_value.contiguous(), x, y, gamma, ctx.cost, x_lengths, y_lengths,
+                                    window, value, saved, ctx.memory, ctx.backend, *variant)
+    dpen = None if step_penalty is None else dpen.sum().reshape(step_penalty.shape)
+    return dx, dy, dgamma.sum().reshape(gamma.shape), None, None, None, None, None, None, None, None, dpen
 
 
 torch.library.register_autograd("softdtw::forward", _forward_backward, setup_context=_forward_setup, lib=_LIB)
@@ -174,12 +246,17 @@ torch.library.register_autograd("softdtw::forward", _forward_backward, setup_con
 
 @_kernel("forward_cost")
 def _forward_cost_kernel(C: Tensor, gamma: Tensor, x_lengths: Tensor, y_lengths: Tensor, window: Optional[Tensor],
-                         memory: str, backend: str) -> tuple[Tensor, Tensor]:
+                         memory: str, backend: str, open_begin: bool = False, open_end: bool = False,
+                         step_penalty: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
+    if open_begin or open_end or step_penalty is not None:
+        return variant_backend(backend, open_begin, open_end, step_penalty).forward_cost(
+            C, gamma, x_lengths, y_lengths, window, memory, open_begin=open_begin, open_end=open_end,
+            step_penalty=step_penalty)
     return get_backend(backend).forward_cost(C, gamma, x_lengths, y_lengths, window, memory)
 
 
 @_fake("forward_cost")
-def _(C, gamma, x_lengths, y_lengths, window, memory, backend):
+def _(C, gamma, x_lengths, y_lengths, window, memory, backend, open_begin=False, open_end=False, step_penalty=None):
     B, N, M = C.shape
     return C.new_empty((B,)), _saved_like(C, backend, "cost", B, N, M, 0, memory)
 
@@ -187,35 +264,48 @@ def _(C, gamma, x_lengths, y_lengths, window, memory, backend):
 @_kernel("backward_cost")
 def _backward_cost_kernel(grad: Tensor, C: Tensor, gamma: Tensor, x_lengths: Tensor, y_lengths: Tensor,
                           window: Optional[Tensor], value: Tensor, saved: Tensor, memory: str,
-                          backend: str) -> tuple[Tensor, Tensor]:
-    return get_backend(backend).backward_cost(grad, C, gamma, x_lengths, y_lengths, window, value, saved,
-                                              memory)
+                          backend: str, open_begin: bool = False, open_end: bool = False,
+                          step_penalty: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor]:
+    """(dC, dgamma `(B,)`, dpenalty): dpenalty as in the backward op."""
+    if open_begin or open_end or step_penalty is not None:
+        out = variant_backend(backend, open_begin, open_end, step_penalty).backward_cost(
+            grad, C, gamma, x_lengths, y_lengths, window, value, saved, memory, open_begin=open_begin,
+            open_end=open_end, step_penalty=step_penalty)
+        return tuple(out) if step_penalty is not None else tuple(out) + (C.new_empty((0,)),)
+    dC, dgamma = get_backend(backend).backward_cost(grad, C, gamma, x_lengths, y_lengths, window, value, saved,
+                                                    memory)
+    return dC, dgamma, C.new_empty((0,))
 
 
 @_fake("backward_cost")
-def _(grad, C, gamma, x_lengths, y_lengths, window, value, saved, memory, backend):
-    return torch.empty_like(C), C.new_empty((C.shape[0],))
+def _(grad, C, gamma, x_lengths, y_lengths, window, value, saved, memory, backend, open_begin=False,
+      open_end=False, step_penalty=None):
+    B = C.shape[0]
+    return torch.empty_like(C), C.new_empty((B,)), C.new_empty((B,) if step_penalty is not None else (0,))
 
 
 def _cost_setup(ctx, inputs, output):
-    C, gamma, x_lengths, y_lengths, window, memory, backend = inputs
+    C, gamma, x_lengths, y_lengths, window, memory, backend, open_begin, open_end, step_penalty = inputs
     value, saved = output
     ctx.mark_non_differentiable(saved)
     ctx.set_materialize_grads(False)
     ctx.memory, ctx.backend = memory, backend
-    ctx.save_for_backward(C, gamma, x_lengths, y_lengths, window, value, saved)
+    ctx.open_begin, ctx.open_end = open_begin, open_end
+    ctx.save_for_backward(C, gamma, x_lengths, y_lengths, window, value, saved, step_penalty)
 
 
 def _cost_backward(ctx, grad_value, _grad_saved):
-    C, gamma, x_lengths, y_lengths, window, value, saved = ctx.saved_tensors
+    C, gamma, x_lengths, y_lengths, window, value, saved, step_penalty = ctx.saved_tensors
     if grad_value is None:
-        return None, None, None, None, None, None, None
-    _check_create_graph(ctx.backend)
+        return (None,) * 10
+    variant = (ctx.open_begin, ctx.open_end, step_penalty)
+    _check_create_graph(ctx.backend, variant)
     if ctx.memory == "none":
         raise _no_saved_error()
-    dC, dgamma = backward_cost(grad_value.contiguous(), C, gamma, x_lengths, y_lengths, window, value,
-                               saved, ctx.memory, ctx.backend)
-    return dC, dgamma.sum().reshape(gamma.shape), None, None, None, None, None
+    dC, dgamma, dpen = backward_cost(grad_value.contiguous(), C, gamma, x_lengths, y_lengths, window, value,
+                                     saved, ctx.memory, ctx.backend, *variant)
+    dpen = None if step_penalty is None else dpen.sum().reshape(step_penalty.shape)
+    return dC, dgamma.sum().reshape(gamma.shape), None, None, None, None, None, None, None, dpen
 
 
 torch.library.register_autograd("softdtw::forward_cost", _cost_backward, setup_context=_cost_setup, lib=_LIB)
@@ -248,14 +338,17 @@ torch.library.register_autograd("softdtw::hvp_cost", _hvp_backward, setup_contex
 
 
 def _backward_cost_setup(ctx, inputs, output):
-    grad, C, gamma, x_lengths, y_lengths, window, value, saved, memory, backend = inputs
+    grad, C, gamma, x_lengths, y_lengths, window, value, saved, memory, backend, open_begin, open_end, pen = inputs
     ctx.backend = backend
+    ctx.variant = (open_begin, open_end, None if pen is None else True)  # what is set, for the error
     ctx.save_for_backward(grad, C, gamma, x_lengths, y_lengths, window, value)
 
 
-def _backward_cost_backward(ctx, G, h):
+def _backward_cost_backward(ctx, G, h, _gp):
     """VJP of (dC, dgamma) = (g E, g vgamma) for the upstream (G `(B, N, M)`, h `(B,)`), per pair b:
-    dg = <G, E> + h vgamma, dC = g Edot(G, h), dgamma = sum_b g vgamma_dot(G, h) (gamma is shared)."""
+    dg = <G, E> + h vgamma, dC = g Edot(G, h), dgamma = sum_b g vgamma_dot(G, h) (gamma is shared).
+    The alignment variants have no second order yet: a NotImplementedError naming them."""
+    _refuse_variant_second_order(*ctx.variant)
     if torch.is_grad_enabled():
         raise _third_order_error()
     grad, C, gamma, x_lengths, y_lengths, window, value = ctx.saved_tensors
@@ -267,7 +360,7 @@ def _backward_cost_backward(ctx, G, h):
     dgrad = (((G * E).sum((1, 2)) + h * vgamma) * keep) if need[0] else None
     dC = gk.view(-1, 1, 1) * Edot if need[1] else None
     dgamma = (gk * vgamma_dot).sum().reshape(gamma.shape) if need[2] else None
-    return dgrad, dC, dgamma, None, None, None, None, None, None, None
+    return dgrad, dC, dgamma, None, None, None, None, None, None, None, None, None, None
 
 
 torch.library.register_autograd("softdtw::backward_cost", _backward_cost_backward, setup_context=_backward_cost_setup,
@@ -275,12 +368,14 @@ torch.library.register_autograd("softdtw::backward_cost", _backward_cost_backwar
 
 
 def _backward_setup(ctx, inputs, output):
-    grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved, memory, backend = inputs
+    (grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved, memory, backend, open_begin, open_end,
+     pen) = inputs
     ctx.cost, ctx.backend = cost, backend
+    ctx.variant = (open_begin, open_end, None if pen is None else True)  # what is set, for the error
     ctx.save_for_backward(grad, x, y, gamma, x_lengths, y_lengths, window, value)
 
 
-def _backward_backward(ctx, Gx, Gy, h):
+def _backward_backward(ctx, Gx, Gy, h, _gp):
     """VJP of (dx, dy, dgamma) = (J^T (g E), g vgamma) for the upstream (Gx, Gy, h), J the cost's Jacobian.
 
     With Cdot = J (Gx, Gy) (the cost's derivative along the upstream), per pair: dg = <Cdot, E> + h vgamma,
@@ -288,6 +383,7 @@ def _backward_backward(ctx, Gx, Gy, h):
     dgamma = sum_b g vgamma_dot. Materialises C and Cdot `(B, N, M)` with torch ops (the first-order
     backward does not: it stays fused).
     """
+    _refuse_variant_second_order(*ctx.variant)
     if torch.is_grad_enabled():
         raise _third_order_error()
     grad, x, y, gamma, x_lengths, y_lengths, window, value = ctx.saved_tensors
@@ -306,7 +402,7 @@ def _backward_backward(ctx, Gx, Gy, h):
         hx, hy = costs.cost_vjp_jvp(cost, x, y, gk * E, Gx, Gy)
         dx, dy = dx + hx, dy + hy
     dgamma = (gk.view(-1) * vgamma_dot).sum().reshape(gamma.shape) if need[3] else None
-    return dgrad, dx, dy, dgamma, None, None, None, None, None, None, None, None
+    return dgrad, dx, dy, dgamma, None, None, None, None, None, None, None, None, None, None, None
 
 
 torch.library.register_autograd("softdtw::backward", _backward_backward, setup_context=_backward_setup, lib=_LIB)
@@ -339,8 +435,8 @@ class _Fused(torch.autograd.Function):
             raise _no_saved_error()
         if torch.is_grad_enabled():  # create_graph=True: the backward op, whose own autograd is the HVP
             _check_create_graph(ctx.backend)
-            dx, dy, dgamma = backward(grad_value.contiguous(), x, y, gamma, ctx.cost, x_lengths, y_lengths, window,
-                                      value, saved, ctx.memory, ctx.backend)
+            dx, dy, dgamma, _ = backward(grad_value.contiguous(), x, y, gamma, ctx.cost, x_lengths, y_lengths,
+                                         window, value, saved, ctx.memory, ctx.backend)
             return dx, dy, dgamma.sum().reshape(gamma.shape), None
         if not grad_value.is_contiguous():
             grad_value = grad_value.contiguous()
@@ -369,8 +465,8 @@ class _FromCost(torch.autograd.Function):
             raise _no_saved_error()
         if torch.is_grad_enabled():  # create_graph=True: the backward op, whose own autograd is the HVP
             _check_create_graph(ctx.backend)
-            dC, dgamma = backward_cost(grad_value.contiguous(), C, gamma, x_lengths, y_lengths, window, value,
-                                       saved, ctx.memory, ctx.backend)
+            dC, dgamma, _ = backward_cost(grad_value.contiguous(), C, gamma, x_lengths, y_lengths, window, value,
+                                          saved, ctx.memory, ctx.backend)
             return dC, dgamma.sum().reshape(gamma.shape), None
         if not grad_value.is_contiguous():
             grad_value = grad_value.contiguous()
@@ -380,14 +476,80 @@ class _FromCost(torch.autograd.Function):
         return (dC if need[0] else None, dgamma.sum().reshape(gamma.shape) if need[1] else None, None)
 
 
+class _FusedVariant(torch.autograd.Function):
+    """_Fused with alignment-variant options (open_begin, open_end, step_penalty), differentiable in the step
+    penalty too. A separate Function so that calls without the options keep _Fused's path unchanged."""
+
+    @staticmethod
+    def forward(ctx, x, y, gamma, step_penalty, meta):
+        cost, x_lengths, y_lengths, window, memory, backend, open_begin, open_end = meta
+        value, saved = variant_backend(backend, open_begin, open_end, step_penalty).forward(
+            x, y, gamma, cost, x_lengths, y_lengths, window, memory, open_begin=open_begin, open_end=open_end,
+            step_penalty=step_penalty)
+        ctx.cost, ctx.memory, ctx.backend = cost, memory, backend
+        ctx.open_begin, ctx.open_end = open_begin, open_end
+        ctx.save_for_backward(x, y, gamma, x_lengths, y_lengths, window, value, saved, step_penalty)
+        return value
+
+    @staticmethod
+    def backward(ctx, grad_value):
+        x, y, gamma, x_lengths, y_lengths, window, value, saved, step_penalty = ctx.saved_tensors
+        if ctx.memory == "none":
+            raise _no_saved_error()
+        _check_create_graph(ctx.backend, (ctx.open_begin, ctx.open_end, step_penalty))
+        out = get_backend(ctx.backend).backward(
+            grad_value.contiguous(), x, y, gamma, ctx.cost, x_lengths, y_lengths, window, value, saved, ctx.memory,
+            open_begin=ctx.open_begin, open_end=ctx.open_end, step_penalty=step_penalty)
+        need = ctx.needs_input_grad
+        dpen = out[3].sum().reshape(step_penalty.shape) if step_penalty is not None and need[3] else None
+        return (out[0] if need[0] else None, out[1] if need[1] else None,
+                out[2].sum().reshape(gamma.shape) if need[2] else None, dpen, None)
+
+
+class _FromCostVariant(torch.autograd.Function):
+    """_FromCost with alignment-variant options, as :class:`_FusedVariant`."""
+
+    @staticmethod
+    def forward(ctx, C, gamma, step_penalty, meta):
+        x_lengths, y_lengths, window, memory, backend, open_begin, open_end = meta
+        value, saved = variant_backend(backend, open_begin, open_end, step_penalty).forward_cost(
+            C, gamma, x_lengths, y_lengths, window, memory, open_begin=open_begin, open_end=open_end,
+            step_penalty=step_penalty)
+        ctx.memory, ctx.backend = memory, backend
+        ctx.open_begin, ctx.open_end = open_begin, open_end
+        ctx.save_for_backward(C, gamma, x_lengths, y_lengths, window, value, saved, step_penalty)
+        return value
+
+    @staticmethod
+    def backward(ctx, grad_value):
+        C, gamma, x_lengths, y_lengths, window, value, saved, step_penalty = ctx.saved_tensors
+        if ctx.memory == "none":
+            raise _no_saved_error()
+        _check_create_graph(ctx.backend, (ctx.open_begin, ctx.open_end, step_penalty))
+        out = get_backend(ctx.backend).backward_cost(
+            grad_value.contiguous(), C, gamma, x_lengths, y_lengths, window, value, saved, ctx.memory,
+            open_begin=ctx.open_begin, open_end=ctx.open_end, step_penalty=step_penalty)
+        need = ctx.needs_input_grad
+        dpen = out[2].sum().reshape(step_penalty.shape) if step_penalty is not None and need[2] else None
+        return (out[0] if need[0] else None, out[1].sum().reshape(gamma.shape) if need[1] else None, dpen, None)
+
+
 # autograd's C++ apply of each Function (what Function.apply ends in), bound once.
 _fused_apply = super(torch.autograd.Function, _Fused).apply
 _from_cost_apply = super(torch.autograd.Function, _FromCost).apply
 _transforms_active = torch._C._are_functorch_transforms_active
 
 
-def fused_value(x, y, gamma, cost, x_lengths, y_lengths, window, memory, backend) -> Tensor:
-    """Soft-DTW values `(B,)` with a fused cost, differentiable in x, y, gamma."""
+def fused_value(x, y, gamma, cost, x_lengths, y_lengths, window, memory, backend, variant=None) -> Tensor:
+    """Soft-DTW values `(B,)` with a fused cost, differentiable in x, y, gamma (and the step penalty).
+
+    variant: None (the plain DP), or (open_begin, open_end, step_penalty: a 0-d tensor of x's dtype and device
+    or None), with at least one option set (see softdtw/backends/reference.py)."""
+    if variant is not None:
+        if torch.compiler.is_compiling():
+            return forward(x, y, gamma, cost, x_lengths, y_lengths, window, memory, backend, *variant)[0]
+        meta = (cost, x_lengths, y_lengths, window, memory, backend, variant[0], variant[1])
+        return _FusedVariant.apply(x, y, gamma, variant[2], meta)
     if torch.compiler.is_compiling():
         return forward(x, y, gamma, cost, x_lengths, y_lengths, window, memory, backend)[0]
     meta = (cost, x_lengths, y_lengths, window, memory, backend)
@@ -396,8 +558,14 @@ def fused_value(x, y, gamma, cost, x_lengths, y_lengths, window, memory, backend
     return _fused_apply(x, y, gamma, meta)
 
 
-def cost_value(C, gamma, x_lengths, y_lengths, window, memory, backend) -> Tensor:
-    """Soft-DTW values `(B,)` of a precomputed cost, differentiable in C and gamma."""
+def cost_value(C, gamma, x_lengths, y_lengths, window, memory, backend, variant=None) -> Tensor:
+    """Soft-DTW values `(B,)` of a precomputed cost, differentiable in C and gamma (and the step penalty);
+    variant as in :func:`fused_value`."""
+    if variant is not None:
+        if torch.compiler.is_compiling():
+            return forward_cost(C, gamma, x_lengths, y_lengths, window, memory, backend, *variant)[0]
+        meta = (x_lengths, y_lengths, window, memory, backend, variant[0], variant[1])
+        return _FromCostVariant.apply(C, gamma, variant[2], meta)
     if torch.compiler.is_compiling():
         return forward_cost(C, gamma, x_lengths, y_lengths, window, memory, backend)[0]
     meta = (x_lengths, y_lengths, window, memory, backend)

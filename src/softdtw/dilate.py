@@ -70,8 +70,8 @@ class _Dilate(torch.autograd.Function):
     def forward(ctx, C, gamma, omega, meta):
         x_lengths, y_lengths, window, backend = meta
         value, saved = _ops.forward_cost(C, gamma, x_lengths, y_lengths, window, "store", backend)
-        E, _ = _ops.backward_cost(torch.ones_like(value), C, gamma, x_lengths, y_lengths, window, value, saved,
-                                  "store", backend)
+        E = _ops.backward_cost(torch.ones_like(value), C, gamma, x_lengths, y_lengths, window, value, saved,
+                               "store", backend)[0]
         ctx.meta = meta
         ctx.save_for_backward(C, gamma, omega, value, E)
         return value, (E * omega).sum((1, 2))
@@ -202,6 +202,6 @@ def _dilate_values(C, gamma, omega, x_lengths, y_lengths, window, backend):
     """(sdtw, <E, Omega>) without a graph (no input requires grad)."""
     gamma = gamma.detach()
     value, saved = _ops.forward_cost(C, gamma, x_lengths, y_lengths, window, "store", backend)
-    E, _ = _ops.backward_cost(torch.ones_like(value), C, gamma, x_lengths, y_lengths, window, value, saved, "store",
-                              backend)
+    E = _ops.backward_cost(torch.ones_like(value), C, gamma, x_lengths, y_lengths, window, value, saved, "store",
+                           backend)[0]
     return value, (E * omega).sum((1, 2))

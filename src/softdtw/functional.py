@@ -24,8 +24,8 @@ from typing import List, Union
 import torch
 
 from . import _ops, costs
-from ._checks import (NaNPadded, Problem, Span, _value_checks_enabled, check_cost_matrix, cost_name, make_window,
-                      prepare, prepare_cost, rerun_args, route_by_range, run_checked)
+from ._checks import (NaNPadded, Problem, Span, _value_checks_enabled, as_variant, check_cost_matrix, cost_name,
+                      make_window, prepare, prepare_cost, rerun_args, route_by_range, run_checked)
 from .backends import FUSED_COSTS
 
 __all__ = [
@@ -37,18 +37,36 @@ def _needs_grad(*tensors: torch.Tensor) -> bool:
     return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
-def _run_cost(C: torch.Tensor, p: Problem, memory: str) -> torch.Tensor:
+def _run_cost(C: torch.Tensor, p: Problem, memory: str, variant=None) -> torch.Tensor:
     B, N, M = C.shape
-    mem = _ops.resolve_memory(memory, _needs_grad(C, p.gamma), p.backend, "cost", B, N, M, 0, C.dtype,
-                              C.device)
-    return _ops.cost_value(C, p.gamma, p.x_lengths, p.y_lengths, p.window, mem, p.backend)
+    if variant is None:
+        mem = _ops.resolve_memory(memory, _needs_grad(C, p.gamma), p.backend, "cost", B, N, M, 0, C.dtype,
+                                  C.device)
+        return _ops.cost_value(C, p.gamma, p.x_lengths, p.y_lengths, p.window, mem, p.backend)
+    grad = _needs_grad(C, p.gamma) or (variant[2] is not None and _needs_grad(variant[2]))
+    mem = _ops.resolve_memory(memory, grad, p.backend, "cost", B, N, M, 0, C.dtype, C.device)
+    return _ops.cost_value(C, p.gamma, p.x_lengths, p.y_lengths, p.window, mem, p.backend, variant)
 
 
-def _run(p: Problem, cost, memory: str) -> torch.Tensor:
-    """Soft-DTW values `(B,)` of a validated problem, in the compute dtype."""
+def _variant(p: Problem, open_begin, open_end, step_penalty, bandwidth, itakura_max_slope):
+    """The validated alignment-variant options of a prepared problem (None when none is set); refuses a backend
+    without them (cuda, for now) before anything runs."""
+    variant = as_variant(open_begin, open_end, step_penalty, bandwidth, itakura_max_slope, p.x.device, p.x.dtype)
+    if variant is not None:
+        _ops.variant_backend(p.backend, *variant)
+    return variant
+
+
+def _run(p: Problem, cost, memory: str, variant=None) -> torch.Tensor:
+    """Soft-DTW values `(B,)` of a validated problem, in the compute dtype; variant: see :func:`_variant`."""
     B, N, D = p.x.shape
     M = p.y.shape[1]
     if isinstance(cost, str) and cost in FUSED_COSTS:
+        if variant is not None:
+            grad = _needs_grad(p.x, p.y, p.gamma) or (variant[2] is not None and _needs_grad(variant[2]))
+            mem = _ops.resolve_memory(memory, grad, p.backend, "fused", B, N, M, D, p.x.dtype, p.x.device)
+            return _ops.fused_value(p.x, p.y, p.gamma, cost, p.x_lengths, p.y_lengths, p.window, mem, p.backend,
+                                    variant)
         mem = _ops.resolve_memory(memory, _needs_grad(p.x, p.y, p.gamma), p.backend, "fused", B, N, M, D,
                                   p.x.dtype, p.x.device)
         return _ops.fused_value(p.x, p.y, p.gamma, cost, p.x_lengths, p.y_lengths, p.window, mem, p.backend)
@@ -59,7 +77,19 @@ def _run(p: Problem, cost, memory: str) -> torch.Tensor:
     C = C.to(p.x.dtype).contiguous()
     if not isinstance(cost, str):
         p = p._replace(backend=route_by_range([C.detach()], p.gamma, Span("C", 0, N, M), p.backend))
-    return _run_cost(C, p, memory)
+    return _run_cost(C, p, memory, variant)
+
+
+def check_divergence_options(open_begin, open_end) -> None:
+    """The soft-DTW divergence has no open ends (see :func:`soft_dtw_divergence`): a ValueError naming the
+    option."""
+    if open_begin is not False or open_end is not False:
+        name = "open_begin" if open_begin is not False else "open_end"
+        raise ValueError(
+            f"the soft-DTW divergence does not take {name} (got {name}={open_begin if name == 'open_begin' else open_end!r}): "
+            f"with an open end its self terms sdtw(x, x) and sdtw(y, y) match a series against a piece of "
+            f"itself, which normalises nothing. Use soft_dtw(..., {name}=True) (SoftDTW(normalize=False)) for "
+            f"subsequence matching; step_penalty works with the divergence.")
 
 
 def _finish(value: torch.Tensor, p: Problem) -> torch.Tensor:
@@ -69,12 +99,14 @@ def _finish(value: torch.Tensor, p: Problem) -> torch.Tensor:
 
 def soft_dtw(x, y, gamma: Union[float, torch.Tensor] = 1.0, *, cost="sqeuclidean", bandwidth=None,
              itakura_max_slope=None, x_lengths=None, y_lengths=None, memory: str = "auto",
-             backend=None) -> torch.Tensor:
+             backend=None, open_begin: bool = False, open_end: bool = False,
+             step_penalty: Union[None, float, torch.Tensor] = None) -> torch.Tensor:
     r"""Soft-DTW between the pairs (x[b], y[b]) of two batches (Cuturi & Blondel 2017).
 
     .. math:: \mathrm{sdtw}_\gamma(x, y) = \min{}^\gamma_{A} \langle A, C(x, y) \rangle
 
-    over the warping paths A from (0, 0) to (n - 1, m - 1).
+    over the warping paths A from (0, 0) to (n - 1, m - 1) (each path counted once; with the options below,
+    over the paths they allow, of <A, C> + step_penalty * moves(A)).
 
     Args:
         x: `(B, N, D)` float tensor (or `(N, D)`); steps past `x_lengths` are ignored. A
@@ -92,33 +124,53 @@ def soft_dtw(x, y, gamma: Union[float, torch.Tensor] = 1.0, *, cost="sqeuclidean
         y_lengths: `(B,)` int valid lengths of y (default: all M).
         memory: "auto" (default), "store" or "checkpoint": what the forward keeps for the backward.
         backend: None (by device), "reference", "cpu" or "cuda".
+        open_begin: if True, a path may start at any (0, j0): x[0] may match any step of y (subsequence
+            soft-DTW: x is matched against a piece of y).
+        open_end: if True, a path may end at any (n - 1, j1). Neither open end works with a band
+            (bandwidth / itakura_max_slope raise a ValueError).
+        step_penalty: None, a finite float or a 0-d tensor (that may require grad: the value is
+            differentiable in it), added once for each vertical (i - 1, j) -> (i, j) and each horizontal
+            (i, j - 1) -> (i, j) move of a path, never for a diagonal one; any sign. With closed ends a path
+            makes 2|A| - n - m such moves, so a penalty p equals adding 2p to every cost and subtracting
+            p(n + m).
+            The three options run on the reference and cpu backends (cuda raises a NotImplementedError:
+            use .cpu()), and have first-order gradients only: a backward with create_graph=True raises a
+            NotImplementedError naming the option.
 
     Returns:
         `(B,)` soft-DTW values, same dtype as x (a 0-d tensor for unbatched inputs). Not normalised
         by path length; can be negative (use :func:`soft_dtw_divergence` for a non-negative loss).
         +inf (with a zero gradient) for a pair with no finite path or whose value overflows the dtype.
 
-    Devices: CPU, CUDA. Differentiable in: x, y, gamma.
+    Devices: CPU, CUDA. Differentiable in: x, y, gamma (and a step_penalty tensor).
 
     Example:
         >>> import torch, softdtw
         >>> x, y = torch.zeros(2, 4, 1), torch.ones(2, 5, 1)
         >>> softdtw.soft_dtw(x, y, gamma=0.0)
         tensor([5., 5.])
+        >>> q, s = torch.tensor([[1.], [2.]]), torch.tensor([[5.], [1.], [2.], [7.]])
+        >>> softdtw.soft_dtw(q, s, gamma=0.0, open_begin=True, open_end=True)  # q occurs inside s
+        tensor(0.)
     """
     p = prepare(x, y, gamma, cost=cost, bandwidth=bandwidth, itakura_max_slope=itakura_max_slope,
                 x_lengths=x_lengths, y_lengths=y_lengths, memory=memory, backend=backend, defer=True)
+    variant = None
+    if step_penalty is not None or open_begin is not False or open_end is not False:
+        variant = _variant(p, open_begin, open_end, step_penalty, bandwidth, itakura_max_slope)
     try:
-        value = run_checked(p, lambda q: _run(q, cost, memory))
+        value = run_checked(p, lambda q: _run(q, cost, memory, variant))
     except NaNPadded as e:  # cuda checked the values after its kernels: again, with the padding's lengths
         value = soft_dtw(**rerun_args(e, p), gamma=gamma, cost=cost, bandwidth=bandwidth,
-                         itakura_max_slope=itakura_max_slope, memory=memory, backend=backend)
+                         itakura_max_slope=itakura_max_slope, memory=memory, backend=backend,
+                         open_begin=open_begin, open_end=open_end, step_penalty=step_penalty)
     return _finish(value, p)
 
 
 def soft_dtw_divergence(x, y, gamma: Union[float, torch.Tensor] = 1.0, *, cost="sqeuclidean", bandwidth=None,
                         itakura_max_slope=None, x_lengths=None, y_lengths=None, memory: str = "auto",
-                        backend=None) -> torch.Tensor:
+                        backend=None, open_begin: bool = False, open_end: bool = False,
+                        step_penalty: Union[None, float, torch.Tensor] = None) -> torch.Tensor:
     r"""Soft-DTW divergence (Blondel, Mensch & Vert 2021): a non-negative loss, zero at x = y.
 
     .. math:: D_\gamma(x, y) = \mathrm{sdtw}_\gamma(x, y) - \tfrac12 \mathrm{sdtw}_\gamma(x, x)
@@ -128,6 +180,13 @@ def soft_dtw_divergence(x, y, gamma: Union[float, torch.Tensor] = 1.0, *, cost="
     uses that series' own lengths (and the band scaled to them). Non-negativity is a property of the
     unconstrained divergence with the squared Euclidean cost; with a band it is still 0 at x = y but
     may dip slightly below 0 elsewhere, since the band restricts the cross and self terms differently.
+
+    step_penalty: the same penalty in all three terms. Every path from corner to corner makes 2|A| - n - m
+    vertical or horizontal moves, and the constants p(n + m) cancel between the terms, so the divergence with
+    a penalty p is exactly the divergence of the shifted cost C + 2p (each of the three terms' costs): still 0
+    at x = y; non-negativity is not claimed. open_begin / open_end are refused (ValueError): with an open
+    end the self terms sdtw(x, x), sdtw(y, y) match a series against a piece of itself, which normalises
+    nothing; use :func:`soft_dtw` with the open ends.
 
     Returns:
         `(B,)` divergences, same dtype as x. Devices: CPU, CUDA. Differentiable in: x, y, gamma.
@@ -141,8 +200,13 @@ def soft_dtw_divergence(x, y, gamma: Union[float, torch.Tensor] = 1.0, *, cost="
         >>> bool((softdtw.soft_dtw_divergence(x, y) > 0).all())
         True
     """
+    if open_begin is not False or open_end is not False:
+        check_divergence_options(open_begin, open_end)
     p = prepare(x, y, gamma, cost=cost, bandwidth=bandwidth, itakura_max_slope=itakura_max_slope,
                 x_lengths=x_lengths, y_lengths=y_lengths, memory=memory, backend=backend, defer=True)
+    variant = None
+    if step_penalty is not None:
+        variant = _variant(p, False, False, step_penalty, bandwidth, itakura_max_slope)
     N, M = p.x.shape[1], p.y.shape[1]
     wxx = make_window(p.x_lengths, p.x_lengths, N, N, bandwidth, itakura_max_slope)
     wyy = make_window(p.y_lengths, p.y_lengths, M, M, bandwidth, itakura_max_slope)
@@ -150,13 +214,15 @@ def soft_dtw_divergence(x, y, gamma: Union[float, torch.Tensor] = 1.0, *, cost="
     def run(q: Problem) -> torch.Tensor:
         qxx = q._replace(y=q.x, y_lengths=q.x_lengths, window=wxx)
         qyy = q._replace(x=q.y, x_lengths=q.y_lengths, window=wyy)
-        return _run(q, cost, memory) - 0.5 * _run(qxx, cost, memory) - 0.5 * _run(qyy, cost, memory)
+        return (_run(q, cost, memory, variant) - 0.5 * _run(qxx, cost, memory, variant)
+                - 0.5 * _run(qyy, cost, memory, variant))
 
     try:
         value = run_checked(p, run)
     except NaNPadded as e:  # cuda checked the values after its kernels: again, with the padding's lengths
         return _finish(soft_dtw_divergence(**rerun_args(e, p), gamma=gamma, cost=cost, bandwidth=bandwidth,
-                                           itakura_max_slope=itakura_max_slope, memory=memory, backend=backend),
+                                           itakura_max_slope=itakura_max_slope, memory=memory, backend=backend,
+                                           step_penalty=step_penalty),
                        p)
     # With the named costs a series against itself has a path of cost 0 (the diagonal): the self terms are
     # finite, and the divergence is +inf only when sdtw(x, y) is. A callable may forbid that path.
@@ -171,18 +237,20 @@ def soft_dtw_divergence(x, y, gamma: Union[float, torch.Tensor] = 1.0, *, cost="
 
 
 def soft_dtw_from_cost(C, gamma: Union[float, torch.Tensor] = 1.0, *, bandwidth=None, itakura_max_slope=None,
-                       x_lengths=None, y_lengths=None, memory: str = "auto", backend=None) -> torch.Tensor:
+                       x_lengths=None, y_lengths=None, memory: str = "auto", backend=None, open_begin: bool = False,
+                       open_end: bool = False, step_penalty: Union[None, float, torch.Tensor] = None
+                       ) -> torch.Tensor:
     """Soft-DTW of a precomputed cost matrix.
 
     Args:
         C: `(B, N, M)` (or `(N, M)`) float tensor of costs; entries past the lengths are ignored.
             +inf marks a forbidden cell (no path uses it); NaN and -inf raise.
-        gamma, bandwidth, itakura_max_slope, x_lengths, y_lengths, memory, backend: as :func:`soft_dtw`
-            (x_lengths count rows of C, y_lengths columns).
+        gamma, bandwidth, itakura_max_slope, x_lengths, y_lengths, memory, backend, open_begin, open_end,
+            step_penalty: as :func:`soft_dtw` (x_lengths count rows of C, y_lengths columns).
 
     Returns:
         `(B,)` values (0-d for a 2-D C), same dtype as C; +inf (zero gradient) where every path crosses
-        a forbidden cell. Devices: CPU, CUDA. Differentiable in: C, gamma.
+        a forbidden cell. Devices: CPU, CUDA. Differentiable in: C, gamma (and a step_penalty tensor).
 
     Example:
         >>> import torch, softdtw
@@ -193,16 +261,25 @@ def soft_dtw_from_cost(C, gamma: Union[float, torch.Tensor] = 1.0, *, bandwidth=
     """
     p = prepare_cost(C, gamma, bandwidth=bandwidth, itakura_max_slope=itakura_max_slope, x_lengths=x_lengths,
                      y_lengths=y_lengths, memory=memory, backend=backend, defer=True)
-    return _finish(run_checked(p, lambda q: _run_cost(q.x, q, memory)), p)
+    variant = None
+    if step_penalty is not None or open_begin is not False or open_end is not False:
+        variant = _variant(p, open_begin, open_end, step_penalty, bandwidth, itakura_max_slope)
+    return _finish(run_checked(p, lambda q: _run_cost(q.x, q, memory, variant)), p)
 
 
-def _alignment(p: Problem, cost) -> tuple[torch.Tensor, torch.Tensor]:
+def _alignment(p: Problem, cost, variant=None) -> tuple[torch.Tensor, torch.Tensor]:
     """(E `(B, N, M)`, values `(B,)`) of a validated problem.
 
     E is differentiable in x, y and gamma when one of them requires grad (and grad mode is on): it is the
     first-order backward op run under autograd, whose own derivative is the Hessian-vector product
-    (softdtw::hvp_cost). The values carry no graph."""
-    grad = _needs_grad(p.x, p.y, p.gamma)
+    (softdtw::hvp_cost). The values carry no graph. variant: see :func:`_variant`; its E's derivative
+    raises a NotImplementedError (no hvp_cost with the variants yet)."""
+    pen = None if variant is None else variant[2]
+    grad = _needs_grad(p.x, p.y, p.gamma) or (pen is not None and _needs_grad(pen))
+    fwd = bwd = ()  # the ops' variant arguments: none for the plain DP
+    if variant is not None:
+        fwd = (variant[0], variant[1], None if pen is None else pen.detach())
+        bwd = (variant[0], variant[1], None if pen is None else (pen if grad else pen.detach()))
     with torch.set_grad_enabled(grad):
         B, N, D = p.x.shape
         M = p.y.shape[1]
@@ -212,21 +289,25 @@ def _alignment(p: Problem, cost) -> tuple[torch.Tensor, torch.Tensor]:
             p = p._replace(backend=route_by_range([C.detach()], p.gamma, Span("C", 0, N, M), p.backend))
         with torch.no_grad():
             value, saved = _ops.forward_cost(C.detach(), p.gamma.detach(), p.x_lengths, p.y_lengths, p.window,
-                                             "store", p.backend)
+                                             "store", p.backend, *fwd)
         ones = torch.ones_like(value)
         gamma = p.gamma if grad else p.gamma.detach()
-        E, _ = _ops.backward_cost(ones, C, gamma, p.x_lengths, p.y_lengths, p.window, value, saved, "store",
-                                  p.backend)
+        E = _ops.backward_cost(ones, C, gamma, p.x_lengths, p.y_lengths, p.window, value, saved, "store",
+                               p.backend, *bwd)[0]
     return E, value
 
 
 def soft_dtw_alignment(x, y, gamma: Union[float, torch.Tensor] = 1.0, *, cost="sqeuclidean", bandwidth=None,
-                       itakura_max_slope=None, x_lengths=None, y_lengths=None, backend=None) -> torch.Tensor:
+                       itakura_max_slope=None, x_lengths=None, y_lengths=None, backend=None, open_begin: bool = False,
+                       open_end: bool = False, step_penalty: Union[None, float, torch.Tensor] = None
+                       ) -> torch.Tensor:
     r"""Expected alignment matrix E = dsdtw / dC (Cuturi & Blondel 2017, Algorithm 2).
 
     E[b, i, j] in [0, 1] is the probability that step i of x[b] is matched with step j of y[b] under
     the Gibbs distribution over paths at temperature gamma; gamma = 0 gives the 0/1 matrix of the
-    optimal path. Arguments as :func:`soft_dtw`.
+    optimal path. Arguments as :func:`soft_dtw`. With open_begin / open_end the paths (and so E's mass) may
+    start anywhere on row 0 / end anywhere on row n - 1: each row of E then sums to at least 1, row 0's
+    entries give where x[0] matches, and the last row's where x[n - 1] does.
 
     Returns:
         `(B, N, M)` (or `(N, M)`), same dtype as x; zero past the lengths, outside a band and on
@@ -235,7 +316,8 @@ def soft_dtw_alignment(x, y, gamma: Union[float, torch.Tensor] = 1.0, *, cost="s
         vector-Jacobian product of E is soft-DTW's Hessian-vector product (Mensch & Blondel 2018), which
         needs a backend with the second order (``hvp_cost``; others raise a NotImplementedError at the
         backward). E's graph holds the cost matrix `(B, N, M)`. gamma = 0: E is piecewise constant, its
-        derivative 0.
+        derivative 0. With open_begin, open_end or step_penalty the backward through E raises a
+        NotImplementedError (no second order for them yet).
 
     Example:
         >>> import torch, softdtw
@@ -246,38 +328,51 @@ def soft_dtw_alignment(x, y, gamma: Union[float, torch.Tensor] = 1.0, *, cost="s
     """
     p = prepare(x, y, gamma, cost=cost, bandwidth=bandwidth, itakura_max_slope=itakura_max_slope,
                 x_lengths=x_lengths, y_lengths=y_lengths, memory="auto", backend=backend)
-    E = _alignment(p, cost)[0].to(p.out_dtype)
+    variant = _variant(p, open_begin, open_end, step_penalty, bandwidth, itakura_max_slope)
+    E = _alignment(p, cost, variant)[0].to(p.out_dtype)
     return E[0] if p.unbatched else E
 
 
 def dtw(x, y, *, cost="sqeuclidean", bandwidth=None, itakura_max_slope=None, x_lengths=None, y_lengths=None,
-        memory: str = "auto", backend=None) -> torch.Tensor:
+        memory: str = "auto", backend=None, open_begin: bool = False, open_end: bool = False,
+        step_penalty: Union[None, float, torch.Tensor] = None) -> torch.Tensor:
     """Hard DTW: the cost summed along the optimal path (soft-DTW with gamma = 0).
 
     With the default cost this is the sum of *squared* Euclidean distances along the path: tslearn's
     ``dtw`` squared (``tslearn.metrics.dtw(a, b) == softdtw.dtw(a, b).sqrt()``). Arguments as
-    :func:`soft_dtw`.
+    :func:`soft_dtw`; with open_begin and open_end it is subsequence DTW (tslearn's ``dtw_subsequence_path``'s
+    value, squared), with step_penalty the minimum of the path cost plus the penalty per non-diagonal move.
 
     Returns:
         `(B,)` values (0-d for unbatched inputs), same dtype as x. Devices: CPU, CUDA.
-        Differentiable in: x, y (the gradient of the cost along the optimal path).
+        Differentiable in: x, y (the gradient of the cost along the optimal path) and a step_penalty tensor
+        (the optimal path's number of non-diagonal moves).
 
     Example:
         >>> import torch, softdtw
         >>> softdtw.dtw(torch.tensor([[0.], [1.], [2.]]), torch.tensor([[0.], [2.]]))
         tensor(1.)
     """
+    if step_penalty is None and open_begin is False and open_end is False:
+        return soft_dtw(x, y, 0.0, cost=cost, bandwidth=bandwidth, itakura_max_slope=itakura_max_slope,
+                        x_lengths=x_lengths, y_lengths=y_lengths, memory=memory, backend=backend)
     return soft_dtw(x, y, 0.0, cost=cost, bandwidth=bandwidth, itakura_max_slope=itakura_max_slope,
-                    x_lengths=x_lengths, y_lengths=y_lengths, memory=memory, backend=backend)
+                    x_lengths=x_lengths, y_lengths=y_lengths, memory=memory, backend=backend, open_begin=open_begin,
+                    open_end=open_end, step_penalty=step_penalty)
 
 
 def dtw_path(x, y, *, cost="sqeuclidean", bandwidth=None, itakura_max_slope=None, x_lengths=None,
-             y_lengths=None, backend=None) -> Union[torch.Tensor, List[torch.Tensor]]:
+             y_lengths=None, backend=None, open_begin: bool = False, open_end: bool = False,
+             step_penalty: Union[None, float, torch.Tensor] = None) -> Union[torch.Tensor, List[torch.Tensor]]:
     """The optimal warping path of each pair (ties broken as tslearn: diagonal, then up, then left).
+
+    open_begin, open_end, step_penalty: as :func:`soft_dtw` (the path minimises the cost plus the penalty per
+    non-diagonal move; with open ends it starts at some (0, j0) / ends at some (n_b - 1, j1): subsequence DTW).
 
     Returns:
         For batched inputs a list of B int64 tensors `(L_b, 2)` of (i, j) index pairs from (0, 0) to
-        (n_b - 1, m_b - 1); for unbatched inputs one `(L, 2)` tensor. On the inputs' device.
+        (n_b - 1, m_b - 1) (or the open ends' start and end); for unbatched inputs one `(L, 2)` tensor. On
+        the inputs' device.
 
     Example:
         >>> import torch, softdtw
@@ -286,8 +381,9 @@ def dtw_path(x, y, *, cost="sqeuclidean", bandwidth=None, itakura_max_slope=None
     """
     p = prepare(x, y, 0.0, cost=cost, bandwidth=bandwidth, itakura_max_slope=itakura_max_slope,
                 x_lengths=x_lengths, y_lengths=y_lengths, memory="auto", backend=backend)
+    variant = _variant(p, open_begin, open_end, step_penalty, bandwidth, itakura_max_slope)
     with torch.no_grad():
-        E, value = _alignment(p, cost)
+        E, value = _alignment(p, cost, variant)
     blocked = torch.isinf(value)
     if bool(blocked.any()):
         b = int(blocked.nonzero()[0, 0])

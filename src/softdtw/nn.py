@@ -70,6 +70,9 @@ class SoftDTW(nn.Module):
         reduction: "none" (default, `(B,)`), "mean" or "sum".
         cost: "sqeuclidean" (default), "l1" or "cosine".
         itakura_max_slope, memory, backend: as :func:`softdtw.soft_dtw`.
+        open_begin, open_end, step_penalty: the alignment variants of :func:`softdtw.soft_dtw` (subsequence
+            matching, a penalty per non-diagonal move: a float, or a tensor / nn.Parameter to learn it). With
+            normalize=True only step_penalty is allowed (see :func:`softdtw.soft_dtw_divergence`).
 
     Shape:
         - x: `(B, N, D)` or `(N, D)`; y: `(B, M, D)` or `(M, D)`; either may be a PackedSequence
@@ -90,8 +93,11 @@ class SoftDTW(nn.Module):
     def __init__(self, gamma: Union[float, torch.Tensor] = 1.0, *, normalize: bool = False,
                  bandwidth: Optional[float] = None, dist_func=None, reduction: str = "none",
                  cost="sqeuclidean", itakura_max_slope: Optional[float] = None, memory: str = "auto",
-                 backend: Optional[str] = None, use_cuda: Optional[bool] = None):
+                 backend: Optional[str] = None, use_cuda: Optional[bool] = None, open_begin: bool = False,
+                 open_end: bool = False, step_penalty: Union[None, float, torch.Tensor] = None):
         super().__init__()
+        if normalize:
+            F.check_divergence_options(open_begin, open_end)
         if use_cuda is not None:
             warnings.warn(
                 "SoftDTW(use_cuda=...) is ignored: softdtw runs on the device of its inputs "
@@ -114,18 +120,29 @@ class SoftDTW(nn.Module):
         self.itakura_max_slope = itakura_max_slope
         self.memory = memory
         self.backend = backend
+        self.open_begin = open_begin
+        self.open_end = open_end
+        self.step_penalty = step_penalty
 
     def forward(self, x, y, x_lengths=None, y_lengths=None) -> torch.Tensor:
         fn = F.soft_dtw_divergence if self.normalize else F.soft_dtw
-        values = fn(x, y, self.gamma, cost=self.cost, bandwidth=self.bandwidth,
-                    itakura_max_slope=self.itakura_max_slope, x_lengths=x_lengths, y_lengths=y_lengths,
-                    memory=self.memory, backend=self.backend)
+        if self.step_penalty is None and self.open_begin is False and self.open_end is False:
+            values = fn(x, y, self.gamma, cost=self.cost, bandwidth=self.bandwidth,
+                        itakura_max_slope=self.itakura_max_slope, x_lengths=x_lengths, y_lengths=y_lengths,
+                        memory=self.memory, backend=self.backend)
+        else:
+            values = fn(x, y, self.gamma, cost=self.cost, bandwidth=self.bandwidth,
+                        itakura_max_slope=self.itakura_max_slope, x_lengths=x_lengths, y_lengths=y_lengths,
+                        memory=self.memory, backend=self.backend, open_begin=self.open_begin,
+                        open_end=self.open_end, step_penalty=self.step_penalty)
         return _reduce(values, self.reduction)
 
     def extra_repr(self) -> str:
         cost = getattr(self.cost, "__name__", self.cost)
+        variants = "".join(f", {k}={getattr(self, k)}" for k in ("open_begin", "open_end", "step_penalty")
+                           if getattr(self, k) not in (False, None))
         return (f"gamma={self.gamma}, normalize={self.normalize}, bandwidth={self.bandwidth}, "
-                f"cost={cost!r}, reduction={self.reduction!r}")
+                f"cost={cost!r}, reduction={self.reduction!r}{variants}")
 
 
 class SoftDTWDivergence(SoftDTW):
