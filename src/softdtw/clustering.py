@@ -199,7 +199,7 @@ def soft_dtw_kmeans(X, n_clusters: int, gamma: float = 1.0, *, x_lengths=None, m
               different lengths each centre then looks like its members, where a centre as long as
               the longest series is a stretched copy of short members.
             - "max": every centre has the length of the longest series (the init tensor's length
-              with an init tensor), as before 0.5; the centres are never resized.
+              with an init tensor), the behaviour before per-centre lengths; the centres are never resized.
             - an int n >= 1: every centre has n steps.
             - None (default): "median", or the init tensor's lengths, kept fixed, when ``init`` is a
               tensor (as :func:`softdtw.soft_dtw_barycenter` keeps its init's length).
