@@ -130,6 +130,9 @@ def test_float32_and_max_iter_zero_returns_the_init(data):
     (dict(init=torch.zeros(5, 1), length=6), "length=6 disagrees with init's length 5"),
     (dict(init="medoid"), "init must be None, 'mean' or a tensor"),
     (dict(n_groups=3), "n_groups=3 needs groups"),
+    (dict(groups=torch.arange(12) % 2, length=[5, 0]), r"length must be an int >= 1, or with groups a \(2,\)"),
+    (dict(groups=torch.arange(12) % 2, length=[5, 6, 7]), r"length must be an int >= 1, or with groups a \(2,\)"),
+    (dict(groups=torch.arange(12) % 2, length=[5, 9], init=torch.zeros(2, 8, 1)), "up to 9 steps but init has only 8"),
 ])
 def test_errors(data, kw, match):
     X, _ = data
@@ -240,3 +243,27 @@ def test_cpu_direct_evaluation_matches_autograd(kw):
     torch.testing.assert_close(grad, Zr.grad, rtol=1e-12, atol=1e-12)
     inf_group, zero = direct(torch.full_like(Z, math.inf), 0.3)
     assert bool(torch.isinf(inf_group).all()) and not bool(zero.any())
+
+
+@pytest.mark.parametrize("divergence", [False, True])
+def test_per_group_lengths(data, divergence):
+    """length=(K,) fits barycenter k at length[k] steps, NaN-padded to the longest, each with the
+    objective of that barycenter alone at its own length (the padded steps play no part)."""
+    X, _ = data
+    lengths = torch.tensor([32, 20, 25, 32, 18, 30, 32, 22, 27, 32, 19, 31])
+    groups = torch.arange(12) % 3
+    res = soft_dtw_barycenter(X, 1.0, groups=groups, x_lengths=lengths, length=torch.tensor([20, 9, 14]),
+                              max_iter=15, divergence=divergence)
+    Z = res.barycenter
+    assert Z.shape == (3, 20, 1)
+    assert torch.isnan(Z[:, :, 0]).sum(1).tolist() == [0, 11, 6] and torch.isfinite(Z[0]).all()
+    assert torch.isfinite(Z[1, :9]).all() and torch.isfinite(Z[2, :14]).all()
+    for k, n in enumerate([20, 9, 14]):
+        m = groups == k
+        ref = _objective(Z[k, :n], X[m], 1.0, lengths=lengths[m], divergence=divergence)
+        assert float(res.losses[-1, k]) == pytest.approx(ref, rel=1e-7, abs=1e-7)
+    assert (res.losses[-1] <= res.losses[0] + 1e-9).all()
+    # All lengths equal: the same as the int length.
+    a = soft_dtw_barycenter(X, 1.0, groups=groups, length=[16, 16, 16], max_iter=5)
+    b = soft_dtw_barycenter(X, 1.0, groups=groups, length=16, max_iter=5)
+    assert torch.equal(a.barycenter, b.barycenter)

@@ -159,7 +159,9 @@ def test_cluster_ucr_file_writes_labels_centers_and_png(tmp_path, capsys):
     assert "adjusted Rand index" in text and "inertia" in text
     rows = np.loadtxt(out / "labels.csv", delimiter=",", skiprows=1, dtype=int)
     assert rows.shape == (4, 3) and set(rows[:, 1]) <= {0, 1}
-    assert np.load(out / "centers.npy").shape == (2, 6, 1)
+    C = np.load(out / "centers.npy")  # each centre at its cluster's median member length, NaN-padded
+    assert C.shape[0] == 2 and C.shape[2] == 1 and C.shape[1] <= 6
+    assert "centre lengths [" in text
     assert (out / "centers.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -184,7 +186,10 @@ def test_cluster_nan_padded_npy(tmp_path, capsys):
     out = tmp_path / "cl"
     assert cli.main(["cluster", str(tmp_path / "x.npy"), "-k", "2", "--max-iter", "2", "--barycenter-iter", "2",
                      "--out", str(out), "--no-figure", "--standardize", "--no-progress"]) == 0
-    assert np.isfinite(np.load(out / "centers.npy")).all()
+    C = np.load(out / "centers.npy")  # centres at their clusters' median lengths (16 or 24), NaN-padded after
+    n = (~np.isnan(C[:, :, 0])).sum(1)
+    assert set(n.tolist()) <= set(range(16, 25)) and C.shape[1] == n.max()
+    assert all(np.isfinite(C[k, :n[k]]).all() and np.isnan(C[k, n[k]:]).all() for k in range(2))
     arr[1, 3, 0] = np.nan
     np.save(tmp_path / "bad.npy", arr)
     assert cli.main(["cluster", str(tmp_path / "bad.npy"), "-k", "2"]) == 2

@@ -1,4 +1,7 @@
-"""soft-DTW k-means: reproducible, inertia non-increasing, the scikit-learn API, NaN padding, errors."""
+"""soft-DTW k-means: reproducible, inertia non-increasing, the scikit-learn API, NaN padding, centre
+lengths, errors."""
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -123,7 +126,7 @@ def test_nan_padded_set_equals_explicit_lengths(cbf):
     ref = soft_dtw_kmeans(Xpad, 3, 1.0, x_lengths=lengths, random_state=0, max_iter=2, barycenter_max_iter=2)
     got = soft_dtw_kmeans(Xnan, 3, 1.0, random_state=0, max_iter=2, barycenter_max_iter=2)
     assert torch.equal(ref.labels, got.labels)
-    torch.testing.assert_close(ref.centers, got.centers)
+    torch.testing.assert_close(ref.centers, got.centers, equal_nan=True)  # centres NaN-padded to their lengths
     km_ref = SoftDTWKMeans(3, random_state=0, max_iter=2, barycenter_max_iter=2).fit(Xpad, x_lengths=lengths)
     km = SoftDTWKMeans(3, random_state=0, max_iter=2, barycenter_max_iter=2).fit(Xnan.numpy())
     np.testing.assert_array_equal(km.labels_, km_ref.labels_)
@@ -142,7 +145,86 @@ def test_gamma_auto(cbf):
         SoftDTWKMeans(2, gamma="median").fit(X)
 
 
+def _two_length_groups(seed, n=6):
+    """Issue 27's case in small: n short series (40-60 steps, a sine) and n long ones (150-180 steps, a
+    triangle), NaN-padded to 180 steps, float64 `(2n, 180, 1)`, and their lengths."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.cat([torch.randint(40, 61, (n,), generator=g), torch.randint(150, 181, (n,), generator=g)])
+    X = torch.full((2 * n, 180, 1), float("nan"), dtype=torch.float64)
+    for p, m in enumerate(lengths.tolist()):
+        t = torch.linspace(0, 1, m, dtype=torch.float64)
+        shape = torch.sin(2 * math.pi * t) if p < n else torch.where(t < 0.5, 4 * t - 1, 3 - 4 * t)
+        X[p, :m, 0] = shape + 0.1 * torch.randn(m, generator=g, dtype=torch.float64)
+    return X, lengths
+
+
+def _median_half_up(v):
+    return int(math.floor(float(np.median(np.asarray(v))) + 0.5))
+
+
+def test_centers_take_their_clusters_median_length():
+    X, lengths = _two_length_groups(0)
+    truth = (lengths > 100).long()
+    kw = dict(random_state=0, max_iter=5, barycenter_max_iter=10)
+    res = soft_dtw_kmeans(X, 2, 1.0, **kw)
+    assert adjusted_rand_score(truth.numpy(), res.labels.numpy()) == 1.0
+    for k in range(2):
+        n = int(res.center_lengths[k])
+        assert n == _median_half_up(lengths[res.labels == k])
+        assert torch.isfinite(res.centers[k, :n]).all() and torch.isnan(res.centers[k, n:]).all()
+    short = int(res.labels[0])
+    assert 40 <= int(res.center_lengths[short]) <= 60 and int(res.center_lengths[1 - short]) >= 150
+    assert res.centers.shape == (2, int(res.center_lengths.max()), 1)
+    # The NaN-padded centres go straight back into pairwise_soft_dtw and give the fit's labels and inertia.
+    D = pairwise_soft_dtw(X, res.centers, 1.0, divergence=True)
+    assert torch.equal(D.argmin(1), res.labels)
+    assert res.inertia == pytest.approx(float(D.min(1).values.sum()), rel=1e-6)
+    # Every centre as long as the longest series (the old behaviour, center_length="max"): much worse.
+    old = soft_dtw_kmeans(X, 2, 1.0, center_length="max", **kw)
+    assert old.center_lengths.tolist() == [int(lengths.max())] * 2
+    assert not torch.isnan(old.centers).any()
+    assert res.inertia <= old.inertia
+    fixed = soft_dtw_kmeans(X, 2, 1.0, center_length=30, **kw)
+    assert fixed.center_lengths.tolist() == [30, 30] and fixed.centers.shape == (2, 30, 1)
+
+
+def test_estimator_with_centers_of_their_clusters_lengths():
+    X, lengths = _two_length_groups(0)
+    km = SoftDTWKMeans(2, random_state=0, max_iter=5, barycenter_max_iter=10).fit(X.numpy())
+    C, n = km.cluster_centers_, km.cluster_center_lengths_
+    assert n.dtype == np.int64 and C.shape == (2, n.max(), 1)
+    for k in range(2):
+        assert n[k] == _median_half_up(lengths.numpy()[km.labels_ == k])
+        assert np.isfinite(C[k, :n[k]]).all() and np.isnan(C[k, n[k]:]).all()  # tslearn's padding
+    # New variable-length series: NaN padding or explicit lengths, other lengths than the training set.
+    Xn, ln = _two_length_groups(1, n=4)
+    pred = km.predict(Xn.numpy())
+    short = km.labels_[0]
+    assert pred.tolist() == [short] * 4 + [1 - short] * 4
+    T = km.transform(Xn.numpy())
+    assert T.shape == (8, 2) and np.isfinite(T).all() and (T >= -1e-9).all()
+    np.testing.assert_allclose(km.transform(torch.nan_to_num(Xn), x_lengths=ln), T, rtol=1e-10, atol=1e-10)
+    ref = pairwise_soft_dtw(Xn, torch.as_tensor(C), 1.0, divergence=True).numpy()
+    np.testing.assert_allclose(T, ref, rtol=1e-10, atol=1e-10)
+    # The fitted, NaN-padded centres as an init keep their lengths.
+    again = SoftDTWKMeans(2, init=C, max_iter=1, barycenter_max_iter=2).fit(X.numpy())
+    np.testing.assert_array_equal(again.cluster_center_lengths_, n)
+    km_max = SoftDTWKMeans(2, random_state=0, max_iter=5, barycenter_max_iter=10, center_length="max").fit(X.numpy())
+    assert km_max.cluster_centers_.shape == (2, int(lengths.max()), 1) and km.inertia_ <= km_max.inertia_
+
+
+def test_equal_lengths_median_is_the_full_length(cbf):
+    X, _ = cbf
+    kw = dict(random_state=2, max_iter=3, barycenter_max_iter=3)
+    a = soft_dtw_kmeans(X, 3, 1.0, **kw)
+    b = soft_dtw_kmeans(X, 3, 1.0, center_length="max", **kw)
+    assert a.center_lengths.tolist() == [48] * 3
+    assert torch.equal(a.centers, b.centers) and torch.equal(a.labels, b.labels) and a.inertia == b.inertia
+
+
 @pytest.mark.parametrize("kw, match", [
+    (dict(n_clusters=2, center_length="mean"), "center_length must be 'median', 'max', an int >= 1"),
+    (dict(n_clusters=2, center_length=0), "center_length must be 'median', 'max', an int >= 1"),
     (dict(n_clusters=0), "n_clusters must be an integer >= 1"),
     (dict(n_clusters=100), "n_clusters=100 is larger than the number of series P=45"),
     (dict(n_clusters=2, init="kmeans"), "init must be one of"),

@@ -101,3 +101,25 @@ def test_cli_cluster_figure_of_twelve_features(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "--features 0,12: expected comma-separated feature indices in [0, 12)" in err
     assert not (tmp_path / "c").exists()  # refused before clustering
+
+
+def test_centres_of_different_lengths_are_drawn_over_their_own_steps():
+    X, labels, centers = _data(K=2)
+    centers[0, 12:] = np.nan  # a k-means centre of 12 steps, NaN-padded (as KMeansResult.centers)
+    fig = plot_clusters(X, labels, centers)
+    for k, (ax, n) in enumerate(zip(_visible(fig), (12, 20))):
+        line = ax.get_lines()[-1]
+        assert len(line.get_xdata()) == n and np.isfinite(line.get_ydata()).all()
+        np.testing.assert_allclose(line.get_ydata(), centers[k, :n, 0])
+    # Explicit lengths: nothing drawn past them, whatever the padding holds.
+    padded = np.nan_to_num(centers)
+    fig = plot_clusters(X, labels, padded, center_lengths=[12, 7])
+    assert [len(ax.get_lines()[-1].get_xdata()) for ax in _visible(fig)] == [12, 7]
+    with pytest.raises(ValueError, match="barycenter_lengths must hold one length in"):
+        plot_clusters(X, labels, padded, center_lengths=[12, 21])
+    # The heatmap summary keeps a finite colour scale.
+    X, labels, centers = _data(D=12, K=2)
+    centers[1, 5:] = np.nan
+    fig = plot_clusters(X, labels, centers)
+    im = [ax for ax in _visible(fig) if ax.get_images()][0].get_images()[0]
+    assert np.isfinite(im.get_clim()).all()

@@ -45,11 +45,20 @@ class BarycenterResult(NamedTuple):
     n_iter: int
 
 
-def _resample(X: torch.Tensor, lengths: torch.Tensor, L: int) -> torch.Tensor:
-    """Each series X[p, :n_p] linearly resampled to L steps: `(P, L, D)`."""
+def _resample(X: torch.Tensor, lengths: torch.Tensor, L: int,
+              out_lengths: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Each series X[p, :n_p] linearly resampled to L steps: `(P, L, D)`.
+
+    With ``out_lengths`` `(P,)` (each <= L), series p is resampled to ``out_lengths[p]`` steps and
+    padded to L by repeating its last step (finite padding, for the callers to mask or overwrite).
+    """
     P, T, D = X.shape
     n = lengths.to(X.device, X.dtype if X.is_floating_point() else torch.float64).unsqueeze(1)  # (P, 1)
-    if L == 1:
+    if out_lengths is not None:
+        m = out_lengths.to(X.device, n.dtype).unsqueeze(1)  # (P, 1)
+        i = torch.arange(L, device=X.device, dtype=n.dtype).unsqueeze(0)
+        pos = torch.where(m > 1, torch.minimum(i, m - 1) * (n - 1) / (m - 1).clamp_min(1), (n - 1) / 2)
+    elif L == 1:
         pos = (n - 1) / 2 * torch.ones(1, 1, device=X.device, dtype=n.dtype)
     else:
         pos = torch.arange(L, device=X.device, dtype=n.dtype).unsqueeze(0) * (n - 1) / (L - 1)
@@ -66,7 +75,7 @@ def _group_sum(values: torch.Tensor, groups: torch.Tensor, K: int) -> torch.Tens
 
 
 def soft_dtw_barycenter(X, gamma: float = 1.0, *, weights=None, groups=None, n_groups: Optional[int] = None,
-                        init: Union[None, str, torch.Tensor] = None, length: Optional[int] = None,
+                        init: Union[None, str, torch.Tensor] = None, length=None,
                         x_lengths=None, max_iter: int = 100, tol: float = 1e-5, method: str = "lbfgs",
                         lr: Optional[float] = None, divergence: bool = False, bandwidth: Optional[float] = None,
                         itakura_max_slope: Optional[float] = None, cost="sqeuclidean", batch_size: Optional[int] = None,
@@ -86,7 +95,11 @@ def soft_dtw_barycenter(X, gamma: float = 1.0, *, weights=None, groups=None, n_g
         n_groups: K (default: ``groups.max() + 1``); a group with no series keeps its initialisation.
         init: "mean" / None (default: the weighted mean of each group's series, each resampled to
             ``length`` steps) or a tensor `(L, D)` (one barycenter) / `(K, L, D)` (groups).
-        length: L, steps of the barycenter (default: the init's, else the longest series).
+        length: L, steps of the barycenter (default: the init's, else the longest series); or, with
+            ``groups``, a `(K,)` int tensor / sequence of per-barycenter lengths: barycenter k then has
+            ``length[k]`` steps, the result is padded to the longest with NaN (the library's padding
+            convention), and an init tensor needs at least that many steps (its steps past
+            ``length[k]`` are ignored).
         x_lengths: optional `(P,)` int valid lengths of the series of X (or NaN padding: trailing
             all-NaN steps end a series).
         max_iter: iterations (L-BFGS iterations, each with a strong-Wolfe line search; or Adam steps).
@@ -175,6 +188,22 @@ def soft_dtw_barycenter(X, gamma: float = 1.0, *, weights=None, groups=None, n_g
         if not bool(torch.isfinite(w).all()) or bool((w < 0).any()):
             raise ValueError("weights must be finite and >= 0; got negative, NaN or Inf values.")
     counts = torch.bincount(groups, minlength=K)
+    glen = None  # per-barycenter lengths `(K,)` (CPU int64), or None: all L
+    if length is not None and not isinstance(length, numbers.Integral):
+        glen = torch.as_tensor(length.cpu() if isinstance(length, torch.Tensor) else np.asarray(length))
+        if glen.shape != (K,) or glen.is_floating_point() or glen.dtype == torch.bool or not batched \
+                or bool((glen < 1).any()):
+            raise ValueError(f"length must be an int >= 1, or with groups a ({K},) integer tensor of lengths >= 1 "
+                             f"(one per barycenter); got {length!r}.")
+        glen = glen.to(torch.int64)
+        if isinstance(init, (torch.Tensor, np.ndarray)) and int(glen.max()) > torch.as_tensor(init).shape[1]:
+            raise ValueError(f"length asks for barycenters of up to {int(glen.max())} steps but init has only "
+                             f"{torch.as_tensor(init).shape[1]}; pass a longer init or shorter lengths.")
+        length = int(glen.max())
+        if isinstance(init, (torch.Tensor, np.ndarray)):
+            init = torch.as_tensor(init)[:, :length]
+        if bool((glen == length).all()):
+            glen = None  # all equal: the plain single-length problem
 
     # Initialisation ---------------------------------------------------------------------------
     if isinstance(init, torch.Tensor) or isinstance(init, np.ndarray):
@@ -199,7 +228,7 @@ def soft_dtw_barycenter(X, gamma: float = 1.0, *, weights=None, groups=None, n_g
                 f"group {int(empty[0])} has no series, so init='mean' has nothing to average; pass an init "
                 f"tensor of shape ({K}, L, {D}) (empty groups keep it) or drop the empty group."
             )
-        R = _resample(X, lengths.to(device), L)  # (P, L, D)
+        R = _resample(X, lengths.to(device), L, None if glen is None else glen.to(device)[groups])  # (P, L, D)
         wsum = _group_sum(w, groups, K).clamp_min(torch.finfo(dtype).tiny)
         Z0 = torch.zeros(K, L, D, dtype=dtype, device=device).index_add(0, groups, R * w.view(P, 1, 1))
         Z0 = Z0 / wsum.view(K, 1, 1)
@@ -213,7 +242,8 @@ def soft_dtw_barycenter(X, gamma: float = 1.0, *, weights=None, groups=None, n_g
     xl = lengths.to(device)
     chunk = P if batch_size is None else max(1, int(batch_size))
     kw = dict(cost=cost, bandwidth=bandwidth, itakura_max_slope=itakura_max_slope, memory=memory, backend=backend)
-    zl = torch.full((P,), L, dtype=torch.int64, device=device)
+    zl = torch.full((P,), L, dtype=torch.int64, device=device) if glen is None else glen.to(device)[groups]
+    zk = {} if glen is None else dict(x_lengths=glen.to(device), y_lengths=glen.to(device))
     W = _group_sum(w, groups, K)
     const = torch.zeros(K, dtype=torch.float64, device=device)
     if divergence:
@@ -237,7 +267,7 @@ def soft_dtw_barycenter(X, gamma: float = 1.0, *, weights=None, groups=None, n_g
                 g.sum().backward()
             per_group += g.detach().double()
         if divergence:
-            szz = soft_dtw(Z, Z, g_run, **kw)
+            szz = soft_dtw(Z, Z, g_run, **zk, **kw)
             g = -0.5 * W * szz
             if backward:
                 g.sum().backward()
@@ -255,7 +285,7 @@ def soft_dtw_barycenter(X, gamma: float = 1.0, *, weights=None, groups=None, n_g
                 if divergence:
                     Zr = Zv.detach().clone().requires_grad_(True)
                     with torch.enable_grad():
-                        gz = -0.5 * W * soft_dtw(Zr, Zr, g_run, **kw)
+                        gz = -0.5 * W * soft_dtw(Zr, Zr, g_run, **zk, **kw)
                         gz.sum().backward()
                     per_group += gz.detach().double() - (const if with_const else 0.0)
                     grad += Zr.grad
@@ -322,6 +352,9 @@ def soft_dtw_barycenter(X, gamma: float = 1.0, *, weights=None, groups=None, n_g
             bar.close()
     loss_t = torch.stack(losses)
     bary = best_Z.to(X.dtype)
+    if glen is not None:
+        pad = torch.arange(L, device=device).unsqueeze(0) >= glen.to(device).unsqueeze(1)  # (K, L)
+        bary = bary.masked_fill(pad.unsqueeze(-1), math.nan)
     if not batched:
         return BarycenterResult(bary[0], loss_t[:, 0], converged, n_iter)
     return BarycenterResult(bary, loss_t, converged, n_iter)

@@ -463,7 +463,7 @@ def _cmd_cluster(args) -> int:
     took = time.perf_counter() - t
     sizes = torch.bincount(res.labels, minlength=args.k).tolist()
     print(f"inertia {res.inertia:.6g} after {res.n_iter} rounds ({'converged' if res.converged else 'max_iter reached'}), "
-          f"cluster sizes {sizes}, {_fmt_time(took)}")
+          f"cluster sizes {sizes}, centre lengths {res.center_lengths.tolist()}, {_fmt_time(took)}")
     if labels is not None:
         ari = adjusted_rand_score(labels.numpy(), res.labels.numpy())
         print(f"adjusted Rand index against the file's class labels: {ari:.4f}")
@@ -484,7 +484,7 @@ def _cmd_cluster(args) -> int:
         else:
             from .plotting import plot_clusters
             written.append(_save(plot_clusters(Xd, res.labels, res.centers, x_lengths=lengths,
-                                               features=feats,
+                                               center_lengths=res.center_lengths, features=feats,
                                                title=f"soft-DTW k-means, K={args.k}, {_gamma_text(g, args.gamma)}"),
                                  out / "centers.png"))
     print("wrote: " + ", ".join(str(p) for p in written))
@@ -601,7 +601,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "updates). FILE is a UCR/UEA .ts or .tsv file (unequal lengths allowed; the ARI "
                                    "against its labels is printed), a .npy array (P, T) or (P, T, D) (NaN-padded "
                                    "for unequal lengths), or a CSV with one univariate series per row. Writes "
-                                   "labels.csv, centers.npy and centers.png.")
+                                   "labels.csv, centers.npy (each centre has its cluster's median member length, "
+                                   "NaN-padded to the longest centre) and centers.png.")
     p.add_argument("file", help="the series to cluster")
     p.add_argument("-k", "--k", type=int, required=True, help="number of clusters")
     p.add_argument("--gamma", type=_gamma_arg, default=1.0,

@@ -26,25 +26,31 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
 from ._estimator import check_int, resolve_gamma, validate_series
+from ._checks import nan_padding
 from .barycenter import _resample, soft_dtw_barycenter
 from .pairwise import as_padded_set, as_set_lengths, pairwise_soft_dtw
 
 __all__ = ["soft_dtw_kmeans", "SoftDTWKMeans", "KMeansResult"]
 
 _INITS = ("k-means++", "random")
+_CENTER_LENGTHS = ("median", "max")
 
 
 class KMeansResult(NamedTuple):
     """What :func:`soft_dtw_kmeans` returns.
 
     Attributes:
-        centers: `(K, L, D)` cluster centres (dtype of X, on X's device).
+        centers: `(K, L, D)` cluster centres (dtype of X, on X's device); centre k has
+            ``center_lengths[k]`` steps and is NaN-padded past them (the library's and tslearn's
+            padding convention, so the centres can be passed back to any softdtw function as they are).
+            L is the longest centre; no NaN when all centres have L steps.
         labels: `(P,)` int64 index of the closest centre of each series (CPU).
         inertia: sum over the series of the dissimilarity to their centre (float).
         n_iter: centre updates run.
         converged: True if the labels stopped changing (or the inertia stopped decreasing by more
             than ``tol``) before ``max_iter``.
         losses: `(n_iter + 1,)` float64 inertia after the seeding and after each update.
+        center_lengths: `(K,)` int64 steps of each centre (CPU).
     """
 
     centers: torch.Tensor
@@ -53,6 +59,7 @@ class KMeansResult(NamedTuple):
     n_iter: int
     converged: bool
     losses: torch.Tensor
+    center_lengths: torch.Tensor
 
 
 class _Dissimilarity:
@@ -159,7 +166,7 @@ def soft_dtw_kmeans(X, n_clusters: int, gamma: float = 1.0, *, x_lengths=None, m
                     barycenter_method: str = "lbfgs", bandwidth: Optional[float] = None,
                     itakura_max_slope: Optional[float] = None, cost="sqeuclidean",
                     batch_size: Optional[int] = None, progress: bool = False,
-                    backend: Optional[str] = None) -> KMeansResult:
+                    backend: Optional[str] = None, center_length: Union[None, str, int] = None) -> KMeansResult:
     r"""k-means clustering of time series under soft-DTW (functional form of :class:`SoftDTWKMeans`).
 
     Minimises the inertia :math:`\sum_p d(x_p, c_{\ell(p)})` with d the soft-DTW divergence (default)
@@ -174,7 +181,8 @@ def soft_dtw_kmeans(X, n_clusters: int, gamma: float = 1.0, *, x_lengths=None, m
         max_iter: maximum assignment / update rounds.
         n_init: runs from different seedings; the one of lowest inertia is returned.
         init: "k-means++" (default; greedy k-means++ under the soft-DTW divergence), "random" (K
-            distinct series) or a `(K, L, D)` tensor of initial centres.
+            distinct series) or a `(K, L, D)` tensor of initial centres (NaN-padded past each centre's
+            length for centres of different lengths, as ``centers`` is returned).
         random_state: int seed, torch.Generator, ``numpy.random.RandomState`` / ``Generator`` (a seed
             is drawn from it) for reproducible results; None for fresh entropy.
         tol: stop when the relative decrease of the inertia is <= tol (or when no label changes).
@@ -183,10 +191,27 @@ def soft_dtw_kmeans(X, n_clusters: int, gamma: float = 1.0, *, x_lengths=None, m
         barycenter_max_iter, barycenter_method: L-BFGS ("lbfgs") or "adam" iterations per update.
         bandwidth, itakura_max_slope, cost, backend: as :func:`softdtw.soft_dtw`.
         batch_size, progress: as :func:`softdtw.pairwise_soft_dtw` (progress also shows the rounds).
+        center_length: the number of steps of each centre.
+
+            - "median": each centre is seeded at its series' length and, at every update, resized
+              (linear resampling, then the barycenter at that length) to the median length of its
+              members (rounded half up; a cluster left empty keeps its length). With series of
+              different lengths each centre then looks like its members, where a centre as long as
+              the longest series is a stretched copy of short members.
+            - "max": every centre has the length of the longest series (the init tensor's length
+              with an init tensor), the behaviour before per-centre lengths; the centres are never resized.
+            - an int n >= 1: every centre has n steps.
+            - None (default): "median", or the init tensor's lengths, kept fixed, when ``init`` is a
+              tensor (as :func:`softdtw.soft_dtw_barycenter` keeps its init's length).
+
+            With series of equal length T, "median" and "max" are the same: every centre has T steps.
+            While the lengths change, a resize can raise the inertia, so the inertia is non-increasing
+            from the round on which the lengths stop changing; the ``tol`` stop is not taken on a round
+            that changed them.
 
     Returns:
-        :class:`KMeansResult` (centers `(K, L, D)` with L the longest series, labels, inertia,
-        n_iter, converged, losses).
+        :class:`KMeansResult` (centers `(K, L, D)` NaN-padded past ``center_lengths``, labels,
+        inertia, n_iter, converged, losses, center_lengths `(K,)`).
 
     Devices: CPU, CUDA.
 
@@ -213,6 +238,12 @@ def soft_dtw_kmeans(X, n_clusters: int, gamma: float = 1.0, *, x_lengths=None, m
     user_lengths, lengths = as_set_lengths(x_lengths, "x_lengths", P, T)
     L = int(lengths.max())
     X = X[:, :L]
+    if center_length is not None and not (isinstance(center_length, str) and center_length in _CENTER_LENGTHS) \
+            and not (isinstance(center_length, numbers.Integral) and not isinstance(center_length, bool)
+                     and center_length >= 1):
+        raise ValueError(f"center_length must be 'median', 'max', an int >= 1 (steps of every centre) or None; "
+                         f"got {center_length!r}.")
+    init_lengths = None
     if isinstance(init, (torch.Tensor, np.ndarray)):
         C_init = torch.as_tensor(init).to(device=X.device, dtype=X.dtype)
         if C_init.dim() != 3 or C_init.shape[0] != K or C_init.shape[2] != D:
@@ -220,56 +251,104 @@ def soft_dtw_kmeans(X, n_clusters: int, gamma: float = 1.0, *, x_lengths=None, m
                              f"got {tuple(C_init.shape)}.")
         if n_init != 1:
             raise ValueError(f"n_init={n_init} with an explicit init tensor would repeat the same run; use n_init=1.")
+        C_init, init_lengths = nan_padding(C_init, "init", None, "the centres' lengths")
+        init_lengths = torch.full((K,), C_init.shape[1], dtype=torch.int64) if init_lengths is None \
+            else init_lengths.cpu()
     elif init in _INITS:
         C_init = None
     else:
         raise ValueError(f"init must be one of {_INITS} or a ({K}, L, {D}) tensor of centres; got {init!r}.")
+    if center_length is None:
+        center_length = "fixed" if C_init is not None else "median"
     gen = _generator(random_state)
 
     kw = dict(cost=cost, bandwidth=bandwidth, itakura_max_slope=itakura_max_slope, backend=backend)
     dissim = _Dissimilarity(X, lengths, user_lengths, gamma, divergence, kw, batch_size, False)
     best = None
     for _ in range(n_init):
-        res = _one_run(X, lengths, user_lengths, K, L, gamma, C_init, init, gen, dissim, max_iter, tol,
-                       divergence, barycenter_max_iter, barycenter_method, kw, batch_size, progress)
+        res = _one_run(X, lengths, user_lengths, K, L, gamma, C_init, init_lengths, init, gen, dissim, max_iter,
+                       tol, divergence, barycenter_max_iter, barycenter_method, kw, batch_size, progress,
+                       center_length)
         if best is None or res.inertia < best.inertia:
             best = res
     return best
 
 
-def _assign(dissim: _Dissimilarity, C: torch.Tensor, X, lengths, L):
-    Dm = dissim(C).double().cpu()
+def _resize(S: torch.Tensor, s_len: torch.Tensor, new_len: torch.Tensor) -> torch.Tensor:
+    """Series S[k, :s_len[k]] linearly resampled to new_len[k] steps, padded (finitely) to the longest:
+    `(K, max(new_len), D)`. Unchanged when the lengths are unchanged."""
+    L = int(new_len.max())
+    if torch.equal(s_len, new_len) and S.shape[1] == L:
+        return S
+    if bool((new_len == L).all()):
+        return _resample(S, s_len, L)
+    return _resample(S, s_len, L, new_len)
+
+
+def _member_lengths(labels: torch.Tensor, lengths: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
+    """`(K,)` median member length of each cluster, rounded half up; an empty cluster keeps prev[k]."""
+    out = prev.clone()
+    for k in range(len(prev)):
+        m = lengths[labels == k]
+        if len(m):
+            out[k] = int(math.floor(float(np.median(m.numpy())) + 0.5))
+    return out
+
+
+def _lengths_arg(c_len: torch.Tensor, C: torch.Tensor):
+    """The centres' lengths to pass on: None when every centre spans C's steps (the plain problem)."""
+    return None if bool((c_len == C.shape[1]).all()) else c_len
+
+
+def _assign(dissim: _Dissimilarity, C: torch.Tensor, c_len: torch.Tensor, X, lengths, L, mode):
+    Dm = dissim(C, _lengths_arg(c_len, C)).double().cpu()
     K = C.shape[0]
     labels = torch.argmin(Dm, dim=1)
     # Empty clusters: give each the series farthest from its centre (among clusters of > 1 series).
     counts = torch.bincount(labels, minlength=K)
     if bool((counts == 0).any()):
-        C = C.clone()
+        C, c_len = C.clone(), c_len.clone()
         for k in (counts == 0).nonzero().flatten().tolist():
             own = Dm[torch.arange(len(labels)), labels].clone()
             sizes = torch.bincount(labels, minlength=K)
             own[sizes[labels] <= 1] = -math.inf
             p = int(torch.argmax(own))
-            C[k] = _resample(X[p:p + 1], lengths[p:p + 1], L)[0]
+            n = int(lengths[p]) if mode == "median" else int(c_len[k])  # the series at its own length
+            if n > C.shape[1]:
+                C = torch.cat([C, C[:, -1:].expand(K, n - C.shape[1], C.shape[2])], 1)
+            C[k, :n] = _resample(X[p:p + 1], lengths[p:p + 1], n)[0]
+            C[k, n:] = C[k, n - 1]
+            c_len[k] = n
             labels[p] = k
-        Dm = dissim(C).double().cpu()
+        if bool((c_len < C.shape[1]).all()):
+            C = C[:, :int(c_len.max())]
+        Dm = dissim(C, _lengths_arg(c_len, C)).double().cpu()
         labels = torch.argmin(Dm, dim=1)
     inertia = float(Dm[torch.arange(len(labels)), labels].sum())
-    return C, labels, inertia
+    return C, c_len, labels, inertia
 
 
-def _one_run(X, lengths, user_lengths, K, L, gamma, C_init, init, gen, dissim, max_iter, tol, divergence,
-             barycenter_max_iter, barycenter_method, kw, batch_size, progress) -> KMeansResult:
+def _one_run(X, lengths, user_lengths, K, L, gamma, C_init, init_lengths, init, gen, dissim, max_iter, tol,
+             divergence, barycenter_max_iter, barycenter_method, kw, batch_size, progress, mode) -> KMeansResult:
     P = X.shape[0]
     if C_init is not None:
-        C = C_init
+        C, c_len = C_init, init_lengths
+        if mode == "max":
+            mode = "fixed"  # as before: an init tensor keeps its length
+        elif isinstance(mode, numbers.Integral):
+            C, c_len = _resize(C, c_len, torch.full((K,), int(mode))), torch.full((K,), int(mode))
     else:
         if init == "random":
             idx = torch.randperm(P, generator=gen)[:K]
         else:
             idx = _kmeans_plus_plus(X, lengths, K, L, dissim, gen)
-        C = _resample(X.index_select(0, idx.to(X.device)), lengths[idx], L)
-    C, labels, inertia = _assign(dissim, C, X, lengths, L)
+        seeds = X.index_select(0, idx.to(X.device))
+        if mode == "median":  # each seed at its own length
+            c_len = lengths[idx].clone()
+        else:
+            c_len = torch.full((K,), L if mode == "max" else int(mode), dtype=torch.int64)
+        C = _resize(seeds, lengths[idx], c_len)
+    C, c_len, labels, inertia = _assign(dissim, C, c_len, X, lengths, L, mode)
     losses = [inertia]
     converged = False
     n_iter = 0
@@ -279,12 +358,18 @@ def _one_run(X, lengths, user_lengths, K, L, gamma, C_init, init, gen, dissim, m
         bar = tqdm(total=max_iter, desc="soft-DTW k-means", unit="round", leave=False, dynamic_ncols=True)
     try:
         for it in range(max_iter):
+            resized = False
+            if mode == "median":
+                new_len = _member_lengths(labels, lengths, c_len)
+                resized = not torch.equal(new_len, c_len)
+                C, c_len = _resize(C, c_len, new_len), new_len
             res = soft_dtw_barycenter(X, gamma, groups=labels.to(X.device), n_groups=K, init=C,
-                                      x_lengths=user_lengths, max_iter=barycenter_max_iter,
-                                      method=barycenter_method, divergence=divergence, batch_size=batch_size,
-                                      **kw)
-            C = res.barycenter
-            C, new_labels, new_inertia = _assign(dissim, C, X, lengths, L)
+                                      length=_lengths_arg(c_len, C), x_lengths=user_lengths,
+                                      max_iter=barycenter_max_iter, method=barycenter_method,
+                                      divergence=divergence, batch_size=batch_size, **kw)
+            C = res.barycenter if _lengths_arg(c_len, C) is None else torch.where(torch.isnan(res.barycenter),
+                                                                                 C, res.barycenter)
+            C, c_len, new_labels, new_inertia = _assign(dissim, C, c_len, X, lengths, L, mode)
             n_iter = it + 1
             losses.append(new_inertia)
             changed = bool((new_labels != labels).any())
@@ -293,13 +378,17 @@ def _one_run(X, lengths, user_lengths, K, L, gamma, C_init, init, gen, dissim, m
             if bar is not None:
                 bar.update(1)
                 bar.set_postfix(inertia=f"{inertia:.4g}")
-            if not changed or (prev - inertia) <= tol * max(abs(prev), abs(inertia), 1e-300):
+            if not changed or (not resized and (prev - inertia) <= tol * max(abs(prev), abs(inertia), 1e-300)):
                 converged = True
                 break
     finally:
         if bar is not None:
             bar.close()
-    return KMeansResult(C, labels, inertia, n_iter, converged, torch.tensor(losses, dtype=torch.float64))
+    if not bool((c_len == C.shape[1]).all()):
+        pad = torch.arange(C.shape[1], device=C.device).unsqueeze(0) >= c_len.to(C.device).unsqueeze(1)
+        C = C.masked_fill(pad.unsqueeze(-1), math.nan)
+    return KMeansResult(C, labels, inertia, n_iter, converged, torch.tensor(losses, dtype=torch.float64),
+                        c_len.clone())
 
 
 class SoftDTWKMeans(TransformerMixin, ClusterMixin, BaseEstimator):
@@ -316,8 +405,10 @@ class SoftDTWKMeans(TransformerMixin, ClusterMixin, BaseEstimator):
 
     Args:
         n_clusters, max_iter, n_init, init, tol, divergence, barycenter_max_iter, barycenter_method,
-            bandwidth, itakura_max_slope, cost, batch_size, progress, backend: as
-            :func:`soft_dtw_kmeans` (numpy integers are fine).
+            bandwidth, itakura_max_slope, cost, batch_size, progress, backend, center_length: as
+            :func:`soft_dtw_kmeans` (numpy integers are fine). ``center_length`` (default None: the
+            median member length of each cluster, or the init array's lengths) sizes each centre to
+            its cluster; "max" gives every centre the longest series' length.
         gamma: soft-DTW smoothing >= 0, or "auto" for :func:`softdtw.gamma_heuristic` of the
             training series (the value used is ``gamma_``).
         random_state: None, an int or a ``numpy.random.RandomState`` (scikit-learn's convention).
@@ -325,7 +416,10 @@ class SoftDTWKMeans(TransformerMixin, ClusterMixin, BaseEstimator):
             else the CPU.
 
     Attributes:
-        cluster_centers_: `(K, L, D)` float ndarray of centres. labels_: `(P,)` int64 ndarray.
+        cluster_centers_: `(K, L, D)` float ndarray of centres, NaN-padded past each centre's length
+            (tslearn's convention for series of different lengths; no NaN with series of equal length).
+        cluster_center_lengths_: `(K,)` int64 ndarray, the steps of each centre.
+        labels_: `(P,)` int64 ndarray.
         inertia_: float. n_iter_: int. converged_: bool. losses_: `(n_iter_ + 1,)` float64 ndarray.
         gamma_: the gamma used (float). n_features_in_: D, the features per time step.
 
@@ -343,7 +437,7 @@ class SoftDTWKMeans(TransformerMixin, ClusterMixin, BaseEstimator):
                  barycenter_max_iter: int = 20, barycenter_method: str = "lbfgs",
                  bandwidth: Optional[float] = None, itakura_max_slope: Optional[float] = None,
                  cost="sqeuclidean", batch_size: Optional[int] = None, progress: bool = False,
-                 backend: Optional[str] = None, device=None):
+                 backend: Optional[str] = None, device=None, center_length=None):
         self.n_clusters = n_clusters
         self.gamma = gamma
         self.max_iter = max_iter
@@ -361,6 +455,7 @@ class SoftDTWKMeans(TransformerMixin, ClusterMixin, BaseEstimator):
         self.progress = progress
         self.backend = backend
         self.device = device
+        self.center_length = center_length
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -391,10 +486,12 @@ class SoftDTWKMeans(TransformerMixin, ClusterMixin, BaseEstimator):
             init=init, random_state=seed, tol=self.tol, divergence=self.divergence,
             barycenter_max_iter=self.barycenter_max_iter, barycenter_method=self.barycenter_method,
             bandwidth=self.bandwidth, itakura_max_slope=self.itakura_max_slope, cost=self.cost,
-            batch_size=self.batch_size, progress=self.progress, backend=self.backend)
+            batch_size=self.batch_size, progress=self.progress, backend=self.backend,
+            center_length=self.center_length)
         self._device = X.device
         self.gamma_ = gamma
         self.cluster_centers_ = res.centers.detach().cpu().numpy()
+        self.cluster_center_lengths_ = res.center_lengths.cpu().numpy().astype(np.int64)
         self.labels_ = res.labels.cpu().numpy().astype(np.int64)
         self.inertia_ = float(res.inertia)
         self.n_iter_ = int(res.n_iter)
@@ -411,10 +508,11 @@ class SoftDTWKMeans(TransformerMixin, ClusterMixin, BaseEstimator):
         device = self.device if self.device is not None else getattr(self, "_device", None)
         X, lengths, _ = validate_series(self, X, reset=False, x_lengths=x_lengths, device=device)
         C = torch.as_tensor(self.cluster_centers_).to(device=X.device, dtype=X.dtype)
+        C, c_len = nan_padding(C, "cluster_centers_", None, "cluster_center_lengths_")  # NaN past each length
         user_lengths, full = as_set_lengths(lengths, "x_lengths", X.shape[0], X.shape[1])
         dissim = _Dissimilarity(X, full, user_lengths, self.gamma_, self.divergence, self._kw(), self.batch_size,
                                 self.progress)
-        return dissim(C)
+        return dissim(C, None if c_len is None else c_len.cpu())
 
     def transform(self, X, x_lengths=None) -> np.ndarray:
         """`(P, K)` float ndarray: dissimilarities (divergence or soft-DTW, as fitted) of X to the centres."""

@@ -102,7 +102,8 @@ def plot_alignment(x, y, gamma: float = 1.0, *, E=None, path=None, title: Option
     return fig
 
 
-def plot_barycenters(X, labels, barycenters, *, x_lengths=None, names: Optional[Sequence[str]] = None,
+def plot_barycenters(X, labels, barycenters, *, x_lengths=None, barycenter_lengths=None,
+                     names: Optional[Sequence[str]] = None,
                      title: Optional[str] = "soft-DTW barycenters", max_members: int = 50,
                      features: Optional[Sequence[int]] = None, max_feature_panels: int = 4, figsize=None):
     """Each barycenter (bold, coloured) over the series it averages (thin, grey), with a legend.
@@ -117,8 +118,11 @@ def plot_barycenters(X, labels, barycenters, *, x_lengths=None, names: Optional[
     Args:
         X: `(P, T, D)` (or `(P, T)`) series.
         labels: `(P,)` int group of each series, in [0, K).
-        barycenters: `(K, L, D)` (or `(K, L)`) barycenters.
+        barycenters: `(K, L, D)` (or `(K, L)`) barycenters; trailing all-NaN steps are padding
+            (k-means centres of different lengths come NaN-padded), each is drawn over its own steps.
         x_lengths: optional `(P,)` valid lengths of the series of X.
+        barycenter_lengths: optional `(K,)` steps of each barycenter (default: read from the NaN
+            padding; all L without it), e.g. :class:`softdtw.KMeansResult`'s ``center_lengths``.
         names: optional K group names (default "group k").
         title: figure title.
         max_members: at most this many member series are drawn per panel (the first ones).
@@ -146,6 +150,15 @@ def plot_barycenters(X, labels, barycenters, *, x_lengths=None, names: Optional[
         raise ValueError(f"labels must have one entry per series ({Xa.shape[0]}); got {len(lab)}.")
     lengths = np.full(Xa.shape[0], Xa.shape[1]) if x_lengths is None else _np(x_lengths).astype(np.int64)
     K, L, D = Za.shape
+    if barycenter_lengths is None:  # 1 + the last step with a value
+        seen = ~np.isnan(Za).all(-1)
+        z_len = np.where(seen.any(1), L - np.argmax(seen[:, ::-1], 1), 0)
+    else:
+        z_len = _np(barycenter_lengths).astype(np.int64).reshape(-1)
+        if z_len.shape != (K,) or (z_len < 1).any() or (z_len > L).any():
+            raise ValueError(f"barycenter_lengths must hold one length in [1, {L}] per barycenter ({K}); got "
+                             f"{barycenter_lengths!r}.")
+    Za = np.where(np.arange(L)[None, :, None] < z_len[:, None, None], Za, np.nan)  # nothing drawn past a length
     feats = list(range(D)) if features is None else [int(f) for f in features]
     if not feats or any(not 0 <= f < D for f in feats):
         raise ValueError(f"features must be indices in [0, {D}) (the series have {D} features); got {features!r}.")
@@ -157,7 +170,7 @@ def plot_barycenters(X, labels, barycenters, *, x_lengths=None, names: Optional[
         for p in np.nonzero(lab == k)[0][:max_members]:
             n = lengths[p]
             ax.plot(np.arange(n), Xa[p, :n, d], color="0.6", lw=0.6, alpha=0.5)
-        ax.plot(np.arange(L), Za[k, :, d], color=colors[k % len(colors)], lw=2.2)
+        ax.plot(np.arange(z_len[k]), Za[k, :z_len[k], d], color=colors[k % len(colors)], lw=2.2)
 
     def legend(fig):
         shown = min(max_members, int(counts.max()) if K else 0)
@@ -174,7 +187,7 @@ def plot_barycenters(X, labels, barycenters, *, x_lengths=None, names: Optional[
                      layout="constrained")
         axes = fig.subplots(rows, cols, squeeze=False)
         Zf = Za[:, :, feats]
-        lo, hi = float(Zf.min()), float(Zf.max())
+        lo, hi = float(np.nanmin(Zf)), float(np.nanmax(Zf))
         if lo < 0 < hi:
             lim = max(-lo, hi)
             cmap, lo, hi = "RdBu_r", -lim, lim
@@ -235,9 +248,12 @@ def plot_barycenters(X, labels, barycenters, *, x_lengths=None, names: Optional[
     return fig
 
 
-def plot_clusters(X, labels, centers, *, x_lengths=None, title: Optional[str] = "soft-DTW k-means", **kwargs):
+def plot_clusters(X, labels, centers, *, x_lengths=None, center_lengths=None,
+                  title: Optional[str] = "soft-DTW k-means", **kwargs):
     """Cluster centres over their members (:func:`plot_barycenters` with "cluster k" names; the same
-    layouts and keyword arguments, e.g. ``features=[0, 3]``)."""
+    layouts and keyword arguments, e.g. ``features=[0, 3]``). Each centre is drawn over its own
+    ``center_lengths[k]`` steps (default: read from the NaN padding of ``centers``)."""
     K = _np(centers).shape[0]
     names = kwargs.pop("names", None) or [f"cluster {k}" for k in range(K)]
-    return plot_barycenters(X, labels, centers, x_lengths=x_lengths, names=names, title=title, **kwargs)
+    return plot_barycenters(X, labels, centers, x_lengths=x_lengths, barycenter_lengths=center_lengths,
+                            names=names, title=title, **kwargs)
