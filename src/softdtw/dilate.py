@@ -38,8 +38,14 @@ def default_omega(i: torch.Tensor, j: torch.Tensor, x_lengths: torch.Tensor, y_l
 
 def _omega_tensor(omega, B: int, N: int, M: int, x_lengths, y_lengths, dtype, device) -> torch.Tensor:
     """omega (None, a callable or a tensor broadcastable to `(B, N, M)`) as a `(B, N, M)` tensor."""
-    if omega is None or callable(omega):
-        fn = default_omega if omega is None else omega
+    if omega is None:
+        # The default is finite by construction: formed in the data dtype, with no check pass (DILATE on a 2-core
+        # CPU spent ~7 % of its step building and checking a float64 Omega).
+        i = torch.arange(N, device=device, dtype=dtype).view(1, N, 1)
+        j = torch.arange(M, device=device, dtype=dtype).view(1, 1, M)
+        return ((i - j) / x_lengths.to(dtype).view(B, 1, 1)).square_()
+    if callable(omega):
+        fn = omega
         i = torch.arange(N, device=device).view(1, N, 1)
         j = torch.arange(M, device=device).view(1, 1, M)
         out = fn(i, j, x_lengths.view(B, 1, 1), y_lengths.view(B, 1, 1))
