@@ -494,3 +494,43 @@ def test_module_reload_keeps_the_contract():
         if fn is not None:
             assert list(inspect.signature(fn).parameters) == ["C", "gamma", "x_lengths", "y_lengths", "window",
                                                               "Cdot", "gamma_dot"]
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("what", ["penalty", "dilate"])
+def test_cuda_graph_of_a_second_order_step(what):
+    """A gradient-penalty step (create_graph, then the penalty's backward: hvp_cost) and a DILATE step,
+    captured in a CUDA graph and replayed on new data, give the eager step's values and gradients."""
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(4, 40, 1, generator=g).cuda().requires_grad_()
+    y = torch.randn(4, 33, 1, generator=g).cuda()
+
+    def step():
+        if what == "penalty":
+            v = softdtw.soft_dtw(x, y, 0.3).sum()
+            (gx,) = torch.autograd.grad(v, x, create_graph=True)
+            loss = v + gx.pow(2).sum()
+        else:
+            loss = softdtw.dilate_loss(x, y, alpha=0.5, gamma=0.1).sum()
+        (dx,) = torch.autograd.grad(loss, x)
+        return loss.detach(), dx
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            step()  # kernels compiled and loaded before the capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        loss_static, dx_static = step()
+    for seed in (5, 6):
+        g = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            x.copy_(torch.randn(4, 40, 1, generator=g).cuda())
+            y.copy_(torch.randn(4, 33, 1, generator=g).cuda())
+        graph.replay()
+        loss, dx = step()
+        assert torch.allclose(loss_static, loss, rtol=1e-6, atol=1e-6)
+        assert torch.allclose(dx_static, dx, rtol=1e-5, atol=1e-6)
