@@ -46,12 +46,12 @@ from ._cpu_kernels import (
     _reset_outside,
     _row_bounds,
     _state_constants,
+    exact_weights_log,
     exp2_neg,
     exp_floor,
     flush_exponent,
     log2_1to3,
     sentinel,
-    softmin3,
 )
 
 
@@ -145,20 +145,7 @@ def _weights_fast(r, c, inv, d, u, l):
 def _weights_exact(d, u, l, like):
     """(w, t) of the three predecessors from their R' alone (``_cell_weights_exact``'s weights):
     w_p = 2^(lo - R'[p]) / Z, t_p = log2 w_p = (lo - R'[p]) - log2 Z."""
-    t = type(like)
-    flush = flush_exponent(like)
-    zero = t(0.0)
-    lo = min(d, min(u, l))
-    ed = t(max(min(lo - d, type(d)(0.0)), type(d)(flush)))
-    eu = t(max(min(lo - u, type(d)(0.0)), type(d)(flush)))
-    el = t(max(min(lo - l, type(d)(0.0)), type(d)(flush)))
-    ad = exp2_neg(ed) if ed > flush else zero
-    au = exp2_neg(eu) if eu > flush else zero
-    al = exp2_neg(el) if el > flush else zero
-    z = ad + au + al
-    iz = t(1.0) / z
-    lz = log2_1to3(z)
-    wd, wu, wl = ad * iz, au * iz, al * iz
+    wd, wu, wl, ed, eu, el, lz = exact_weights_log(d, u, l, like)
     return wd, wu, wl, ed - lz, eu - lz, el - lz, wd * ed + wu * eu + wl * el - lz
 
 

@@ -671,6 +671,15 @@ def _cell_weights_exact(d, u, l, like):
     differences of neighbours, never of R' and C'; the fast form (no division, no log2) serves
     wherever that loss cannot happen.
     """
+    wd, wu, wl, ed, eu, el, lz = exact_weights_log(d, u, l, like)
+    return wd, wu, wl, wd * ed + wu * eu + wl * el - lz
+
+
+@njit(**_INLINE)
+def exact_weights_log(d, u, l, like):
+    """(w_diag, w_up, w_left, e_diag, e_up, e_left, log2 Z) of :func:`_cell_weights_exact`: the weights, the
+    exponents e_p = lo - R'[p] (clamped to [flush, 0]) and log2 Z, so log2 w_p = e_p - log2 Z (the second
+    order, _cpu_hvp.py, needs those logs too)."""
     t = type(like)
     flush = flush_exponent(like)
     zero = t(0.0)
@@ -683,8 +692,7 @@ def _cell_weights_exact(d, u, l, like):
     al = exp2_neg(el) if el > flush else zero
     z = ad + au + al
     iz = t(1.0) / z
-    wd, wu, wl = ad * iz, au * iz, al * iz
-    return wd, wu, wl, wd * ed + wu * eu + wl * el - log2_1to3(z)
+    return ad * iz, au * iz, al * iz, ed, eu, el, log2_1to3(z)
 
 
 @njit(**_INLINE)

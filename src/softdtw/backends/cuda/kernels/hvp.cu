@@ -88,6 +88,33 @@ __device__ __forceinline__ double hvp_rdot(double mn, double Rd, double Ru, doub
   return Qr + double(wd * T(Qd - Qr) + wu * T(Qu - Qr) + wl * T(Ql - Qr) + gH) + double(cdot);
 }
 
+// Block sums of vgamma and vgamma_dot (one block per pair: no atomics), written by thread 0; 0 for hard DTW.
+// red: 2 * MAXT / 32 doubles of shared memory.
+template <typename T, bool HARD, int MAXT>
+__device__ __forceinline__ void hvp_block_sums(double vg, double vgd, double* red, T* out_vg, T* out_vgd) {
+  const int tid = threadIdx.x, nt = blockDim.x;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    vg += __shfl_xor_sync(FULL_MASK, vg, o);
+    vgd += __shfl_xor_sync(FULL_MASK, vgd, o);
+  }
+  const int warp = tid >> 5, nw = (nt + 31) >> 5;
+  if ((tid & 31) == 0) {
+    red[warp] = vg;
+    red[MAXT / 32 + warp] = vgd;
+  }
+  __syncthreads();
+  if (tid == 0) {
+    double s = 0.0, sd = 0.0;
+    for (int w = 0; w < nw; ++w) {
+      s += red[w];
+      sd += red[MAXT / 32 + w];
+    }
+    *out_vg = HARD ? T(0) : T(s);
+    *out_vgd = HARD ? T(0) : T(sd);
+  }
+}
+
 template <typename T, bool WINDOW, bool HARD>
 __device__ void hvp_pair(const HvpArgs<T>& a, const int b, const T g, double* red) {
   const int N = a.N, M = a.M;
@@ -232,27 +259,7 @@ __device__ void hvp_pair(const HvpArgs<T>& a, const int b, const T g, double* re
     __syncthreads();
   }
 
-  // Block sums of vgamma and vgamma_dot (one block per pair: no atomics).
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    vg += __shfl_xor_sync(FULL_MASK, vg, o);
-    vgd += __shfl_xor_sync(FULL_MASK, vgd, o);
-  }
-  const int warp = tid >> 5, nw = (nt + 31) >> 5;
-  if ((tid & 31) == 0) {
-    red[warp] = vg;
-    red[HVP_MAX_THREADS / 32 + warp] = vgd;
-  }
-  __syncthreads();
-  if (tid == 0) {
-    double s = 0.0, sd = 0.0;
-    for (int w = 0; w < nw; ++w) {
-      s += red[w];
-      sd += red[HVP_MAX_THREADS / 32 + w];
-    }
-    a.vgamma[b] = HARD ? T(0) : T(s);
-    a.vgamma_dot[b] = HARD ? T(0) : T(sd);
-  }
+  hvp_block_sums<T, HARD, HVP_MAX_THREADS>(vg, vgd, red, a.vgamma + b, a.vgamma_dot + b);
 }
 
 // Grid: B blocks (one per pair) of a multiple of 32 threads, at most HVP_MAX_THREADS. Q: B·N·M float64 (R-dot)
@@ -618,27 +625,7 @@ __device__ void hvpf_pair(const HvpArgs<T>& a, const int b, const T g, const boo
     }
   }
 
-  // Block sums of vgamma and vgamma_dot (one block per pair: no atomics).
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    vg += __shfl_xor_sync(FULL_MASK, vg, o);
-    vgd += __shfl_xor_sync(FULL_MASK, vgd, o);
-  }
-  const int warp = tid >> 5, nw = (nt + 31) >> 5;
-  if ((tid & 31) == 0) {
-    red[warp] = vg;
-    red[HVPF_MAX_THREADS / 32 + warp] = vgd;
-  }
-  __syncthreads();
-  if (tid == 0) {
-    double s = 0.0, s2 = 0.0;
-    for (int w = 0; w < nw; ++w) {
-      s += red[w];
-      s2 += red[HVPF_MAX_THREADS / 32 + w];
-    }
-    a.vgamma[b] = HARD ? T(0) : T(s);
-    a.vgamma_dot[b] = HARD ? T(0) : T(s2);
-  }
+  hvp_block_sums<T, HARD, HVPF_MAX_THREADS>(vg, vgd, red, a.vgamma + b, a.vgamma_dot + b);
 }
 
 // Grid: B blocks (one per pair) of a multiple of 32 threads, at most HVPF_MAX_THREADS, with
