@@ -81,15 +81,20 @@ def soft_value(C: torch.Tensor, gamma, A: torch.Tensor, penalty=0.0, n_moves=Non
     return -gamma * torch.logsumexp(-scores / gamma, dim=0)
 
 
-def oracle(C: torch.Tensor, gamma, allowed=None, open_begin=False, open_end=False, penalty=0.0):
-    """(value, E, dvalue/dgamma) of one pair `(n, m)` by enumeration, float64."""
+def _leaves(C: torch.Tensor, gamma, allowed, open_begin: bool, open_end: bool):
+    """(paths, their alignment matrices, C and gamma as float64 leaves that require grad) of one pair."""
     n, m = C.shape
     if allowed is None:
         allowed = torch.isfinite(C)
     ps = paths(n, m, allowed.tolist(), open_begin, open_end)
-    A = alignment_matrices(ps, n, m)
     Cg = C.detach().double().clone().requires_grad_()
     g = torch.tensor(float(gamma), dtype=torch.float64, requires_grad=True)
+    return ps, alignment_matrices(ps, n, m), Cg, g
+
+
+def oracle(C: torch.Tensor, gamma, allowed=None, open_begin=False, open_end=False, penalty=0.0):
+    """(value, E, dvalue/dgamma) of one pair `(n, m)` by enumeration, float64."""
+    ps, A, Cg, g = _leaves(C, gamma, allowed, open_begin, open_end)
     v = soft_value(Cg, g, A, penalty, moves(ps) if penalty else None)
     E, dg = torch.autograd.grad(v, (Cg, g), allow_unused=True)
     return v.detach(), E, (dg if dg is not None else torch.zeros((), dtype=torch.float64))
@@ -99,13 +104,7 @@ def directional(C: torch.Tensor, gamma, Cdot: torch.Tensor, gamma_dot: float = 0
                 open_begin=False, open_end=False):
     """(E-dot, dvalue/dgamma-dot): the derivative of (E, dv/dgamma) along (Cdot, gamma_dot), i.e. the
     Hessian of v(C, gamma) times the direction. One pair, float64, by double autograd."""
-    n, m = C.shape
-    if allowed is None:
-        allowed = torch.isfinite(C)
-    ps = paths(n, m, allowed.tolist(), open_begin, open_end)
-    A = alignment_matrices(ps, n, m)
-    Cg = C.detach().double().clone().requires_grad_()
-    g = torch.tensor(float(gamma), dtype=torch.float64, requires_grad=True)
+    _, A, Cg, g = _leaves(C, gamma, allowed, open_begin, open_end)
     v = soft_value(Cg, g, A)
     E, dg = torch.autograd.grad(v, (Cg, g), create_graph=True)
     Cdot = torch.where(A.sum(0) > 0, Cdot.double(), torch.zeros_like(Cdot, dtype=torch.float64))

@@ -88,6 +88,28 @@ __device__ __forceinline__ double hvp_rdot(double mn, double Rd, double Ru, doub
   return Qr + double(wd * T(Qd - Qr) + wu * T(Qu - Qr) + wl * T(Ql - Qr) + gH) + double(cdot);
 }
 
+// One edge p -> s of the backward pass (s a successor of p, reached as "diagonal" (rel 0), "up" (1) or "left"
+// (2)): adds s's share to p's E and E-dot and the edge's terms of vgamma and vgamma_dot. Rp, Qp: p's R' and
+// R-dot; Ss, Qs: s's S' and S-dot (hard DTW: Qs holds s's argmin); es, eds: s's E and E-dot.
+//   w = 2^(S'_s - R'_p),  a = wdot / w = (Sdot_s - Rdot_p - gamma_dot ln w) / gamma.
+template <typename T, bool HARD>
+__device__ __forceinline__ void hvp_edge(int rel, double Rp, double Qp, double Ss, double Qs, T es, T eds, T gd, double ig,
+                                         T& e, double& ed, double& vg, double& vgd) {
+  if (HARD) {
+    if (int(Qs) == rel) e += es;
+    return;
+  }
+  const T lw2 = hvp_clamp_lw(T(Ss - Rp));  // log2 of p's weight in s's soft-min, <= 0
+  const T w = Num<T>::ex2(lw2);
+  const double lw = LN2 * double(lw2);
+  const double aa = (Qs - Qp - double(gd) * lw) * ig;
+  const double t = double(w) * (double(eds) + double(es) * aa);
+  e += es * w;
+  ed += t;
+  vg += double(es) * double(w) * lw;
+  vgd += t * lw;
+}
+
 // Block sums of vgamma and vgamma_dot (one block per pair: no atomics), written by thread 0; 0 for hard DTW.
 // red: 2 * MAXT / 32 doubles of shared memory.
 template <typename T, bool HARD, int MAXT>
@@ -223,22 +245,7 @@ __device__ void hvp_pair(const HvpArgs<T>& a, const int b, const T g, double* re
             const long long ps = rel == 0 ? b2 + i + 1 : (rel == 1 ? b1 + i + 1 : b1 + i);
             const double Ss = Rb[ps];
             if (Ss >= HVP_HALF) continue;  // forbidden or unreachable successor
-            const T es = Eb[ps];
-            if (HARD) {
-              if (int(Qb[ps]) == rel) e += es;
-            } else {
-              const T eds = Fb[ps];
-              const double Sds = Qb[ps];
-              const T lw2 = hvp_clamp_lw(T(Ss - Rp));  // log2 of p's weight in s's soft-min, <= 0
-              const T w = Num<T>::ex2(lw2);
-              const double lw = LN2 * double(lw2);
-              const double aa = (Sds - Qp - double(gd) * lw) * ig;  // wdot / w
-              const double t = double(w) * (double(eds) + double(es) * aa);
-              e += es * w;
-              ed += t;
-              vg += double(es) * double(w) * lw;
-              vgd += t * lw;
-            }
+            hvp_edge<T, HARD>(rel, Rp, Qp, Ss, Qb[ps], Eb[ps], Fb[ps], gd, ig, e, ed, vg, vgd);
           }
         }
         if (HARD) {
@@ -578,20 +585,8 @@ __device__ void hvpf_pair(const HvpArgs<T>& a, const int b, const T g, const boo
                 if (Ss >= HVP_HALF) continue;  // forbidden or unreachable successor
                 const T es = rel == 0 ? Edg : (rel == 1 ? Edw : Ae[k]);
                 const double Qs = rel == 0 ? Qdg : (rel == 1 ? Qdw : Aq[k]);
-                if (HARD) {
-                  if (int(Qs) == rel) e_ += es;
-                } else {
-                  const T eds = rel == 0 ? Fdg : (rel == 1 ? Fdw : Af[k]);
-                  const T lw2 = hvp_clamp_lw(T(Ss - Rp));  // log2 of p's weight in s's soft-min, <= 0
-                  const T w = Num<T>::ex2(lw2);
-                  const double lw = LN2 * double(lw2);
-                  const double aa = (Qs - Qp - double(gd) * lw) * ig;  // wdot / w
-                  const double t = double(w) * (double(eds) + double(es) * aa);
-                  e_ += es * w;
-                  ed += t;
-                  vg += double(es) * double(w) * lw;
-                  vgd += t * lw;
-                }
+                const T eds = rel == 0 ? Fdg : (rel == 1 ? Fdw : Af[k]);
+                hvp_edge<T, HARD>(rel, Rp, Qp, Ss, Qs, es, eds, gd, ig, e_, ed, vg, vgd);
               }
             }
             if (HARD) {
