@@ -7,9 +7,8 @@ Time Series Forecasting Models", NeurIPS 2019).
     \qquad E_\gamma = \partial\, \mathrm{sdtw}_\gamma / \partial C,
 
 with Omega[i, j] = ((i - j) / n)^2 by default. The temporal term's gradient is a Hessian-vector product of
-soft-DTW (Mensch & Blondel 2018): the loss runs one forward DP and one first-order backward (the value and E),
-and its backward is one call of the backend's ``hvp_cost`` (a directional forward and backward), which gives
-the gradients of both terms at once.
+soft-DTW (Mensch & Blondel 2018): with gradients the loss runs a value-only forward DP and one call of the backend's ``hvp_cost`` along Omega
+(a directional forward and backward), which gives the temporal value and the gradients of both terms at once.
 """
 from __future__ import annotations
 
@@ -69,17 +68,20 @@ def _omega_tensor(omega, B: int, N: int, M: int, x_lengths, y_lengths, dtype, de
 class _Dilate(torch.autograd.Function):
     """(sdtw `(B,)`, <E, Omega> `(B,)`) of a cost C `(B, N, M)`, differentiable in C, gamma and Omega.
 
-    Backward for the upstream (gs, gt): one hvp_cost along Cdot = gt Omega gives
-    dC = gs E + Edot, dgamma = sum_b gs vgamma + vgamma_dot, dOmega = gt E."""
+    Omega does not depend on C, so the forward makes the one hvp_cost call along (Omega, 0) that both terms'
+    gradients need: E (the temporal value <E, Omega> and the shape term's gradient), Edot = H Omega (the temporal
+    term's gradient in C), and their gamma parts; the soft-DTW value comes from a value-only forward. The backward
+    for the upstream (gs, gt) is then a combination: dC = gs E + gt Edot, dgamma = sum_b gs vgamma + gt vgamma_dot,
+    dOmega = gt E (three DP passes in all, against four for a first-order forward + backward and an HVP in the
+    backward)."""
 
     @staticmethod
     def forward(ctx, C, gamma, omega, meta):
         x_lengths, y_lengths, window, backend = meta
-        value, saved = _ops.forward_cost(C, gamma, x_lengths, y_lengths, window, "store", backend)
-        E = _ops.backward_cost(torch.ones_like(value), C, gamma, x_lengths, y_lengths, window, value, saved,
-                               "store", backend)[0]
-        ctx.meta = meta
-        ctx.save_for_backward(C, gamma, omega, value, E)
+        value, _ = _ops.forward_cost(C, gamma, x_lengths, y_lengths, window, "none", backend)
+        E, vgamma, Edot, vgamma_dot = _ops.hvp_cost(C, gamma, x_lengths, y_lengths, window, omega.contiguous(),
+                                                    torch.zeros_like(value), backend)
+        ctx.save_for_backward(gamma, value, E, vgamma, Edot, vgamma_dot)
         return value, (E * omega).sum((1, 2))
 
     @staticmethod
@@ -89,23 +91,18 @@ class _Dilate(torch.autograd.Function):
                 "a double backward through dilate_loss is not supported: DILATE's gradient is already a second "
                 "derivative of soft-DTW (softdtw::hvp_cost), which has no derivative of its own. Take its "
                 "backward with create_graph=False.")
-        C, gamma, omega, value, E = ctx.saved_tensors
-        x_lengths, y_lengths, window, backend = ctx.meta
-        B = C.shape[0]
-        gs = C.new_zeros(B) if g_shape is None else g_shape
-        gt = C.new_zeros(B) if g_temporal is None else g_temporal
-        keep = torch.isfinite(value).to(C.dtype)
+        gamma, value, E, vgamma, Edot, vgamma_dot = ctx.saved_tensors
+        B = E.shape[0]
+        gs = E.new_zeros(B) if g_shape is None else g_shape
+        gt = E.new_zeros(B) if g_temporal is None else g_temporal
+        keep = torch.isfinite(value).to(E.dtype)
         gs, gt = gs * keep, gt * keep
         need = ctx.needs_input_grad
         dC = dgamma = domega = None
-        if need[0] or need[1]:
-            Cdot = (gt.view(-1, 1, 1) * omega).contiguous()
-            E2, vgamma, Edot, vgamma_dot = _ops.hvp_cost(C, gamma, x_lengths, y_lengths, window, Cdot,
-                                                         torch.zeros_like(gs), backend)
-            if need[0]:
-                dC = gs.view(-1, 1, 1) * E2 + Edot
-            if need[1]:
-                dgamma = (gs * vgamma + vgamma_dot).sum().reshape(gamma.shape)
+        if need[0]:
+            dC = gs.view(-1, 1, 1) * E + gt.view(-1, 1, 1) * Edot
+        if need[1]:
+            dgamma = (gs * vgamma + gt * vgamma_dot).sum().reshape(gamma.shape)
         if need[2]:
             domega = gt.view(-1, 1, 1) * E
         return dC, dgamma, domega, None
@@ -153,7 +150,7 @@ def dilate_loss(x, y, alpha: float = 0.5, gamma: Union[float, torch.Tensor] = 0.
     options, gamma can be learned, and the gradients are exact in float64 DP (theirs runs the DP one pair at
     a time on the CPU, in float32, without a gradient for gamma).
 
-    Memory: C, E and the backend's second-order working tables, each `(B, N, M)`; the cost matrix is always
+    Memory: C, E, E-dot and the backend's second-order working tables, each `(B, N, M)`; the cost matrix is always
     materialised. Devices: CPU, CUDA. Differentiable in: x, y, gamma, omega (needs a backend with
     ``hvp_cost``; others raise a NotImplementedError naming the backend). Not twice differentiable.
 
