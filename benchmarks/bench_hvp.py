@@ -20,7 +20,6 @@ import argparse
 import sys
 from pathlib import Path
 
-import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,6 +27,7 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _harness import git_sha, markdown_table, write_results  # noqa: E402
+from gpu import median_ms, peak_mb  # noqa: E402  (benchmarks/gpu.py: CUDA-event timing, peak memory)
 from softdtw.backends import cuda as backend  # noqa: E402
 
 SIZES = [  # B, N, M
@@ -38,30 +38,6 @@ SIZES = [  # B, N, M
     (16, 2048, 2048),
 ]
 QUICK_SIZES = [(1024, 256, 256), (64, 512, 512)]
-
-
-def median_ms(fn, reps: int, warmup: int = 2) -> float:
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return float(np.median(times))
-
-
-def peak_mb(fn) -> float:
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
-    fn()
-    torch.cuda.synchronize()
-    return (torch.cuda.max_memory_allocated() - base) / 1e6
 
 
 def closures(B, N, M, dtype, gamma):

@@ -7,6 +7,7 @@ import softdtw
 import softdtw.costs
 import softdtw._windows
 from softdtw import _ops
+from tests._helpers import capture_cuda_graph
 
 pytestmark = pytest.mark.cuda
 
@@ -75,15 +76,7 @@ def test_cuda_graph_of_the_public_api_forward_backward():
         (dx,) = torch.autograd.grad(v.sum(), x)
         return v, dx
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            step()  # kernels compiled and loaded before the capture
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        v_static, dx_static = step()
+    graph, (v_static, dx_static) = capture_cuda_graph(step)
     for seed in (5, 6):
         g = torch.Generator().manual_seed(seed)
         with torch.no_grad():

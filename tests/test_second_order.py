@@ -16,7 +16,7 @@ from softdtw._windows import valid_cells
 from softdtw.backends import get_backend
 from softdtw.backends import reference as ref
 from tests import _paths
-from tests._helpers import case, rel_err
+from tests._helpers import capture_cuda_graph, case, rel_err
 
 BACKENDS = ["reference", "cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
 
@@ -516,15 +516,7 @@ def test_cuda_graph_of_a_second_order_step(what):
         (dx,) = torch.autograd.grad(loss, x)
         return loss.detach(), dx
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            step()  # kernels compiled and loaded before the capture
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        loss_static, dx_static = step()
+    graph, (loss_static, dx_static) = capture_cuda_graph(step)
     for seed in (5, 6):
         g = torch.Generator().manual_seed(seed)
         with torch.no_grad():
