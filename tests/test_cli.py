@@ -276,6 +276,7 @@ def test_python_dash_m_softdtw():
     ("forecasting.py", ["--steps", "15"]),
     ("barycenter_clustering.py", ["--n", "24", "--max-iter", "5"]),
     ("dilate_forecasting.py", ["--steps", "10"]),
+    ("search_motifs.py", ["--length", "6000"]),
 ])
 def test_examples_run(script, args, tmp_path):
     root = Path(__file__).resolve().parents[1]
