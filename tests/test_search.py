@@ -154,9 +154,9 @@ def test_cuda_tensors_raise_not_implemented():
         search.dtw_search(torch.zeros(3, 1, device="cuda"), torch.zeros(10, 1, device="cuda"))
 
 
-@pytest.mark.parametrize("n, cost_kind", [(1, 0), (16, 1), (37, 0)])
+@pytest.mark.parametrize("n, cost_kind", [(1, 0), (16, 1), (37, 0), (64, 1), (130, 0)])
 def test_hard_wavefront_equals_the_column_order(n, cost_kind):
-    """The hard-DTW wavefront (strips of 16 rows) gives the column-order DP's values and starts, bit for bit,
+    """The hard-DTW wavefront (strips of up to 64 rows: one strip of 8, 16, 40, 64 lanes, three of 64) gives the column-order DP's values and starts, bit for bit,
     including ties (integer-valued data)."""
     from softdtw.backends import _cpu_search as kern
     rng = np.random.default_rng(n)
