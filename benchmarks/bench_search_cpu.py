@@ -7,8 +7,9 @@ Section "subsequence" (one query x one long series, hard DTW, float64, D = 1):
   over the full (n, L) table, then a backtrack).
 - ours value: the cpu backend's forward with open_begin = open_end = True, gamma = 0, memory="none"
   (fused cost, the value only).
-- ours value+path: the same with memory="store", then backward_cost's one-hot E for the path (the cost
-  matrix built by torch first, and the path read as E's nonzeros): the same outputs as tslearn's.
+- ours value+path: ``softdtw.dtw_path(q, s, open_begin=True, open_end=True)`` and the sum of the costs along it
+  (the path and the value: tslearn's outputs). On the cpu backend dtw_path is a hard-DTW wavefront that
+  keeps one predecessor byte per cell, then a backtrack.
 - ours search k=1: softdtw.dtw_search(q, s, k=1): (start, end, value) of the best match.
 
 Section "search": dtw_search throughput, hard DTW, k = 10, Q queries of n steps in one series of L
@@ -30,6 +31,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _harness  # noqa: E402
 
+import softdtw  # noqa: E402
 from softdtw.backends import cpu  # noqa: E402
 from softdtw.search import dtw_search  # noqa: E402
 
@@ -53,10 +55,8 @@ def subsequence_section(reps, sizes):
             return cpu.forward(x, y, g, "sqeuclidean", xl, yl, None, "none", **opts)[0]
 
         def value_path():
-            C = (x - y.transpose(1, 2)).square()  # D = 1: (1, n, L) squared differences
-            v, saved = cpu.forward_cost(C, g, xl, yl, None, "store", **opts)
-            E = cpu.backward_cost(torch.ones(1, dtype=torch.float64), C, g, xl, yl, None, v, saved, "store", **opts)[0]
-            return v, E[0].nonzero()
+            path = softdtw.dtw_path(x[0], y[0], open_begin=True, open_end=True, backend="cpu")
+            return (x[0, path[:, 0]] - y[0, path[:, 1]]).square().sum(), path  # the value: the path's cost
 
         fns = {"tslearn": lambda: dtw_subsequence_path(q, s), "ours value": value,
                "ours value+path": value_path, "ours search k=1": lambda: dtw_search(x[0], y[0], k=1)}
@@ -100,7 +100,7 @@ def markdown(meta, rows):
         "",
         "- subsequence: one query of n steps against one series of L steps (open begin and open end). tslearn: "
         "`dtw_subsequence_path` (path and distance). ours value: cpu backend forward, value only. ours "
-        "value+path: forward (store) + backward_cost's one-hot E read as the path, cost matrix included "
+        "value+path: softdtw.dtw_path (open ends; the cpu backend's wavefront with a predecessor byte per cell and a backtrack), and the path's cost "
         "(the same outputs as tslearn). ours search k=1: `softdtw.dtw_search(q, s, k=1)` (start, end, value). "
         "Every implementation's answer is checked against tslearn's before timing.",
         "- search: `softdtw.dtw_search(queries, series, k=10)`, Q queries (parallel over queries).",

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 
+import softdtw
 from softdtw import search
 from softdtw.backends import reference as ref
 
@@ -167,3 +168,32 @@ def test_hard_wavefront_equals_the_column_order(n, cost_kind):
     kern._search_one(q, s, cost_kind, 0.0, v1, s1)
     kern._search_one_hard_wave(q, s, cost_kind, v2, s2)
     assert np.array_equal(v1, v2) and np.array_equal(s1, s2)
+
+
+@pytest.mark.parametrize("open_begin, open_end", [(False, False), (True, False), (False, True), (True, True)])
+@pytest.mark.parametrize("cost", ["sqeuclidean", "l1"])
+def test_cpu_dtw_path_backtrack_equals_the_path_of_E(open_begin, open_end, cost):
+    """dtw_path on the cpu backend (a wavefront keeping one predecessor byte per cell, then a backtrack)
+    returns the reference backend's path, read from its one-hot E, including ties (integer-valued data), per
+    pair lengths and a query longer than one strip of lanes."""
+    rng = np.random.default_rng(3)
+    x = torch.tensor(rng.integers(0, 3, size=(3, 70, 2)).astype(np.float64))
+    y = torch.tensor(rng.integers(0, 3, size=(3, 90, 2)).astype(np.float64))
+    kw = dict(cost=cost, open_begin=open_begin, open_end=open_end, x_lengths=torch.tensor([70, 1, 33]),
+              y_lengths=torch.tensor([90, 40, 5]))
+    ours = softdtw.dtw_path(x, y, backend="cpu", **kw)
+    ref = softdtw.dtw_path(x, y, backend="reference", **kw)
+    assert len(ours) == 3
+    for a, b in zip(ours, ref):
+        assert a.dtype == torch.int64 and torch.equal(a, b)
+
+
+def test_cpu_subsequence_path_equals_tslearn():
+    tslearn_metrics = pytest.importorskip("tslearn.metrics")
+    rng = np.random.default_rng(4)
+    q, s = rng.normal(size=(40, 1)), rng.normal(size=(700, 1))
+    path, dist = tslearn_metrics.dtw_subsequence_path(q, s)
+    ours = softdtw.dtw_path(torch.tensor(q), torch.tensor(s), open_begin=True, open_end=True, backend="cpu")
+    assert ours.tolist() == [list(p) for p in path]
+    value = softdtw.dtw(torch.tensor(q), torch.tensor(s), open_begin=True, open_end=True, backend="cpu")
+    assert float(value) == pytest.approx(dist ** 2, rel=1e-12)

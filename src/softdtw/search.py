@@ -155,7 +155,7 @@ def dtw_search(query, series, k: int = 1, gamma: float = 0.0, exclusion: Optiona
     from .backends import _cpu_search as kern
     from .backends._cpu_loading import prepare
 
-    prepare(kern, ("search_kernel", "search_serial", "select_matches"))
+    prepare(kern, kern.ENTRY_POINTS)
     starts = torch.full((Q, k), -1, dtype=torch.int64)
     ends = torch.full((Q, k), -1, dtype=torch.int64)
     values = torch.full((Q, k), float("inf"), dtype=torch.float64)

@@ -28,6 +28,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+#: the kernels called from outside (softdtw.search, functional.dtw_path), for _cpu_loading.prepare
+ENTRY_POINTS = ("search_kernel", "search_serial", "select_matches", "hard_path")
+
 _JIT = dict(cache=True, error_model="numpy", fastmath={"nsz", "arcp", "contract", "afn"})
 
 
@@ -103,43 +106,41 @@ def _reversed_padded(series):
 
 
 @njit(**_JIT)
-def _hard_block(qs, h, rv, L, cost_kind, row0, c0, c1, top, top_s, bot, bot_s, lv, ls, last, values, starts):
-    """One strip of h <= H query rows (qs `(H, D)`, H = _lanes(n) <= _WAVE) over the series columns [c0, c1), hard DTW, as a
-    wavefront: at step tau lane k computes its row at column c0 + tau - k; its diagonal, vertical and
-    horizontal predecessors are lane k - 1 at step tau - 2, lane k - 1 at tau - 1 and itself at tau - 1, so the
-    lanes of a step are independent (vector loops). Lane -1 is the row above (top / top_s, `(L + 1,)`, index
-    p = column p - 1), or for row0 the open begin (start here: value 0, start = the column; no vertical).
+def _hard_strip(qs, h, rv, L, cost_kind, first, open_begin, top, top_s, bot, bot_s, last, values, starts, dirs,
+                st):
+    """One strip of h <= H query rows (qs `(H, D)`, H = _lanes(n) <= _WAVE) over the whole series, hard DTW, as
+    a wavefront: at step tau lane k computes its row at column tau - k; its diagonal, vertical and horizontal
+    predecessors are lane k - 1 at step tau - 2, lane k - 1 at tau - 1 and itself at tau - 1, so the lanes of a
+    step are independent (vector loops). Lane -1 is the row above (top / top_s, `(L + 1,)`, index p = column
+    p - 1), or for the first strip row 0's start: open_begin, start at any column (value 0, no vertical);
+    else only at column 0. A lane outside [0, L) keeps its value (+inf before column 0), which is then what
+    its neighbour reads.
 
-    lv / ls `(H,)`: each lane's value and start at column c0 - 1 on entry (the block to the left; +inf for
-    c0 = 0), at column c1 - 1 on return. A lane not yet at c0, or past c1 - 1, keeps its value, which is then
-    exactly what its right-hand neighbour reads as diagonal / vertical. Writes the strip's last row into
-    bot / bot_s (index p = column p - 1) and, for the last strip, values / starts. Tie order: diagonal,
-    vertical, horizontal (the backward's); at row 0 starting wins a tie with coming from the left."""
+    Writes the strip's last row into bot / bot_s (index p = column p - 1) and, for the last strip, values /
+    starts. With dirs `(S, L + H, H)` uint8 (else `(0, 0, 0)`), each cell's predecessor, step-major:
+    dirs[st, j + k, k] for row st H + k, column j: 0 diagonal (row 0: the start), 1 vertical, 2 horizontal.
+    Tie order: diagonal, vertical, horizontal (the backward's); at row 0 starting wins a tie with coming from
+    the left."""
     H = qs.shape[0]
     D = qs.shape[1]
     inf = np.inf
-    W = c1 - c0
-    base = _WAVE + L - 1 - c0
-    p0 = np.empty(H + 1)
-    p1 = np.empty(H + 1)
-    p2 = np.empty(H + 1)
-    s0 = np.empty(H + 1, np.int64)
-    s1 = np.empty(H + 1, np.int64)
-    s2 = np.empty(H + 1, np.int64)
-    for k in range(H):
-        p1[k + 1] = lv[k]
-        p2[k + 1] = lv[k]
-        s1[k + 1] = ls[k]
-        s2[k + 1] = ls[k]
+    record = dirs.shape[0] > 0
+    base = _WAVE + L - 1
+    p0 = np.full(H + 1, inf)
+    p1 = np.full(H + 1, inf)
+    p2 = np.full(H + 1, inf)
+    s0 = np.zeros(H + 1, np.int64)
+    s1 = np.zeros(H + 1, np.int64)
+    s2 = np.zeros(H + 1, np.int64)
+    code = np.zeros(H, np.uint8)
     c = np.empty(H)
-    for tau in range(W + h - 1):
-        col = c0 + tau  # lane 0's column
-        if row0:
-            p1[0], s1[0] = inf, col
-            p2[0], s2[0] = 0.0, col
-        elif col < c1:
-            p1[0], s1[0] = top[col + 1], top_s[col + 1]
-            p2[0], s2[0] = top[col], top_s[col]
+    for tau in range(L + h - 1):
+        if first:
+            p1[0], s1[0] = inf, tau
+            p2[0], s2[0] = (0.0 if open_begin or tau == 0 else inf), tau
+        elif tau < L:
+            p1[0], s1[0] = top[tau + 1], top_s[tau + 1]
+            p2[0], s2[0] = top[tau], top_s[tau]
         for k in range(H):
             c[k] = 0.0
         off = base - tau
@@ -157,21 +158,22 @@ def _hard_block(qs, h, rv, L, cost_kind, row0, c0, c1, top, top_s, bot, bot_s, l
             take_left = lf < best
             best = lf if take_left else best
             bs = lfs if take_left else bs
-            live = (tau - k >= 0) & (tau - k < W)
+            live = (tau - k >= 0) & (tau - k < L)
             p0[k + 1] = c[k] + best if live else lf
             s0[k + 1] = bs if live else lfs
+            code[k] = 2 if take_left else (1 if take_up else 0)
+        if record:
+            for k in range(H):
+                dirs[st, tau, k] = code[k]
         j = tau - (h - 1)  # the strip's last row, this step
-        if j >= 0 and j < W:
-            bot[c0 + j + 1] = p0[h]
-            bot_s[c0 + j + 1] = s0[h]
+        if j >= 0:
+            bot[j + 1] = p0[h]
+            bot_s[j + 1] = s0[h]
             if last:
-                values[c0 + j] = p0[h]
-                starts[c0 + j] = s0[h]
+                values[j] = p0[h]
+                starts[j] = s0[h]
         p2, p1, p0 = p1, p0, p2
         s2, s1, s0 = s1, s0, s2
-    for k in range(H):
-        lv[k] = p1[k + 1]
-        ls[k] = s1[k + 1]
 
 
 @njit(**_JIT)
@@ -188,23 +190,68 @@ def _strip_queries(q):
 
 
 @njit(**_JIT)
-def _search_one_hard_wave(q, series, cost_kind, values, starts):
-    """:func:`_search_one` for gamma = 0, strip after strip of H = _lanes(n) rows over the whole series
-    (:func:`_hard_block`); the strip's last row `(L + 1,)` is the next strip's top row. The same bits as the
-    column order: only the order of the cells differs."""
+def _hard_wave(q, series, cost_kind, open_begin, values, starts, dirs):
+    """values[j] = R[n-1, j] and starts[j] its path's start column for every column j (hard DTW, open end
+    read from the last row; open_begin or a start at (0, 0)), strip after strip of H = _lanes(n) rows over the
+    whole series (:func:`_hard_strip`); the strip's last row `(L + 1,)` is the next strip's top row. The same
+    bits as the column order: only the order of the cells differs. dirs: as :func:`_hard_strip`."""
     n, D = q.shape
     L = series.shape[0]
     rv = _reversed_padded(series)
     qs = _strip_queries(q)
-    S, H = qs.shape[0], qs.shape[1]
+    S = qs.shape[0]
+    H = qs.shape[1]
     rows = np.full((2, L + 1), np.inf)
     rows_s = np.zeros((2, L + 1), np.int64)
-    lv = np.full(H, np.inf)
-    ls = np.zeros(H, np.int64)
     for st in range(S):
-        lv[:] = np.inf
-        _hard_block(qs[st], min(H, n - st * H), rv, L, cost_kind, st == 0, 0, L, rows[(st + 1) % 2],
-                    rows_s[(st + 1) % 2], rows[st % 2], rows_s[st % 2], lv, ls, st == S - 1, values, starts)
+        _hard_strip(qs[st], min(H, n - st * H), rv, L, cost_kind, st == 0, open_begin, rows[(st + 1) % 2],
+                    rows_s[(st + 1) % 2], rows[st % 2], rows_s[st % 2], st == S - 1, values, starts, dirs, st)
+
+
+@njit(**_JIT)
+def _search_one_hard_wave(q, series, cost_kind, values, starts):
+    """:func:`_search_one` for gamma = 0 (open begin), by :func:`_hard_wave`."""
+    _hard_wave(q, series, cost_kind, True, values, starts, np.zeros((0, 0, 0), np.uint8))
+
+
+@njit(**_JIT)
+def hard_path(q, series, cost_kind, open_begin, open_end):
+    """The optimal warping path of q `(n, D)` against series `(L, D)` (float64) under hard DTW, with open
+    begin (start at any (0, j0)) and / or open end (end at the first argmin of the last row; else at
+    (n - 1, L - 1)): (path `(P, 2)` int64 (i, j) from start to end, value). Ties as the backward's one-hot E
+    (diagonal, vertical, horizontal; row 0: starting before coming from the left), so it is the path that
+    ``dtw_path`` reads from E, found by a backtrack over one predecessor byte per cell instead."""
+    n, D = q.shape
+    L = series.shape[0]
+    H = _lanes(n)
+    S = (n + H - 1) // H
+    values = np.empty(L)
+    starts = np.empty(L, np.int64)
+    dirs = np.empty((S, L + H, H), np.uint8)
+    _hard_wave(q, series, cost_kind, open_begin, values, starts, dirs)
+    j = L - 1
+    if open_end:
+        for t in range(L):
+            if values[t] < values[j] or (values[t] == values[j] and t < j):
+                j = t
+    value = values[j]
+    out = np.empty((n + L, 2), np.int64)
+    i = n - 1
+    m = 0
+    while True:
+        out[m, 0], out[m, 1] = i, j
+        m += 1
+        k = i % H
+        code = dirs[i // H, j + k, k]
+        if i == 0 and (code == 0 or j == 0):
+            break
+        if code == 0:
+            i, j = i - 1, j - 1
+        elif code == 1:
+            i -= 1
+        else:
+            j -= 1
+    return out[:m][::-1].copy(), value
 
 
 @njit(parallel=True, **_JIT)
