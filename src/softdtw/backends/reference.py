@@ -59,6 +59,9 @@ from .._windows import valid_cells
 
 _INF = float("inf")
 
+#: hvp_cost takes the alignment variants (read by softdtw._ops: a backend without it refuses their second order).
+HVP_VARIANTS = True
+
 
 def work_dtype(dtype: torch.dtype, device: torch.device) -> torch.dtype:
     """The dtype the DP runs in: float64, except on devices without float64 (MPS), which keep ``dtype``
