@@ -319,6 +319,28 @@ def test_gradient_penalty_of_every_entry_point_matches_the_oracle(backend, varia
             assert torch.allclose(a, b, rtol=1e-8, atol=1e-10), (name, what, rel_err(a, b))
 
 
+@pytest.mark.parametrize("memory", ["store", "checkpoint"])
+@pytest.mark.parametrize("cost", ["sqeuclidean", "l1"])
+def test_cpu_gradient_penalty_matches_the_reference_in_every_memory_mode(cost, memory):
+    """cpu (memory store or checkpoint, fused costs, float64 and float32) against the reference backend: the
+    gradient-penalty step's gradients in x, y, gamma and the penalty, open_end and a step penalty, lengths."""
+    gen = torch.Generator().manual_seed(13)
+    x, y = torch.randn(5, 9, 3, generator=gen, dtype=F64), torch.randn(5, 14, 3, generator=gen, dtype=F64)
+    xl, yl = torch.tensor([9, 4, 7, 9, 1]), torch.tensor([14, 14, 3, 8, 5])
+
+    def run(backend, dtype, mem):
+        def fn(a, b, g, p):
+            return softdtw.soft_dtw(a, b, g, cost=cost, x_lengths=xl, y_lengths=yl, memory=mem, backend=backend,
+                                    open_end=True, step_penalty=p)
+        return _penalised(fn, *(t.to(dtype) for t in _leaves(x, y, 0.3, 0.1)))
+
+    want = run("reference", F64, "auto")
+    for dtype, tol in ((F64, 1e-9), (torch.float32, 1e-3)):  # float32: the plain DP's gamma part is 7e-5 off here
+        got = run("cpu", dtype, memory)
+        for a, b, what in zip(got, want, ("x", "y", "gamma", "penalty")):
+            assert a.dtype == dtype and rel_err(a, b) < tol, (what, dtype, rel_err(a, b))
+
+
 @pytest.mark.parametrize("variant", API_VARIANTS, ids=_vid)
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_alignment_with_variants_is_differentiable(backend, variant):
