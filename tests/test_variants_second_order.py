@@ -436,6 +436,31 @@ def test_the_backward_ops_double_backward_takes_a_per_pair_penalty_direction(bac
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_the_forward_ops_double_backward_equals_the_eager_functions(backend):
+    """The custom ops' own autograd (what torch.compile runs: softdtw::forward / forward_cost -> the backward op ->
+    its double backward) gives the eager Functions' gradient-penalty gradients, with open ends and a penalty."""
+    x, y = _data(seed=14)
+    xl, yl = torch.tensor(XL), torch.tensor(YL)
+
+    def by_ops(a, b, g, p):
+        return _ops.forward(a, b, g, "sqeuclidean", xl, yl, None, "store", backend, True, True, p)[0]
+
+    def by_cost_op(a, b, g, p):
+        return _ops.forward_cost(softdtw.costs.sqeuclidean(a, b), g, xl, yl, None, "store", backend, False, True,
+                                 p)[0]
+
+    def eager(ob):
+        return lambda a, b, g, p: softdtw.soft_dtw(a, b, g, x_lengths=xl, y_lengths=yl, backend=backend,
+                                                   open_begin=ob, open_end=True, step_penalty=p)
+
+    for ops_fn, ob in ((by_ops, True), (by_cost_op, False)):
+        got = _penalised(ops_fn, *_leaves(x, y, 0.4, 0.2))
+        want = _penalised(eager(ob), *_leaves(x, y, 0.4, 0.2))
+        for a, b in zip(got, want):
+            assert torch.allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_opcheck_of_the_ops_with_variants(backend):
     x, y = _data(seed=5, B=2, N=3, M=4)
     xl, yl = torch.tensor([3, 2]), torch.tensor([4, 3])
