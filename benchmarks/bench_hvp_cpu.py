@@ -1,6 +1,9 @@
 """CPU benchmark of the second order: the cpu backend's hvp_cost at DILATE-like sizes.
 
-    PYTHONPATH=src python benchmarks/bench_hvp_cpu.py [--out FILE.json] [--reps 15] [--smoke]
+    PYTHONPATH=src python benchmarks/bench_hvp_cpu.py [--out FILE.json] [--reps 15] [--smoke] [--variants]
+
+--variants times only hvp_cost of the alignment variants (open_end; open_begin + open_end, the subsequence
+case; and with a step penalty and its direction) against the plain hvp_cost, B = 64, N = M = 256, all threads.
 
 DILATE (Le Guen & Thome 2019) trains with soft-DTW plus <E, Omega>: its forward needs the value and E
 (a soft-DTW forward + backward), its backward the Hessian-vector product along Omega (hvp_cost). So one
@@ -97,12 +100,62 @@ def _variants(C, Cdot, gdot):
     return {"value+gradient": first, "hvp_cost": hvp, "value+gradient+hvp": both, "value+hvp(one call)": one_call}
 
 
+def _subsequence(C, Cdot, gdot):
+    """hvp_cost of the plain DP against the open-end subsequence variants (issue 25) on the same problem."""
+    B, N, M = C.shape
+    gamma = torch.tensor(GAMMA, dtype=C.dtype)
+    xl = torch.full((B,), N, dtype=torch.int64)
+    yl = torch.full((B,), M, dtype=torch.int64)
+    pen = torch.tensor(0.05, dtype=C.dtype)
+    pdot = torch.ones(B, dtype=C.dtype)
+
+    def run(**kw):
+        return lambda: cpu.hvp_cost(C, gamma, xl, yl, None, Cdot, gdot, **kw)
+
+    return {"hvp_cost plain": run(), "hvp_cost open_end": run(open_end=True),
+            "hvp_cost open_begin+open_end": run(open_begin=True, open_end=True),
+            "hvp_cost open ends+step_penalty": run(open_begin=True, open_end=True, step_penalty=pen,
+                                                   penalty_dot=pdot)}
+
+
+def variants_main(args):
+    """--variants: the alignment variants' hvp_cost against the plain one, B = 64, N = M = 256, all threads."""
+    B, N = (8, 16) if args.smoke else (64, 256)
+    reps = 2 if args.smoke else args.reps
+    rows = []
+    for dtype in (torch.float32, torch.float64):
+        C, Cdot, gdot = _problem(B, N, dtype)
+        fns = _subsequence(C, Cdot, gdot)
+        ms = _harness.interleaved_median_ms(fns, reps, desc=f"variants {dtype} B={B} N={N}")
+        for part, t in ms.items():
+            rows.append(dict(part=part, dtype=str(dtype).replace("torch.", ""), threads=numba.get_num_threads(), B=B,
+                             N=N, M=N, ms=t, Mcells_per_s=B * N * N / (t * 1e-3) / 1e6,
+                             vs_plain=t / ms["hvp_cost plain"]))
+            print(rows[-1], flush=True)
+    meta = dict(device=_harness.cpu_name(), torch=torch.__version__, numba=numba.__version__,
+                git_sha=_harness.git_sha(), gamma=GAMMA, load_average=os.getloadavg())
+    cols = ["part", "dtype", "threads", "B", "N", "ms", "Mcells_per_s", "vs_plain"]
+    md = (f"# hvp_cost of the alignment variants on the CPU\n\n{meta['device']}; torch {meta['torch']}, numba "
+          f"{meta['numba']}, git {meta['git_sha']}; load average {meta['load_average'][0]:.1f} (a shared machine). "
+          f"gamma = {GAMMA}, D = 1, precomputed cost, Cdot = DILATE's Omega (and penalty_dot = 1 with the penalty). "
+          f"Median of {reps} alternated repetitions after warm-up; vs_plain = ms / the plain hvp_cost's ms.\n\n"
+          + _harness.markdown_table(rows, cols) + "\n")
+    out = args.out or _harness.default_out("hvp-cpu-variants")
+    _harness.write_results(out, meta, rows, md)
+    print(md)
+    print(f"written: {out}")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--reps", type=int, default=15)
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, 2 reps (a check of the script)")
+    parser.add_argument("--variants", action="store_true",
+                        help="only the alignment variants' hvp_cost against the plain one (B=64, N=M=256)")
     args = parser.parse_args(argv)
+    if args.variants:
+        return variants_main(args)
     sizes = [(8, 16)] if args.smoke else [(64, 100), (64, 256)]
     reps = 2 if args.smoke else args.reps
     all_threads = numba.get_num_threads()

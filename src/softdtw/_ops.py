@@ -6,7 +6,8 @@ Four ops, each dispatching on a backend name (see ``softdtw/backends/__init__.py
 - ``softdtw::backward``       -> (dx, dy, dgamma (B,))
 - ``softdtw::forward_cost``   precomputed C (B, N, M) -> (value (B,), saved)
 - ``softdtw::backward_cost``  -> (dC, dgamma (B,))
-- ``softdtw::hvp_cost``       precomputed C and a direction (Cdot, gamma_dot) -> (E, vgamma, Edot, vgamma_dot)
+- ``softdtw::hvp_cost``       precomputed C and a direction (Cdot, gamma_dot[, penalty_dot]) -> (E, vgamma, Edot,
+                              vgamma_dot, vpen, vpen_dot)
 
 Alignment variants (issue 25): the four DP ops end with ``bool open_begin=False, bool open_end=False,
 Tensor? step_penalty=None`` (see softdtw/backends/reference.py), and the backward ops return d/dstep_penalty
@@ -14,7 +15,10 @@ per pair `(B,)` as their last output (an empty `(0,)` tensor without a penalty).
 kernels call the backends exactly as before; eagerly, calls with an option set go through their own
 autograd.Functions (_FusedVariant, _FromCostVariant), so the default path is unchanged. A backend whose
 functions lack the options (cuda, for now) raises a NotImplementedError naming them (:func:`variant_backend`),
-and so does a create_graph backward of a call with one (hvp_cost has no variants yet).
+and so does a create_graph backward of a call with one on a backend whose hvp_cost lacks them (``HVP_VARIANTS``
+unset: cuda, for now). ``softdtw::hvp_cost`` takes the same options and a penalty direction ``penalty_dot``
+`(B,)`, and returns vpen = d value / d step_penalty and its directional derivative vpen_dot per pair (empty
+`(0,)` tensors without a penalty): the backward ops' double backward is differentiable in the penalty too.
 
 Second order: with create_graph=True the first-order backward calls the backward ops under autograd, and
 they have their own autograd formulas (``register_autograd``), the Hessian-vector products of Mensch & Blondel
@@ -60,7 +64,8 @@ _LIB.define("backward_cost(Tensor grad, Tensor C, Tensor gamma, Tensor x_lengths
             "Tensor? window, Tensor value, Tensor saved, str memory, str backend, bool open_begin=False, bool open_end=False, Tensor? step_penalty=None) "
             "-> (Tensor, Tensor, Tensor)")
 _LIB.define("hvp_cost(Tensor C, Tensor gamma, Tensor x_lengths, Tensor y_lengths, Tensor? window, Tensor Cdot, "
-            "Tensor gamma_dot, str backend) -> (Tensor, Tensor, Tensor, Tensor)")
+            "Tensor gamma_dot, str backend, bool open_begin=False, bool open_end=False, Tensor? step_penalty=None, "
+            "Tensor? penalty_dot=None) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
 
 
 def _kernel(name: str):
@@ -165,11 +170,12 @@ def _hvp_function(backend: str):
 def _check_create_graph(backend: str, variant=None) -> None:
     """Called by every first-order backward: when it runs with create_graph=True (autograd enables grad mode
     for it then), the backend must have the second order, so that no gradient is returned without its graph.
-    variant: (open_begin, open_end, step_penalty) of the call, whose second order does not exist yet."""
+    variant: (open_begin, open_end, step_penalty) of the call: its options set need a backend whose hvp_cost
+    takes them (:func:`_hvp_variant_function`)."""
     if torch.is_grad_enabled():
         _hvp_function(backend)
-        if variant is not None:
-            _refuse_variant_second_order(*variant)
+        if variant is not None and variant_names(*variant):
+            _hvp_variant_function(backend, *variant)
 
 
 def variant_names(open_begin: bool, open_end: bool, step_penalty) -> list:
@@ -178,14 +184,19 @@ def variant_names(open_begin: bool, open_end: bool, step_penalty) -> list:
                                   ("step_penalty", step_penalty is not None)) if on]
 
 
-def _refuse_variant_second_order(open_begin: bool, open_end: bool, step_penalty) -> None:
-    names = variant_names(open_begin, open_end, step_penalty)
-    if names:
+def _hvp_variant_function(backend: str, open_begin: bool, open_end: bool, step_penalty):
+    """The backend's ``hvp_cost``, which must take the alignment-variant options that are set (a backend says
+    so with ``HVP_VARIANTS = True``: reference and cpu; cuda not yet), else a NotImplementedError naming the
+    options and the backend (never a gradient without its graph)."""
+    fn = _hvp_function(backend)
+    if not getattr(get_backend(backend), "HVP_VARIANTS", False):
+        names = variant_names(open_begin, open_end, step_penalty)
         raise NotImplementedError(
             f"second-order gradients of soft-DTW (a backward with create_graph=True, a differentiable "
-            f"soft_dtw_alignment, DILATE) are not available with {' / '.join(names)} yet: softdtw::hvp_cost has "
-            f"no alignment variants. Take first-order gradients only (create_graph=False), or drop "
-            f"{' and '.join(names)}.")
+            f"soft_dtw_alignment) with {' / '.join(names)} are not available on the {backend} backend yet: its "
+            f"hvp_cost has no alignment variants. Move the inputs to the CPU with .cpu() (backend='cpu'), pass "
+            f"backend='reference' (exact, slow), or take first-order gradients only (create_graph=False).")
+    return fn
 
 
 #: Per backend name: whether its four DP functions take the alignment-variant options.
@@ -315,15 +326,30 @@ torch.library.register_autograd("softdtw::forward_cost", _cost_backward, setup_c
 
 @_kernel("hvp_cost")
 def _hvp_cost_kernel(C: Tensor, gamma: Tensor, x_lengths: Tensor, y_lengths: Tensor, window: Optional[Tensor],
-                     Cdot: Tensor, gamma_dot: Tensor, backend: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    return _hvp_function(backend)(C, gamma, x_lengths, y_lengths, window, Cdot.contiguous(),
-                                  gamma_dot.contiguous())
+                     Cdot: Tensor, gamma_dot: Tensor, backend: str, open_begin: bool = False, open_end: bool = False,
+                     step_penalty: Optional[Tensor] = None, penalty_dot: Optional[Tensor] = None
+                     ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """(E, vgamma, Edot, vgamma_dot, vpen, vpen_dot): vpen = d value_b / d step_penalty and vpen_dot its
+    derivative along (Cdot, gamma_dot, penalty_dot), `(B,)` each, or empty `(0,)` tensors without a step
+    penalty (SECOND_ORDER.md, "Variants")."""
+    if open_begin or open_end or step_penalty is not None:
+        out = _hvp_variant_function(backend, open_begin, open_end, step_penalty)(
+            C, gamma, x_lengths, y_lengths, window, Cdot.contiguous(), gamma_dot.contiguous(), open_begin=open_begin,
+            open_end=open_end, step_penalty=step_penalty, penalty_dot=penalty_dot)
+        if step_penalty is not None:
+            return tuple(out)
+        return tuple(out) + (C.new_empty((0,)), C.new_empty((0,)))
+    out = _hvp_function(backend)(C, gamma, x_lengths, y_lengths, window, Cdot.contiguous(), gamma_dot.contiguous())
+    return tuple(out) + (C.new_empty((0,)), C.new_empty((0,)))
 
 
 @_fake("hvp_cost")
-def _(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot, backend):
+def _(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot, backend, open_begin=False, open_end=False,
+      step_penalty=None, penalty_dot=None):
     B = C.shape[0]
-    return torch.empty_like(C), C.new_empty((B,)), torch.empty_like(C), C.new_empty((B,))
+    P = (B,) if step_penalty is not None else (0,)
+    return (torch.empty_like(C), C.new_empty((B,)), torch.empty_like(C), C.new_empty((B,)), C.new_empty(P),
+            C.new_empty(P))
 
 
 def _hvp_setup(ctx, inputs, output):
@@ -340,27 +366,53 @@ torch.library.register_autograd("softdtw::hvp_cost", _hvp_backward, setup_contex
 def _backward_cost_setup(ctx, inputs, output):
     grad, C, gamma, x_lengths, y_lengths, window, value, saved, memory, backend, open_begin, open_end, pen = inputs
     ctx.backend = backend
-    ctx.variant = (open_begin, open_end, None if pen is None else True)  # what is set, for the error
-    ctx.save_for_backward(grad, C, gamma, x_lengths, y_lengths, window, value)
+    ctx.open_begin, ctx.open_end = open_begin, open_end
+    ctx.save_for_backward(grad, C, gamma, x_lengths, y_lengths, window, value, pen)
 
 
-def _backward_cost_backward(ctx, G, h, _gp):
-    """VJP of (dC, dgamma) = (g E, g vgamma) for the upstream (G `(B, N, M)`, h `(B,)`), per pair b:
-    dg = <G, E> + h vgamma, dC = g Edot(G, h), dgamma = sum_b g vgamma_dot(G, h) (gamma is shared).
-    The alignment variants have no second order yet: a NotImplementedError naming them."""
-    _refuse_variant_second_order(*ctx.variant)
+def _variant_hvp(ctx, C, gamma, x_lengths, y_lengths, window, Cdot, h, gp, pen):
+    """hvp_cost of a backward op's double backward along (Cdot, h) and, with a step penalty, gp (the upstream
+    of the per-pair dpenalty output): (E, vgamma, Edot, vgamma_dot, vpen, vpen_dot) (the last two None without
+    a penalty)."""
+    if pen is None:
+        out = hvp_cost(C, gamma, x_lengths, y_lengths, window, Cdot, h.contiguous(), ctx.backend, ctx.open_begin,
+                       ctx.open_end)
+        return out[:4] + (None, None)
+    gp = torch.zeros_like(h) if gp is None or gp.numel() == 0 else gp.to(h.dtype).contiguous()
+    return hvp_cost(C, gamma, x_lengths, y_lengths, window, Cdot, h.contiguous(), ctx.backend, ctx.open_begin,
+                    ctx.open_end, pen.detach(), gp)
+
+
+def _penalty_grad(gk, vpen_dot, pen):
+    """d/dpenalty of a backward op's outputs: sum_b gk_b vpen_dot_b, shaped as the penalty (per pair for a
+    `(B,)` penalty)."""
+    if pen.dim() == 0:
+        return (gk * vpen_dot).sum().reshape(pen.shape)
+    return (gk * vpen_dot).reshape(pen.shape)
+
+
+def _backward_cost_backward(ctx, G, h, gp):
+    """VJP of (dC, dgamma, dpen) = (g E, g vgamma, g vpen) for the upstream (G `(B, N, M)`, h `(B,)`, gp `(B,)`
+    with a step penalty), per pair b, along the direction (G, h, gp): dg = <G, E> + h vgamma + gp vpen,
+    dC = g Edot, dgamma = sum_b g vgamma_dot (gamma is shared), dpenalty = sum_b g vpen_dot (a shared penalty)."""
     if torch.is_grad_enabled():
         raise _third_order_error()
-    grad, C, gamma, x_lengths, y_lengths, window, value = ctx.saved_tensors
-    E, vgamma, Edot, vgamma_dot = hvp_cost(C, gamma, x_lengths, y_lengths, window, G.contiguous(),
-                                           h.contiguous(), ctx.backend)
+    grad, C, gamma, x_lengths, y_lengths, window, value, pen = ctx.saved_tensors
+    E, vgamma, Edot, vgamma_dot, vpen, vpen_dot = _variant_hvp(ctx, C, gamma, x_lengths, y_lengths, window,
+                                                               G.contiguous(), h, gp, pen)
     keep = torch.isfinite(value).to(C.dtype)  # as backward_cost: a pair whose value overflowed has no gradient
     gk = grad * keep
     need = ctx.needs_input_grad
-    dgrad = (((G * E).sum((1, 2)) + h * vgamma) * keep) if need[0] else None
+    dgrad = None
+    if need[0]:
+        dgrad = (G * E).sum((1, 2)) + h * vgamma
+        if pen is not None and gp is not None and gp.numel():
+            dgrad = dgrad + gp * vpen
+        dgrad = dgrad * keep
     dC = gk.view(-1, 1, 1) * Edot if need[1] else None
     dgamma = (gk * vgamma_dot).sum().reshape(gamma.shape) if need[2] else None
-    return dgrad, dC, dgamma, None, None, None, None, None, None, None, None, None, None
+    dpen = _penalty_grad(gk, vpen_dot, pen) if pen is not None and need[12] else None
+    return dgrad, dC, dgamma, None, None, None, None, None, None, None, None, None, dpen
 
 
 torch.library.register_autograd("softdtw::backward_cost", _backward_cost_backward, setup_context=_backward_cost_setup,
@@ -371,38 +423,44 @@ def _backward_setup(ctx, inputs, output):
     (grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved, memory, backend, open_begin, open_end,
      pen) = inputs
     ctx.cost, ctx.backend = cost, backend
-    ctx.variant = (open_begin, open_end, None if pen is None else True)  # what is set, for the error
-    ctx.save_for_backward(grad, x, y, gamma, x_lengths, y_lengths, window, value)
+    ctx.open_begin, ctx.open_end = open_begin, open_end
+    ctx.save_for_backward(grad, x, y, gamma, x_lengths, y_lengths, window, value, pen)
 
 
-def _backward_backward(ctx, Gx, Gy, h, _gp):
-    """VJP of (dx, dy, dgamma) = (J^T (g E), g vgamma) for the upstream (Gx, Gy, h), J the cost's Jacobian.
+def _backward_backward(ctx, Gx, Gy, h, gp):
+    """VJP of (dx, dy, dgamma, dpen) = (J^T (g E), g vgamma, g vpen) for the upstream (Gx, Gy, h, gp), J the
+    cost's Jacobian.
 
-    With Cdot = J (Gx, Gy) (the cost's derivative along the upstream), per pair: dg = <Cdot, E> + h vgamma,
-    (dx, dy) = J^T (g Edot(Cdot, h)) + the cost's own second derivative along (Gx, Gy) weighted by g E,
-    dgamma = sum_b g vgamma_dot. Materialises C and Cdot `(B, N, M)` with torch ops (the first-order
-    backward does not: it stays fused).
+    With Cdot = J (Gx, Gy) (the cost's derivative along the upstream), per pair along (Cdot, h, gp):
+    dg = <Cdot, E> + h vgamma + gp vpen, (dx, dy) = J^T (g Edot) + the cost's own second derivative along
+    (Gx, Gy) weighted by g E, dgamma = sum_b g vgamma_dot, dpenalty = sum_b g vpen_dot. Materialises C and Cdot
+    `(B, N, M)` with torch ops (the first-order backward does not: it stays fused).
     """
-    _refuse_variant_second_order(*ctx.variant)
     if torch.is_grad_enabled():
         raise _third_order_error()
-    grad, x, y, gamma, x_lengths, y_lengths, window, value = ctx.saved_tensors
+    grad, x, y, gamma, x_lengths, y_lengths, window, value, pen = ctx.saved_tensors
     cost = ctx.cost
     C = costs.pairwise_cost(cost, x, y).contiguous()
     Cdot = costs.cost_jvp(cost, x, y, Gx, Gy).contiguous()
-    E, vgamma, Edot, vgamma_dot = hvp_cost(C, gamma, x_lengths, y_lengths, window, Cdot, h.contiguous(),
-                                           ctx.backend)
+    E, vgamma, Edot, vgamma_dot, vpen, vpen_dot = _variant_hvp(ctx, C, gamma, x_lengths, y_lengths, window, Cdot,
+                                                               h, gp, pen)
     keep = torch.isfinite(value).to(C.dtype)
     gk = (grad * keep).view(-1, 1, 1)
     need = ctx.needs_input_grad
-    dgrad = (((Cdot * E).sum((1, 2)) + h * vgamma) * keep) if need[0] else None
+    dgrad = None
+    if need[0]:
+        dgrad = (Cdot * E).sum((1, 2)) + h * vgamma
+        if pen is not None and gp is not None and gp.numel():
+            dgrad = dgrad + gp * vpen
+        dgrad = dgrad * keep
     dx = dy = None
     if need[1] or need[2]:
         dx, dy = costs.cost_vjp(cost, x, y, gk * Edot)
         hx, hy = costs.cost_vjp_jvp(cost, x, y, gk * E, Gx, Gy)
         dx, dy = dx + hx, dy + hy
     dgamma = (gk.view(-1) * vgamma_dot).sum().reshape(gamma.shape) if need[3] else None
-    return dgrad, dx, dy, dgamma, None, None, None, None, None, None, None, None, None, None, None
+    dpen = _penalty_grad(gk.view(-1), vpen_dot, pen) if pen is not None and need[14] else None
+    return dgrad, dx, dy, dgamma, None, None, None, None, None, None, None, None, None, None, dpen
 
 
 torch.library.register_autograd("softdtw::backward", _backward_backward, setup_context=_backward_setup, lib=_LIB)
@@ -497,9 +555,13 @@ class _FusedVariant(torch.autograd.Function):
         if ctx.memory == "none":
             raise _no_saved_error()
         _check_create_graph(ctx.backend, (ctx.open_begin, ctx.open_end, step_penalty))
-        out = get_backend(ctx.backend).backward(
-            grad_value.contiguous(), x, y, gamma, ctx.cost, x_lengths, y_lengths, window, value, saved, ctx.memory,
-            open_begin=ctx.open_begin, open_end=ctx.open_end, step_penalty=step_penalty)
+        if torch.is_grad_enabled():  # create_graph=True: the backward op, whose own autograd is the HVP
+            out = backward(grad_value.contiguous(), x, y, gamma, ctx.cost, x_lengths, y_lengths, window, value, saved,
+                           ctx.memory, ctx.backend, ctx.open_begin, ctx.open_end, step_penalty)
+        else:
+            out = get_backend(ctx.backend).backward(
+                grad_value.contiguous(), x, y, gamma, ctx.cost, x_lengths, y_lengths, window, value, saved,
+                ctx.memory, open_begin=ctx.open_begin, open_end=ctx.open_end, step_penalty=step_penalty)
         need = ctx.needs_input_grad
         dpen = out[3].sum().reshape(step_penalty.shape) if step_penalty is not None and need[3] else None
         return (out[0] if need[0] else None, out[1] if need[1] else None,
@@ -526,9 +588,13 @@ class _FromCostVariant(torch.autograd.Function):
         if ctx.memory == "none":
             raise _no_saved_error()
         _check_create_graph(ctx.backend, (ctx.open_begin, ctx.open_end, step_penalty))
-        out = get_backend(ctx.backend).backward_cost(
-            grad_value.contiguous(), C, gamma, x_lengths, y_lengths, window, value, saved, ctx.memory,
-            open_begin=ctx.open_begin, open_end=ctx.open_end, step_penalty=step_penalty)
+        if torch.is_grad_enabled():  # create_graph=True: the backward op, whose own autograd is the HVP
+            out = backward_cost(grad_value.contiguous(), C, gamma, x_lengths, y_lengths, window, value, saved,
+                                ctx.memory, ctx.backend, ctx.open_begin, ctx.open_end, step_penalty)
+        else:
+            out = get_backend(ctx.backend).backward_cost(
+                grad_value.contiguous(), C, gamma, x_lengths, y_lengths, window, value, saved, ctx.memory,
+                open_begin=ctx.open_begin, open_end=ctx.open_end, step_penalty=step_penalty)
         need = ctx.needs_input_grad
         dpen = out[2].sum().reshape(step_penalty.shape) if step_penalty is not None and need[2] else None
         return (out[0] if need[0] else None, out[1].sum().reshape(gamma.shape) if need[1] else None, dpen, None)

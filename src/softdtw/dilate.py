@@ -79,7 +79,7 @@ class _Dilate(torch.autograd.Function):
     def forward(ctx, C, gamma, omega, meta):
         x_lengths, y_lengths, window, backend = meta
         value, _ = _ops.forward_cost(C, gamma, x_lengths, y_lengths, window, "none", backend)
-        E, vgamma, Edot, vgamma_dot = _ops.hvp_cost(C, gamma, x_lengths, y_lengths, window, omega.contiguous(),
+        E, vgamma, Edot, vgamma_dot, _, _ = _ops.hvp_cost(C, gamma, x_lengths, y_lengths, window, omega.contiguous(),
                                                     torch.zeros_like(value), backend)
         ctx.save_for_backward(gamma, value, E, vgamma, Edot, vgamma_dot)
         return value, (E * omega).sum((1, 2))

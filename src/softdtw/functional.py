@@ -273,8 +273,8 @@ def _alignment(p: Problem, cost, variant=None) -> tuple[torch.Tensor, torch.Tens
 
     E is differentiable in x, y and gamma when one of them requires grad (and grad mode is on): it is the
     first-order backward op run under autograd, whose own derivative is the Hessian-vector product
-    (softdtw::hvp_cost). The values carry no graph. variant: see :func:`_variant`; its E's derivative
-    raises a NotImplementedError (no hvp_cost with the variants yet)."""
+    (softdtw::hvp_cost). The values carry no graph. variant: see :func:`_variant` (E is differentiable in its
+    step penalty too)."""
     pen = None if variant is None else variant[2]
     grad = _needs_grad(p.x, p.y, p.gamma) or (pen is not None and _needs_grad(pen))
     fwd = bwd = ()  # the ops' variant arguments: none for the plain DP
@@ -317,8 +317,8 @@ def soft_dtw_alignment(x, y, gamma: Union[float, torch.Tensor] = 1.0, *, cost="s
         vector-Jacobian product of E is soft-DTW's Hessian-vector product (Mensch & Blondel 2018), which
         needs a backend with the second order (``hvp_cost``; others raise a NotImplementedError at the
         backward). E's graph holds the cost matrix `(B, N, M)`. gamma = 0: E is piecewise constant, its
-        derivative 0. With open_begin, open_end or step_penalty the backward through E raises a
-        NotImplementedError (no second order for them yet).
+        derivative 0. With open_begin, open_end or step_penalty E is differentiable too (and in a step_penalty
+        tensor) on the reference and cpu backends (cuda raises a NotImplementedError at the backward for now).
 
     Example:
         >>> import torch, softdtw

@@ -131,6 +131,36 @@ def _forward_row(a, b, prev, cur, dprev, dcur, crow, cdrow, lo, hi, left, dleft,
             dcur[j + 1, k] = rd
 
 
+@njit(**_JIT)
+def _forward_row_variant(a, b, pdiag, prev, cur, dprev, dcur, crow, cdrow, lo, hi, left, dleft, inv, big, gdl,
+                         pen, pdot):
+    """:func:`_forward_row` with the alignment variants: the diagonal predecessors come from pdiag (``prev``, or
+    zeros for row 0 with open_begin), and the step penalty is an edge cost of the vertical and horizontal
+    in-edges: pen[k] (log2 units) added to their R', pdot[k] (its direction, natural units) to their Rdot."""
+    L = crow.shape[1]
+    half = big * 0.5
+    for k in range(L):
+        left[k] = big
+        dleft[k] = 0.0
+    for j in range(a, b):
+        for k in range(L):
+            c = crow[j, k]
+            d, u, l = pdiag[j, k], prev[j + 1, k] + pen[k], left[k] + pen[k]
+            s, w_d, w_u, w_l, t_d, t_u, t_l, ent = _softmin_weights(d, u, l, c)
+            r = min(c * inv + s, big)
+            inside = (j >= lo[k]) & (j < hi[k])
+            r = r if inside else big
+            rd_d, rd_u, rd_l = dprev[j, k], dprev[j + 1, k] + pdot[k], dleft[k] + pdot[k]
+            ref = _rdot_ref(d, u, l, rd_d, rd_u, rd_l)
+            mdot = w_d * (rd_d - ref) + w_u * (rd_u - ref) + w_l * (rd_l - ref)
+            rd = cdrow[j, k] + ref + mdot + gdl[k] * ent
+            rd = rd if (inside & (r < half)) else 0.0
+            left[k] = r
+            dleft[k] = rd
+            cur[j + 1, k] = r
+            dcur[j + 1, k] = rd
+
+
 @njit(**_INLINE)
 def _weights_fast(r, c, inv, d, u, l):
     """(w, t) of the three predecessors from S' = r - c inv (``_cell_weights_soft``'s weights)."""
@@ -207,6 +237,87 @@ def _backward_weights_row(a, b, rup, rcur, dup, dcur, crow, inv, inv_g, gdt, exa
 
 
 @njit(**_JIT)
+def _backward_weights_row_variant(a, b, rdiag, rup, rcur, dup, dcur, crow, inv, inv_g, gdt, exact, W, pen, pdot):
+    """:func:`_backward_weights_row` with the alignment variants (rdiag, pen, pdot as in
+    :func:`_forward_row_variant`)."""
+    L = crow.shape[1]
+    like = crow.dtype.type(0.0)
+    inv_g = crow.dtype.type(inv_g)
+    for j in range(a, b):
+        for k in range(L):
+            d, u, l = rdiag[j, k], rup[j + 1, k] + pen[k], rcur[j, k] + pen[k]
+            if exact:
+                w_d, w_u, w_l, t_d, t_u, t_l, ent = _weights_exact(d, u, l, like)
+            else:
+                w_d, w_u, w_l, t_d, t_u, t_l, ent = _weights_fast(rcur[j + 1, k], crow[j, k], inv, d, u, l)
+            rd_d, rd_u, rd_l = dup[j, k], dup[j + 1, k] + pdot[k], dcur[j, k] + pdot[k]
+            ref = _rdot_ref(d, u, l, rd_d, rd_u, rd_l)
+            v_d, v_u, v_l, hd = _cell_dots(w_d, w_u, w_l, t_d, t_u, t_l, ent, rd_d, rd_u, rd_l, ref, gdt[k],
+                                           inv_g, like)
+            W[0, j + 1, k], W[1, j + 1, k], W[2, j + 1, k] = w_d, w_u, w_l
+            W[3, j + 1, k], W[4, j + 1, k], W[5, j + 1, k] = v_d, v_u, v_l
+            W[6, j + 1, k], W[7, j + 1, k] = ent, hd
+
+
+@njit(**_JIT)
+def _moves_row(a, b, e_cur, ed_cur, W, acc_m, acc_md):
+    """Step penalty: acc_m += sum_j E (w_up + w_left) and acc_md += sum_j Edot (w_up + w_left) + E (wdot_up +
+    wdot_left) over row i's cells j in [a, b) (float64 per lane)."""
+    L = e_cur.shape[1]
+    for j in range(a, b):
+        for k in range(L):
+            e, ed = e_cur[j + 1, k], ed_cur[j + 1, k]
+            acc_m[k] += e * (W[1, j + 1, k] + W[2, j + 1, k])
+            acc_md[k] += ed * (W[1, j + 1, k] + W[2, j + 1, k]) + e * (W[4, j + 1, k] + W[5, j + 1, k])
+
+
+@njit(**_JIT)
+def _end_terms(rrow, drow, gdl, inv_g, tiny, se, sed):
+    """Open end: the node T after the last row, value smin_j R'[n-1, j] (log2 units) over the pair's columns.
+
+    rrow, drow: the last row's R' and Rdot (float64, `(m,)`); gdl = gamma_dot ln 2; inv_g = 1 / gamma. Writes
+    T's weights w_j = 2^(S'_T - R'_j) into se and their derivatives wdot_j = w_j (Sdot_T - Rdot_j -
+    gamma_dot ln w_j) / gamma into sed (both 0 below ``tiny``), with Sdot_T = Rdot_T = sum_j w_j Rdot_j +
+    gamma_dot H_T. Returns (S'_T, sum_j w_j log2 w_j, Hdot_T = sum_j wdot_j ln w_j); the sentinel's half or
+    more (and no weights) when no cell is finite. Scalar float64 (once per pair)."""
+    m = rrow.shape[0]
+    lo = rrow[0]
+    first = 0
+    for q in range(1, m):
+        if rrow[q] < lo:
+            lo, first = rrow[q], q
+    for q in range(m):
+        se[q] = 0.0
+        sed[q] = 0.0
+    if lo >= sentinel(lo) * 0.5:
+        return lo, 0.0, 0.0
+    z = 0.0
+    for q in range(m):
+        z += np.exp2(lo - rrow[q])
+    lz = np.log2(z)
+    ref = drow[first]
+    ent = 0.0
+    kk = 0.0
+    for q in range(m):
+        t = (lo - rrow[q]) - lz
+        w = np.exp2(t)
+        if w >= tiny:
+            se[q] = w
+            ent += w * t
+            kk += w * (drow[q] - ref)
+    kk += gdl * ent  # Sdot_T - Rdot_first
+    hdot = 0.0
+    for q in range(m):
+        w = se[q]
+        if w > 0.0:
+            t = (lo - rrow[q]) - lz
+            v = w * (kk - (drow[q] - ref) - gdl * t) * inv_g
+            sed[q] = v if abs(v) >= tiny else 0.0
+            hdot += sed[q] * t
+    return lo - lz, ent, LN2 * hdot
+
+
+@njit(**_JIT)
 def _alignment_row(a, b, lo, hi, end_col, P_next, W, e_cur, ed_cur, P, acc_e, acc_ed):
     """E[i, j] and Edot[i, j] for j = b - 1 .. a (buffer position j + 1), and what row i hands on.
 
@@ -245,8 +356,12 @@ def _alignment_row(a, b, lo, hi, end_col, P_next, W, e_cur, ed_cur, P, acc_e, ac
 
 @njit(**_JIT)
 def _hvp_group(g, lanes, C, Cdot, N, M, gamma, gamma_dot, x_lengths, y_lengths, window, has_window,
-               Rt, Rdt, exact, values, E, Edot, vgamma, vgamma_dot):
-    """Both passes for pairs [g * lanes, g * lanes + lanes) with the tables Rt, Rdt `(N, M + 2, lanes)`."""
+               Rt, Rdt, exact, values, E, Edot, vgamma, vgamma_dot, open_begin, open_end, pens, pdots, vpen,
+               vpen_dot):
+    """Both passes for pairs [g * lanes, g * lanes + lanes) with the tables Rt, Rdt `(N, M + 2, lanes)`.
+
+    Alignment variants (see hvp_kernel) run their own row functions (``*_variant``), chosen once per row: the
+    plain DP's rows are unchanged."""
     B = x_lengths.shape[0]
     b0 = g * lanes
     nl = min(lanes, B - b0)
@@ -260,6 +375,15 @@ def _hvp_group(g, lanes, C, Cdot, N, M, gamma, gamma_dot, x_lengths, y_lengths, 
     for k in range(nl):
         gdl[k] = st.type(gamma_dot[b0 + k]) * LN2
         gdt[k] = gdl[k]
+    want_pen = pens.shape[0] > 0
+    variant = open_begin or open_end or want_pen
+    pen_s = np.zeros(lanes, st)  # the step penalty in log2 units, and its direction (natural units)
+    pdot_s = np.zeros(lanes, st)
+    if want_pen:
+        for k in range(nl):
+            pen_s[k] = st.type(pens[b0 + k]) * inv
+            pdot_s[k] = st.type(pdots[b0 + k])
+    zdiag = np.zeros((M + 2, lanes), st)  # open begin: row 0's diagonal predecessors, R' = 0 and Rdot = 0
     # _cost_row's arguments for fused costs, unused with COST_GIVEN.
     nox = np.empty((0, 0, 0), dt)
     noxrow = np.empty((0, lanes), dt)
@@ -301,11 +425,32 @@ def _hvp_group(g, lanes, C, Cdot, N, M, gamma, gamma_dot, x_lengths, y_lengths, 
             if p < M + 2:
                 cur[p, :] = big
                 dcur[p, :] = 0
-        _forward_row(a, b, prev, cur, dprev, dcur, crow, cdrow, lo2, hi2, left, dleft, inv, big, gdl)
-    # The lanes' values; a pair without a finite path gets no alignment at all (end_col -1).
+        if variant:
+            pdiag = zdiag if (open_begin and i == 0) else prev
+            _forward_row_variant(a, b, pdiag, prev, cur, dprev, dcur, crow, cdrow, lo2, hi2, left, dleft, inv, big,
+                                 gdl, pen_s, pdot_s)
+        else:
+            _forward_row(a, b, prev, cur, dprev, dcur, crow, cdrow, lo2, hi2, left, dleft, inv, big, gdl)
+    # The lanes' values; a pair without a finite path gets no alignment at all (end_col -1). Open end: the
+    # soft-min of the last row (node T), whose weights seed E and Edot (se, sed: `(M, lanes)`).
     reach = np.zeros(lanes, np.bool_)
+    se = np.zeros((M if open_end else 0, lanes), np.float64)
+    sed = np.zeros((M if open_end else 0, lanes), np.float64)
+    end_ent = np.zeros(lanes, np.float64)
+    end_hdot = np.zeros(lanes, np.float64)
+    tiny_t = np.float64(exp2_neg(flush_exponent(dt.type(0.0))))
     for k in range(nl):
-        r = Rt[x_lengths[b0 + k] - 1, y_lengths[b0 + k], k]
+        if open_end:
+            n, m = x_lengths[b0 + k], y_lengths[b0 + k]
+            rrow = np.empty(m, np.float64)
+            drow = np.empty(m, np.float64)
+            for q in range(m):
+                rrow[q] = Rt[n - 1, q + 1, k]
+                drow[q] = Rdt[n - 1, q + 1, k]
+            r, end_ent[k], end_hdot[k] = _end_terms(rrow, drow, gdl[k], inv_g, tiny_t, se[:m, k], sed[:m, k])
+            r = st.type(r)
+        else:
+            r = Rt[x_lengths[b0 + k] - 1, y_lengths[b0 + k], k]
         values[b0 + k] = _end_value(r, out_scale, big)
         reach[k] = r < half
 
@@ -318,17 +463,28 @@ def _hvp_group(g, lanes, C, Cdot, N, M, gamma, gamma_dot, x_lengths, y_lengths, 
     end_col = np.full(lanes, -1, np.int64)
     acc_e = np.zeros(lanes, np.float64)
     acc_ed = np.zeros(lanes, np.float64)
+    acc_m = np.zeros(lanes, np.float64)
+    acc_md = np.zeros(lanes, np.float64)
     e_lo, e_hi = 0, 0  # written positions of e_cur / ed_cur
     n_lo, n_hi, c_lo, c_hi = 0, 0, 0, 0  # of P_next, P_cur
     for i in range(n_rows - 1, -1, -1):
         a, b = _row_bounds(i, b0, nl, x_lengths, y_lengths, window, has_window, lo, hi)
         for k in range(lanes):
             last = k < nl and i == x_lengths[b0 + k] - 1 and reach[k]
-            end_col[k] = y_lengths[b0 + k] - 1 if last else -1
+            end_col[k] = y_lengths[b0 + k] - 1 if (last and not open_end) else -1
+            if last and open_end:  # T's shares, handed down as from an upper successor (0 there before)
+                for q in range(y_lengths[b0 + k]):
+                    P_next[2, q + 1, k] = dt.type(se[q, k])
+                    P_next[3, q + 1, k] = dt.type(sed[q, k])
         if not exact:
             _cost_row(i, b0, nl, a, b, nox, nox, C, COST_GIVEN, lo, hi, noxrow, crow)
         rup, dup = (Rt[i - 1], Rdt[i - 1]) if i > 0 else (border, dborder)
-        _backward_weights_row(a, b, rup, Rt[i], dup, Rdt[i], crow, inv, inv_g, gdt, exact, W)
+        if variant:
+            rdiag = zdiag if (open_begin and i == 0) else rup
+            _backward_weights_row_variant(a, b, rdiag, rup, Rt[i], dup, Rdt[i], crow, inv, inv_g, gdt, exact, W,
+                                          pen_s, pdot_s)
+        else:
+            _backward_weights_row(a, b, rup, Rt[i], dup, Rdt[i], crow, inv, inv_g, gdt, exact, W)
         _reset_outside(e_cur, e_lo, e_hi, a + 1, b + 1, 0)
         _reset_outside(ed_cur, e_lo, e_hi, a + 1, b + 1, 0)
         e_lo, e_hi = a + 1, b + 1
@@ -336,6 +492,14 @@ def _hvp_group(g, lanes, C, Cdot, N, M, gamma, gamma_dot, x_lengths, y_lengths, 
             _reset_outside(P_cur[q], c_lo, c_hi, a + 1, b + 1, 0)
         c_lo, c_hi = a + 1, b + 1
         _alignment_row(a, b, lo, hi, end_col, P_next, W, e_cur, ed_cur, P_cur, acc_e, acc_ed)
+        if want_pen:
+            _moves_row(a, b, e_cur, ed_cur, W, acc_m, acc_md)
+        if open_end:  # take T's shares back out: the buffer is 0 outside what its row wrote
+            for k in range(nl):
+                if i == x_lengths[b0 + k] - 1 and reach[k]:
+                    for q in range(y_lengths[b0 + k]):
+                        P_next[2, q + 1, k] = 0
+                        P_next[3, q + 1, k] = 0
         for k in range(nl):
             src, dsrc = e_cur[a + 1:b + 1, k], ed_cur[a + 1:b + 1, k]
             dst, ddst = E[b0 + k, i, a:b], Edot[b0 + k, i, a:b]
@@ -345,13 +509,16 @@ def _hvp_group(g, lanes, C, Cdot, N, M, gamma, gamma_dot, x_lengths, y_lengths, 
         P_cur, P_next = P_next, P_cur
         c_lo, c_hi, n_lo, n_hi = n_lo, n_hi, c_lo, c_hi
     for k in range(nl):
-        vgamma[b0 + k] = LN2 * acc_e[k]
-        vgamma_dot[b0 + k] = acc_ed[k]
+        vgamma[b0 + k] = LN2 * (acc_e[k] + end_ent[k])
+        vgamma_dot[b0 + k] = acc_ed[k] + end_hdot[k]
+        if want_pen:
+            vpen[b0 + k] = acc_m[k]
+            vpen_dot[b0 + k] = acc_md[k]
 
 
 @njit(parallel=True, **_JIT)
 def hvp_kernel(C, Cdot, gamma, gamma_dot, x_lengths, y_lengths, window, has_window, lanes, g0, Rt, Rdt,
-               exact, values, E, Edot, vgamma, vgamma_dot):
+               exact, values, E, Edot, vgamma, vgamma_dot, open_begin, open_end, pens, pdots, vpen, vpen_dot):
     """Groups g0, g0 + 1, ... of ``lanes`` pairs (one per slot of the tables), in parallel.
 
     C, Cdot `(B, N, M)` (data dtype); gamma > 0 a float; gamma_dot `(B,)`; window int32 `(B, N, 2)` if
@@ -359,6 +526,11 @@ def hvp_kernel(C, Cdot, gamma, gamma_dot, x_lengths, y_lengths, window, has_wind
     the predecessors alone in the backward (float32 data; float64 data with huge R'). Outputs: values
     `(B,)` (as the forward's; +inf without a finite path), E and Edot `(B, N, M)` zero-filled by the
     caller (only the groups' rows and windows are written), vgamma and vgamma_dot `(B,)`.
+
+    Alignment variants (reference.py's recursion; SECOND_ORDER.md, "Variants"): open_begin (row 0's diagonal
+    predecessors are the constant 0), open_end (the value is the soft-min of the last row: one more node T, whose
+    weights and their derivatives seed E and Edot), pens `(B,)` float64 (natural units; `(0,)`: no step
+    penalty) with the direction pdots `(B,)`, and then vpen = dv/dp and vpen_dot `(B,)` float64 are written.
     """
     B = x_lengths.shape[0]
     N, M = C.shape[1], C.shape[2]
@@ -366,4 +538,5 @@ def hvp_kernel(C, Cdot, gamma, gamma_dot, x_lengths, y_lengths, window, has_wind
     n = min(Rt.shape[0], groups - g0)
     for s in prange(n):
         _hvp_group(g0 + s, lanes, C, Cdot, N, M, gamma, gamma_dot, x_lengths, y_lengths, window,
-                   has_window, Rt[s], Rdt[s], exact, values, E, Edot, vgamma, vgamma_dot)
+                   has_window, Rt[s], Rdt[s], exact, values, E, Edot, vgamma, vgamma_dot, open_begin, open_end,
+                   pens, pdots, vpen, vpen_dot)

@@ -44,7 +44,8 @@ kernels; the arithmetic lives in ``_cpu_kernels.py``.
   last row is the end the backward follows.
 - Second order: :func:`hvp_cost` (``_cpu_hvp.py``), E, dv/dgamma and their derivatives along a direction
   (Mensch & Blondel 2018), recomputing the forward from C; working memory: float64 tables of R' and Rdot,
-  16 bytes a cell, for the pairs of the groups that run at once.
+  16 bytes a cell, for the pairs of the groups that run at once. With the alignment variants too (open
+  begin, open end, a step penalty per pair and its direction: d value / d penalty and its derivative).
 - Non-finite and extreme numbers: C may hold +inf (a forbidden cell); a pair with no finite path, or
   whose value overflows the data dtype, gets +inf and a zero gradient. Costs over gamma past what a
   float32 state holds run with a float64 state; float64 data past 2.5e299 in log2 units is computed
@@ -586,10 +587,11 @@ def _hvp_plan(B: int, N: int, M: int) -> tuple[int, int]:
     return lanes, slots
 
 
-def _hvp_fits(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot) -> bool:
+def _hvp_fits(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot, penalty_dot=None) -> bool:
     """Whether the kernels' wdot = w (delta - gamma_dot ln w) / gamma, computed in the data dtype, stays
     far below the data dtype's sentinel (where _cpu_hvp._cell_dots caps it): |delta| <= 2 (N + M)
-    (max |Cdot| + |gamma_dot| log 3) on the cells used, |ln w| <= 45 (float32) / 350 (float64).
+    (max |Cdot| + max |penalty_dot| + |gamma_dot| log 3) on the cells used, |ln w| <= 45 (float32) / 350
+    (float64).
 
     False sends float32 data to the float64 kernels and float64 data to the reference backend (only for
     gamma or directions past ~1e-25 / 1e25 of the costs' scale)."""
@@ -599,6 +601,8 @@ def _hvp_fits(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot) -> bool:
     if not math.isfinite(big):  # inf or NaN somewhere: read as 0 off the cells used
         used = valid_cells(x_lengths, y_lengths, window, N, M) & torch.isfinite(C)
         big = float(Cdot[used].abs().max()) if bool(used.any()) else 0.0
+    if penalty_dot is not None and penalty_dot.numel():
+        big += float(penalty_dot.abs().max())
     g = float(gamma_dot.abs().max()) if gamma_dot.numel() else 0.0
     log_w = 45.0 if C.dtype == torch.float32 else 350.0
     delta = 2.0 * (N + M) * (big + 1.1 * g) + log_w * g
@@ -606,8 +610,14 @@ def _hvp_fits(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot) -> bool:
     return math.isfinite(delta) and delta <= limit * _gamma(gamma)
 
 
-def hvp_cost(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot):
-    """Second order in a precomputed cost: (E `(B, N, M)`, vgamma `(B,)`, Edot `(B, N, M)`, vgamma_dot `(B,)`).
+#: hvp_cost takes the alignment variants (read by softdtw._ops).
+HVP_VARIANTS = True
+
+
+def hvp_cost(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot, *, open_begin=False, open_end=False,
+             step_penalty=None, penalty_dot=None):
+    """Second order in a precomputed cost: (E `(B, N, M)`, vgamma `(B,)`, Edot `(B, N, M)`, vgamma_dot `(B,)`),
+    and (vpen `(B,)`, vpen_dot `(B,)`) after them when ``step_penalty`` is not None.
 
     Per pair, E = dv/dC and vgamma = dv/dgamma (backward_cost's with grad = 1) and their derivatives along
     (Cdot `(B, N, M)`, gamma_dot `(B,)`): Edot = H_CC Cdot + H_Cgamma gamma_dot, vgamma_dot = H_gammaC Cdot +
@@ -616,25 +626,46 @@ def hvp_cost(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot):
     backward_cost) and zeros. A pair without a finite value gets zeros. The forward is recomputed from C
     (nothing saved is read).
 
+    Alignment variants as reference.hvp_cost: open_begin, open_end, step_penalty (None, 0-d or `(B,)`) with the
+    direction penalty_dot (None = 0, 0-d or `(B,)`); vpen = dv/dp, vpen_dot its derivative along (Cdot,
+    gamma_dot, penalty_dot). They run the same kernel call, with their own row functions.
+
     Memory: per group of up to 16 pairs, two float64 tables `(N, M + 2, lanes)` (R' and Rdot: 16 bytes a
     cell) for the groups of one kernel call (up to ``_HVP_BYTES``, or one group per thread for longer
     pairs). float64 data past the kernels' range goes to the reference backend (see :func:`_state`).
     """
+    reference.check_variant(window, open_begin, open_end)
     B, N, M = C.shape
+    opts = dict(open_begin=open_begin, open_end=open_end, step_penalty=step_penalty, penalty_dot=penalty_dot)
+    want_pen = step_penalty is not None
+    pens = pdots = None
+    if want_pen:
+        pens = reference._per_pair(step_penalty, B, torch.float64, "step_penalty")
+        pdots = (torch.zeros(B, dtype=torch.float64) if penalty_dot is None
+                 else reference._per_pair(penalty_dot, B, torch.float64, "penalty_dot"))
+    pen_bound = float(pens.abs().max()) if want_pen and B else 0.0
     if _gamma(gamma) == 0:
-        value, saved = forward_cost(C, gamma, x_lengths, y_lengths, window, "store")
-        E, vgamma = backward_cost(torch.ones_like(value), C, gamma, x_lengths, y_lengths, window, value,
-                                  saved, "store")
-        return E, vgamma, torch.zeros_like(C), torch.zeros_like(vgamma)
-    how = _weights(None, None, C, kernels.COST_GIVEN, gamma, x_lengths, y_lengths, window, N, M, C.dtype)
-    if how != "reference" and not _hvp_fits(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot):
+        if want_pen and step_penalty.dim() > 0:  # the first-order kernels take one penalty for the batch
+            return reference.hvp_cost(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot, **opts)
+        first = dict(open_begin=open_begin, open_end=open_end, step_penalty=step_penalty)
+        value, saved = forward_cost(C, gamma, x_lengths, y_lengths, window, "store", **first)
+        out = backward_cost(torch.ones_like(value), C, gamma, x_lengths, y_lengths, window, value, saved, "store",
+                            **first)
+        E, vgamma = out[0], out[1]
+        result = (E, vgamma, torch.zeros_like(C), torch.zeros_like(vgamma))
+        return result + (out[2], torch.zeros_like(vgamma)) if want_pen else result
+    how = _weights(None, None, C, kernels.COST_GIVEN, gamma, x_lengths, y_lengths, window, N, M, C.dtype, pen_bound)
+    if how != "reference" and not _hvp_fits(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot, pdots):
         if C.dtype == torch.float32:  # the float64 kernels, exact for float32 inputs
+            if want_pen:
+                opts.update(step_penalty=step_penalty.double(),
+                            penalty_dot=None if penalty_dot is None else penalty_dot.double())
             out = hvp_cost(C.double(), gamma.double(), x_lengths, y_lengths, window, Cdot.double(),
-                           gamma_dot.double())
+                           gamma_dot.double(), **opts)
             return tuple(t.float() for t in out)
         how = "reference"
     if how == "reference":
-        return reference.hvp_cost(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot)
+        return reference.hvp_cost(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot, **opts)
     _prepare_kernels(_cpu_hvp, ("hvp_kernel",))
     lanes, slots = _hvp_plan(B, N, M)
     what = "hvp_cost's R and Rdot tables"
@@ -647,10 +678,17 @@ def hvp_cost(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot):
     E.numpy().fill(0)
     Edot.numpy().fill(0)
     vgamma, vgamma_dot = torch.empty(B, dtype=C.dtype), torch.empty(B, dtype=C.dtype)
+    vpen = torch.zeros(B if want_pen else 0, dtype=torch.float64)
+    vpen_dot = torch.zeros(B if want_pen else 0, dtype=torch.float64)
+    none = np.zeros(0)
     win, has_win = _window_args(window)
     args = (_view(C), _view(Cdot.to(C.dtype)), _gamma(gamma), _view(gamma_dot.to(C.dtype)),
             _view(x_lengths), _view(y_lengths), win, has_win, lanes)
     outs = (values.numpy(), E.numpy(), Edot.numpy(), vgamma.numpy(), vgamma_dot.numpy())
+    variant = (bool(open_begin), bool(open_end), none if pens is None else _view(pens.contiguous()),
+               none if pdots is None else _view(pdots.contiguous()), vpen.numpy(), vpen_dot.numpy())
     for g0 in range(0, -(-B // lanes), slots):
-        _cpu_hvp.hvp_kernel(*args, g0, Rt, Rdt, how == "exact", *outs)
-    return _zero_where_infinite(values, E, vgamma, Edot, vgamma_dot)
+        _cpu_hvp.hvp_kernel(*args, g0, Rt, Rdt, how == "exact", *outs, *variant)
+    if not want_pen:
+        return _zero_where_infinite(values, E, vgamma, Edot, vgamma_dot)
+    return _zero_where_infinite(values, E, vgamma, Edot, vgamma_dot, vpen.to(C.dtype), vpen_dot.to(C.dtype))

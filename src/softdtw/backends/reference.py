@@ -59,6 +59,9 @@ from .._windows import valid_cells
 
 _INF = float("inf")
 
+#: hvp_cost takes the alignment variants (read by softdtw._ops: a backend without it refuses their second order).
+HVP_VARIANTS = True
+
 
 def work_dtype(dtype: torch.dtype, device: torch.device) -> torch.dtype:
     """The dtype the DP runs in: float64, except on devices without float64 (MPS), which keep ``dtype``
@@ -227,6 +230,12 @@ def _end_weights(R: torch.Tensor, gamma: torch.Tensor, x_lengths: torch.Tensor, 
     Differentiable in R (the value). The weights sum to 1 over the pair's columns (0 elsewhere, and all
     0 when no end cell is finite); gamma == 0: one-hot on the first argmin, entropy 0.
     """
+    value, w, _, entropy = _end_weights_log(R, gamma, x_lengths, y_lengths)
+    return value, w, entropy
+
+
+def _end_weights_log(R: torch.Tensor, gamma: torch.Tensor, x_lengths: torch.Tensor, y_lengths: torch.Tensor):
+    """As :func:`_end_weights`, with the weights' logarithms `(B, M)` too (0 where the weight is 0)."""
     B, N, M = R.shape
     b = torch.arange(B, device=R.device)
     row = R[b, x_lengths - 1]  # (B, M)
@@ -239,15 +248,15 @@ def _end_weights(R: torch.Tensor, gamma: torch.Tensor, x_lengths: torch.Tensor, 
     if float(gamma.detach()) == 0.0:
         first = rd.argmin(dim=1, keepdim=True)
         w = torch.zeros_like(rd).scatter_(1, first, 1.0) * live
-        return value, w, torch.zeros_like(value)
+        return value, w, torch.zeros_like(w), torch.zeros_like(value)
     gap = rd - torch.where(live, low, torch.zeros_like(low))
     alive = torch.isfinite(gap) & live
     gap = torch.where(alive, gap, torch.zeros_like(gap))
     terms = torch.where(alive, torch.exp(-gap / gamma), torch.zeros_like(gap))
     z = torch.where(live, terms.sum(dim=1, keepdim=True), torch.ones_like(low))
     w = terms / z
-    log_w = -gap / gamma - torch.log(z)
-    return value, w, torch.where(alive, w * log_w, torch.zeros_like(w)).sum(dim=1)
+    log_w = torch.where(alive, -gap / gamma - torch.log(z), torch.zeros_like(gap))
+    return value, w, log_w, (w * log_w).sum(dim=1)
 
 
 def _alignment(
@@ -334,17 +343,27 @@ def _predecessors_dot(T: torch.Tensor):
     return Tp[:, :-1, :-1], Tp[:, :-1, 1:], Tp[:, 1:, :-1]
 
 
-def _second_order(R, gamma, valid, x_lengths, y_lengths, Cdot, gamma_dot):
-    """(E, vgamma, Edot, vgamma_dot) of a float64 table R (see :func:`hvp_cost`), gamma > 0.
+def _second_order(R, gamma, valid, x_lengths, y_lengths, Cdot, gamma_dot, *, open_begin=False, open_end=False,
+                  penalty=None, penalty_dot=None):
+    """(E, vgamma, Edot, vgamma_dot, vpen, vpen_dot) of a float64 table R (see :func:`hvp_cost`), gamma > 0;
+    vpen and vpen_dot are None without a penalty. penalty: `(B, 1, 1)` (or 0-d), penalty_dot `(B,)`.
 
-    Pass 1, along the anti-diagonals: Rdot_s = Cdot_s + sum_p w_{p->s} Rdot_p + gamma_dot H_s.
-    Then for every cell at once: wdot_{p->s} = w_{p->s} (-(Rdot_p - Sdot_s) - gamma_dot log w_{p->s}) / gamma
-    with Sdot_s = Rdot_s - Cdot_s, and Hdot_s = sum_p wdot_{p->s} log w_{p->s}.
-    Pass 2, from the end back: Edot_p = sum_s (Edot_s w_{p->s} + E_s wdot_{p->s}), Edot_end = 0.
+    Pass 1, along the anti-diagonals: Rdot_s = Cdot_s + sum_p w_{p->s} (Rdot_p + adot_{p->s}) + gamma_dot H_s,
+    with adot = penalty_dot on the vertical and horizontal in-edges (0 on the diagonal one; the start, a
+    constant, has Rdot 0, with or without an open begin). Then for every cell at once:
+    wdot_{p->s} = w_{p->s} (-(Rdot_p + adot_{p->s} - Sdot_s) - gamma_dot log w_{p->s}) / gamma with
+    Sdot_s = Rdot_s - Cdot_s, Hdot_s = sum_p wdot_{p->s} log w_{p->s}. An open end is one more node T (cost 0)
+    whose predecessors are the last row's cells: Rdot_T = sum_j w_j Rdot[n-1, j] + gamma_dot H_T, and its
+    wdot_j seed Edot on the last row as its w_j seed E.
+    Pass 2, from the end back: Edot_p = sum_s (Edot_s w_{p->s} + E_s wdot_{p->s}), Edot_T = 0.
+    vpen = sum_s E_s (w_up + w_left), vpen_dot = sum_s Edot_s (w_up + w_left) + E_s (wdot_up + wdot_left).
     """
     B, N, M = R.shape
-    w_diag, w_up, w_left, log_w, entropy = _cell_weights_log(R, gamma, valid)
-    E, vgamma = _alignment(R, gamma, valid, x_lengths, y_lengths)
+    w_diag, w_up, w_left, log_w, entropy = _cell_weights_log(R, gamma, valid, open_begin=open_begin,
+                                                              penalty=penalty)
+    first = _alignment(R, gamma, valid, x_lengths, y_lengths, open_begin=open_begin, open_end=open_end,
+                       penalty=penalty)
+    E, vgamma = first[0], first[1]
     _, inside = _skew_index(N, M, R.device)
     on = _to_diagonals(valid) & inside.unsqueeze(0)
     reach = torch.isfinite(R)
@@ -354,13 +373,14 @@ def _second_order(R, gamma, valid, x_lengths, y_lengths, Cdot, gamma_dot):
         return torch.where(on, td, torch.zeros_like(td))
 
     gdot = gamma_dot.view(B, 1)
+    pdot = None if penalty_dot is None else penalty_dot.view(B, 1)
     Wd, Wu, Wl = diagonals(w_diag), diagonals(w_up), diagonals(w_left)
     Cd, Hd = diagonals(Cdot), diagonals(entropy)
     Fd = diagonals(reach)
     zero_col = R.new_zeros(B, 1)
 
     # Pass 1: Rdot. Same neighbours as _table: up = row i - 1 of diagonal d - 1, left = row i of d - 1,
-    # corner = row i - 1 of d - 2; the borders (and the virtual start) contribute 0.
+    # corner = row i - 1 of d - 2; the borders (and the virtual start, open begin's too) contribute 0.
     prev2 = R.new_zeros(B, N)
     prev1 = R.new_zeros(B, N)
     rdots = []
@@ -368,14 +388,31 @@ def _second_order(R, gamma, valid, x_lengths, y_lengths, Cdot, gamma_dot):
         up = torch.cat([zero_col, prev1[:, :-1]], dim=1)
         corner = torch.cat([zero_col, prev2[:, :-1]], dim=1)
         r = Cd[:, d] + Wd[:, d] * corner + Wu[:, d] * up + Wl[:, d] * prev1 + gdot * Hd[:, d]
+        if pdot is not None:
+            r = r + (Wu[:, d] + Wl[:, d]) * pdot
         r = torch.where(Fd[:, d] > 0, r, torch.zeros_like(r))  # unreachable cells: no derivative
         rdots.append(r)
         prev2, prev1 = prev1, r
     Rdot = _from_diagonals(torch.stack(rdots, dim=1), M)
     Sdot = torch.where(reach & valid, Rdot - Cdot, torch.zeros_like(Rdot))
     w = torch.stack([w_diag, w_up, w_left])
-    wdot = w * (-(torch.stack(_predecessors_dot(Rdot)) - Sdot) - gamma_dot.view(1, B, 1, 1) * log_w) / gamma
+    pred_dot = torch.stack(_predecessors_dot(Rdot))
+    if pdot is not None:
+        edge = torch.stack([torch.zeros_like(pdot), pdot, pdot]).view(3, B, 1, 1)
+        pred_dot = pred_dot + edge
+    wdot = w * (-(pred_dot - Sdot) - gamma_dot.view(1, B, 1, 1) * log_w) / gamma
     Hdot = (wdot * log_w).sum(dim=0)
+
+    # The open end's node T: its weights over the last row, and their derivatives.
+    if open_end:
+        _, w_end, log_end, ent_end = _end_weights_log(R, gamma, x_lengths, y_lengths)
+        bi = torch.arange(B, device=R.device)
+        rdot_last = Rdot[bi, x_lengths - 1]  # (B, M); 0 off the pair's columns and on unreachable cells
+        rdot_T = (w_end * rdot_last).sum(1, keepdim=True) + gdot * ent_end.view(B, 1)
+        wdot_end = w_end * (-(rdot_last - rdot_T) - gdot * log_end) / gamma
+        seed = R.new_zeros(B, N, M)
+        seed[bi, x_lengths - 1] = wdot_end
+        seed_d = diagonals(seed)
 
     # Pass 2: Edot, successors as in _alignment.
     Ed = _to_diagonals(E)
@@ -388,7 +425,7 @@ def _second_order(R, gamma, valid, x_lengths, y_lengths, Cdot, gamma_dot):
     next1 = R.new_zeros(B, N)  # and d + 1
     out = []
     for d in range(N + M - 2, -1, -1):
-        e = R.new_zeros(B, N)
+        e = seed_d[:, d] if open_end else R.new_zeros(B, N)
         if d + 2 <= N + M - 2:
             e = e + below(next2 * Wd[:, d + 2] + Ed[:, d + 2] * Vd[:, d + 2])
         if d + 1 <= N + M - 2:
@@ -399,11 +436,30 @@ def _second_order(R, gamma, valid, x_lengths, y_lengths, Cdot, gamma_dot):
         next2, next1 = next1, e
     Edot = _from_diagonals(torch.stack(out[::-1], dim=1), M)
     vgamma_dot = (Edot * entropy + E * Hdot).sum(dim=(1, 2))
-    return E, vgamma, Edot, vgamma_dot
+    if open_end:
+        vgamma_dot = vgamma_dot + (wdot_end * log_end).sum(1)
+    if penalty is None:
+        return E, vgamma, Edot, vgamma_dot, None, None
+    moves = w_up + w_left
+    vpen_dot = (Edot * moves + E * (wdot[1] + wdot[2])).sum(dim=(1, 2))
+    return E, vgamma, Edot, vgamma_dot, first[2], vpen_dot
 
 
-def hvp_cost(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot):
-    """Second order of soft-DTW in a precomputed cost: (E, vgamma, Edot, vgamma_dot).
+def _per_pair(t, B: int, dtype, what: str):
+    """A 0-d or `(B,)` tensor as `(B,)` of ``dtype`` (detached); a ValueError naming ``what`` otherwise."""
+    t = t.detach().to(dtype)
+    if t.dim() == 0:
+        return t.expand(B).clone()
+    if t.shape != (B,):
+        raise ValueError(f"{what} must be a 0-d tensor or one value per pair `(B,)` = ({B},); got shape "
+                         f"{tuple(t.shape)}.")
+    return t
+
+
+def hvp_cost(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot, *, open_begin=False, open_end=False,
+             step_penalty=None, penalty_dot=None):
+    """Second order of soft-DTW in a precomputed cost: (E, vgamma, Edot, vgamma_dot), and (vpen, vpen_dot)
+    after them when ``step_penalty`` is not None.
 
     Per pair b with value v_b = R_b[n_b - 1, m_b - 1] (Mensch & Blondel 2018, the directional
     derivative of the DP):
@@ -417,23 +473,46 @@ def hvp_cost(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot):
     (the derivatives almost everywhere). A pair whose value is +inf gets zeros. The forward is recomputed
     from C (nothing saved is read); working memory: the float64 tables R and Rdot and the weights, a few
     `(B, N, M)` float64 tensors.
+
+    Alignment variants (the module docstring; SECOND_ORDER.md, "Variants"): open_begin, open_end, and
+    step_penalty (None, a 0-d tensor, or one penalty per pair `(B,)`). With a penalty p, the direction gains
+    penalty_dot (None = 0, 0-d or `(B,)`), every derivative above is along (Cdot, gamma_dot, penalty_dot), and
+    two outputs follow: vpen `(B,)` = dv_b / dp_b (the expected number of non-diagonal moves; at gamma == 0
+    the hard path's) and vpen_dot `(B,)` = H_pC Cdot + H_pgamma gamma_dot + H_pp penalty_dot (0 at gamma == 0).
     """
+    check_variant(window, open_begin, open_end)
+    B = C.shape[0]
     Cw, valid = _prepare(C, x_lengths, y_lengths, window)
     g = gamma.detach().to(Cw.dtype)
     valid = valid & torch.isfinite(Cw)
-    R = _table(Cw.detach(), g, valid)
-    keep = torch.isfinite(_end_values(R, x_lengths, y_lengths).to(C.dtype)).to(Cw.dtype)
+    pen = pdot = None
+    if step_penalty is not None:
+        pen = _per_pair(step_penalty, B, Cw.dtype, "step_penalty")
+        pdot = (torch.zeros_like(pen) if penalty_dot is None
+                else _per_pair(penalty_dot, B, Cw.dtype, "penalty_dot"))
+    pen3 = None if pen is None else pen.view(B, 1, 1)
+    R = _table(Cw.detach(), g, valid, open_begin=open_begin, penalty=None if pen is None else pen.view(B, 1))
+    value = _values(R, g, x_lengths, y_lengths, open_end)
+    keep = torch.isfinite(value.to(C.dtype)).to(Cw.dtype)
+    k3 = keep.view(-1, 1, 1)
     if float(g) == 0.0:
-        E, _ = _alignment(R, g, valid, x_lengths, y_lengths)
-        E = E * keep.view(-1, 1, 1)
-        zeros = C.new_zeros(C.shape[0])
-        return E.to(C.dtype), zeros, torch.zeros_like(C), zeros.clone()
+        first = _alignment(R, g, valid, x_lengths, y_lengths, open_begin=open_begin, open_end=open_end,
+                           penalty=pen3)
+        zeros = C.new_zeros(B)
+        out = ((first[0] * k3).to(C.dtype), zeros, torch.zeros_like(C), zeros.clone())
+        if pen is None:
+            return out
+        return out + ((first[2] * keep).to(C.dtype), zeros.clone())
     Cdot = torch.where(valid, Cdot.detach().to(Cw.dtype), torch.zeros_like(Cw))
     gdot = gamma_dot.detach().to(Cw.dtype)
-    E, vgamma, Edot, vgamma_dot = _second_order(R, g, valid, x_lengths, y_lengths, Cdot, gdot)
-    k3 = keep.view(-1, 1, 1)
-    return ((E * k3).to(C.dtype), (vgamma * keep).to(C.dtype), (Edot * k3).to(C.dtype),
-            (vgamma_dot * keep).to(C.dtype))
+    E, vgamma, Edot, vgamma_dot, vpen, vpen_dot = _second_order(
+        R, g, valid, x_lengths, y_lengths, Cdot, gdot, open_begin=open_begin, open_end=open_end, penalty=pen3,
+        penalty_dot=pdot)
+    out = ((E * k3).to(C.dtype), (vgamma * keep).to(C.dtype), (Edot * k3).to(C.dtype),
+           (vgamma_dot * keep).to(C.dtype))
+    if pen is None:
+        return out
+    return out + ((vpen * keep).to(C.dtype), (vpen_dot * keep).to(C.dtype))
 
 
 def saved_spec(kind, B, N, M, D, dtype, memory):
