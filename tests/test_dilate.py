@@ -167,3 +167,30 @@ def test_temporal_term_has_zero_gradient_at_gamma_zero():
     t = softdtw.dilate_loss(x, y, 0.0, 0.0, backend="reference").sum()
     (g,) = torch.autograd.grad(t, x)
     assert g.abs().sum() == 0
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_step_has_no_host_sync_and_keeps_the_checks():
+    """On cuda the loss checks its values in a kernel read after its own kernels (as soft_dtw does): a training
+    step makes no host synchronisation, NaN-padded targets are read as lengths, and a NaN still raises."""
+    g = torch.Generator(device="cuda").manual_seed(0)
+    pred = torch.randn(8, 24, 1, device="cuda", generator=g, requires_grad=True)
+    target = torch.randn(8, 24, 1, device="cuda", generator=g)
+    loss = softdtw.DILATELoss(0.5, 0.1, reduction="mean")
+    loss(pred, target).backward()  # warm-up: compiles, caches the validation
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        loss(pred, target).backward()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    padded = target.clone()
+    padded[3, 20:] = float("nan")
+    got = softdtw.dilate_loss(pred.detach(), padded, 0.5, 0.1)
+    want = softdtw.dilate_loss(pred.detach(), target, 0.5, 0.1, y_lengths=[24, 24, 24, 20, 24, 24, 24, 24])
+    assert torch.allclose(got, want, rtol=1e-5, atol=1e-6)
+    bad = target.clone()
+    bad[2, 5, 0] = float("nan")
+    with pytest.raises(ValueError, match="NaN"):
+        softdtw.dilate_loss(pred.detach(), bad, 0.5, 0.1)

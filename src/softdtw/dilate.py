@@ -17,7 +17,7 @@ from typing import Callable, Optional, Union
 import torch
 
 from . import _ops, costs
-from ._checks import Span, check_cost_matrix, make_window, prepare, route_by_range
+from ._checks import NaNPadded, Span, check_cost_matrix, make_window, prepare, rerun_args, route_by_range, run_checked
 
 __all__ = ["dilate_loss", "default_omega"]
 
@@ -168,7 +168,25 @@ def dilate_loss(x, y, alpha: float = 0.5, gamma: Union[float, torch.Tensor] = 0.
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 <= float(alpha) <= 1.0:
         raise ValueError(f"alpha must be a number in [0, 1] (the weight of the shape term); got {alpha!r}.")
     p = prepare(x, y, gamma, cost=cost, bandwidth=bandwidth, itakura_max_slope=itakura_max_slope,
-                x_lengths=x_lengths, y_lengths=y_lengths, memory="auto", backend=backend)
+                x_lengths=x_lengths, y_lengths=y_lengths, memory="auto", backend=backend, defer=True)
+    try:  # on cuda the value check runs in front of the kernels and is read after them (no host sync)
+        loss, shape, temporal = run_checked(
+            p, lambda q: _terms(q, alpha, omega, divergence, cost, bandwidth, itakura_max_slope))
+    except NaNPadded as e:  # cuda checked the values after its kernels: again, with the padding's lengths
+        loss, shape, temporal = dilate_loss(**rerun_args(e, p), alpha=alpha, gamma=gamma, omega=omega,
+                                            divergence=divergence, cost=cost, bandwidth=bandwidth,
+                                            itakura_max_slope=itakura_max_slope, backend=backend,
+                                            return_terms=True)
+
+    def out(t):
+        t = t.to(p.out_dtype)
+        return t[0] if p.unbatched else t
+
+    return (out(loss), out(shape), out(temporal)) if return_terms else out(loss)
+
+
+def _terms(p, alpha, omega, divergence, cost, bandwidth, itakura_max_slope):
+    """(loss, shape, temporal) `(B,)` of a prepared problem, in the compute dtype."""
     B, N, D = p.x.shape
     M = p.y.shape[1]
     C = check_cost_matrix(costs.pairwise_cost(cost, p.x, p.y), B, N, M, device=p.x.device, cost=cost)
@@ -189,16 +207,10 @@ def dilate_loss(x, y, alpha: float = 0.5, gamma: Union[float, torch.Tensor] = 0.
 
         wxx = make_window(p.x_lengths, p.x_lengths, N, N, bandwidth, itakura_max_slope)
         wyy = make_window(p.y_lengths, p.y_lengths, M, M, bandwidth, itakura_max_slope)
-        qxx = p._replace(y=p.x, y_lengths=p.x_lengths, window=wxx)
-        qyy = p._replace(x=p.y, x_lengths=p.y_lengths, window=wyy)
+        qxx = p._replace(y=p.x, y_lengths=p.x_lengths, window=wxx, pending=None)
+        qyy = p._replace(x=p.y, x_lengths=p.y_lengths, window=wyy, pending=None)
         shape = shape - 0.5 * _run(qxx, cost, "auto") - 0.5 * _run(qyy, cost, "auto")
-    loss = alpha * shape + (1.0 - alpha) * temporal
-
-    def out(t):
-        t = t.to(p.out_dtype)
-        return t[0] if p.unbatched else t
-
-    return (out(loss), out(shape), out(temporal)) if return_terms else out(loss)
+    return alpha * shape + (1.0 - alpha) * temporal, shape, temporal
 
 
 def _dilate_values(C, gamma, omega, x_lengths, y_lengths, window, backend):
