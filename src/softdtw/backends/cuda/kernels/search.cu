@@ -1,0 +1,578 @@
+// DTW search on the GPU (softdtw.dtw_search, backends/cuda/search.py): the subsequence DP of each query over a
+// long series, parallel along the series, and the greedy pick of the k best non-overlapping matches.
+//
+// The DP (backends/_cpu_search.py): rows i = 0..n-1 are the query's steps, columns j = 0..L-1 the series',
+//   R[0, j] = c + min(0, R[0, j-1])                          (start at j, or come from the left),
+//   R[i, j] = c + min(R[i-1, j-1], R[i-1, j], R[i, j-1])     (ties: diagonal, up, left),
+// soft-DTW with the soft-min instead of min; each cell carries the start column of its best hard path (soft
+// kernels run the hard values beside the soft ones for it). The outputs are the last row's values and starts.
+//
+// Parallel along j (search_rows_kernel). Within row i, with m_j = min(R[i-1, j-1], R[i-1, j]) known from the
+// row above, R[i, j] = c_j + min(m_j, R[i, j-1]) is a prefix scan over j of the maps f_j(r) = c_j + min(m_j, r).
+// A run of columns composes into one map r -> min(H, r + S) (H: the best path entering the run from the row
+// above, S: the run's cost sum), soft r -> smin(A, r + S); the hard map prefers H on ties (an entry inside the run
+// lies right of the carry, which is what the sequential tie rule picks), and carries H's start column s.
+//   * A block owns a tile of NT·CPT columns (thread t: CPT consecutive ones, in registers: y, the previous row's
+//     values and starts) and walks the rows of the query in order.
+//   * Row i: pass 1 folds each thread's columns into its map (from the previous row only); a block scan gives each
+//     thread the map of the columns left of it inside the tile and the tile's aggregate. Warp 0 publishes the
+//     aggregate, then finds the tile's carry-in R[i, j0-1] by a decoupled look-back (tiles on the left publish
+//     their aggregate of row i as soon as their row i-1 is final, then their inclusive value): 32 tiles per step,
+//     composed by a shuffle reduction, until one has an inclusive value. Pass 2 recomputes the thread's columns
+//     from its carry-in; that carry-in, R[i, jb-1], is also the diagonal predecessor of its first column in row i+1.
+//   * Blocks take their tile from an atomic ticket (tile-major, queries interleaved), so a block only ever waits
+//     for tiles whose blocks started before it: no deadlock, whatever the number of resident blocks.
+//   * Look-back records are 64-bit words, 32 bits of payload and a nonzero tag each (zeroed memory = not yet
+//     written), one record per (tile, row), written once: a reader checks every word's tag, so it needs no fence.
+//   * Rows run in bands [row0, row1) of launches (the records take NREC·8 bytes per tile and row): a band starts
+//     from the previous band's last row (in_v, in_h, in_s) and ends with its last row (out_*).
+// select_*: the greedy pick (search.py's rule): smallest remaining end value (first on ties); a pick [s, e]
+// removes every end within `excl` of e and every end j >= s whose start <= e. Chunks of SEL_CHUNK ends keep their
+// best live end; each round re-scans only the chunks a pick can touch.
+#include "common.cuh"
+
+namespace sdtw {
+namespace search {
+
+template <typename T> __device__ __forceinline__ T inf_v();
+template <> __device__ __forceinline__ float inf_v<float>() { return __int_as_float(0x7f800000); }
+template <> __device__ __forceinline__ double inf_v<double>() { return __longlong_as_double(0x7ff0000000000000ll); }
+
+// Soft-min of two values in natural units, -g log(e^(-a/g) + e^(-b/g)) (g2 = g ln 2, ig2 = 1 / g2); +inf counts 0.
+template <typename T>
+__device__ __forceinline__ T smin2(T a, T b, T g2, T ig2) {
+  const T lo = Num<T>::mn(a, b), hi = Num<T>::mx(a, b);
+  if (hi == inf_v<T>()) return lo;
+  return lo - g2 * Num<T>::lg2(T(1) + Num<T>::ex2((lo - hi) * ig2));
+}
+
+// The map of a run of columns: r -> min(H, r + S) with start s where H wins (ties to H), soft r -> smin(A, r + S).
+// Identity: H = A = inf, S = 0. A constant (an inclusive value v): H = A = v, S = inf.
+template <typename T, bool SOFT>
+struct Map {
+  T H, S, A;
+  int s;
+};
+
+template <typename T, bool SOFT>
+__device__ __forceinline__ Map<T, SOFT> identity_map() {
+  return Map<T, SOFT>{inf_v<T>(), T(0), inf_v<T>(), 0};
+}
+
+// x after y (y covers the columns left of x's).
+template <typename T, bool SOFT>
+__device__ __forceinline__ Map<T, SOFT> compose(const Map<T, SOFT>& x, const Map<T, SOFT>& y, T g2, T ig2) {
+  Map<T, SOFT> r;
+  const T hy = y.H + x.S;
+  const bool take = x.H <= hy;
+  r.H = take ? x.H : hy;
+  r.s = take ? x.s : y.s;
+  r.S = y.S + x.S;
+  if constexpr (SOFT) r.A = smin2(x.A, y.A + x.S, g2, ig2);
+  else r.A = r.H;
+  return r;
+}
+
+template <typename T, bool SOFT>
+__device__ __forceinline__ Map<T, SOFT> shfl_up(const Map<T, SOFT>& m, int off) {
+  Map<T, SOFT> r;
+  r.H = __shfl_up_sync(FULL_MASK, m.H, off);
+  r.S = __shfl_up_sync(FULL_MASK, m.S, off);
+  r.s = __shfl_up_sync(FULL_MASK, m.s, off);
+  r.A = SOFT ? __shfl_up_sync(FULL_MASK, m.A, off) : r.H;
+  return r;
+}
+
+template <typename T, bool SOFT>
+__device__ __forceinline__ Map<T, SOFT> shfl_down(const Map<T, SOFT>& m, int off) {
+  Map<T, SOFT> r;
+  r.H = __shfl_down_sync(FULL_MASK, m.H, off);
+  r.S = __shfl_down_sync(FULL_MASK, m.S, off);
+  r.s = __shfl_down_sync(FULL_MASK, m.s, off);
+  r.A = SOFT ? __shfl_down_sync(FULL_MASK, m.A, off) : r.H;
+  return r;
+}
+
+template <typename T, bool SOFT>
+__device__ __forceinline__ Map<T, SOFT> shfl_idx(const Map<T, SOFT>& m, int src) {
+  Map<T, SOFT> r;
+  r.H = __shfl_sync(FULL_MASK, m.H, src);
+  r.S = __shfl_sync(FULL_MASK, m.S, src);
+  r.s = __shfl_sync(FULL_MASK, m.s, src);
+  r.A = SOFT ? __shfl_sync(FULL_MASK, m.A, src) : r.H;
+  return r;
+}
+
+// Inclusive scan over the lanes of a warp, in column order (lane 0 leftmost): lane l gets m_l after ... after m_0.
+template <typename T, bool SOFT>
+__device__ __forceinline__ Map<T, SOFT> warp_scan(Map<T, SOFT> m, int lane, T g2, T ig2) {
+#pragma unroll
+  for (int off = 1; off < 32; off *= 2) {
+    const Map<T, SOFT> o = shfl_up(m, off);
+    if (lane >= off) m = compose(m, o, g2, ig2);
+  }
+  return m;
+}
+
+// ---- look-back records: tagged 64-bit words ----------------------------------------------------------------------
+
+__device__ __forceinline__ unsigned long long ld_relaxed(const unsigned long long* p) {
+  unsigned long long v;
+  asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_relaxed(unsigned long long* p, unsigned long long v) {
+  asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+__device__ __forceinline__ unsigned long long tagged(unsigned payload) {
+  return ((unsigned long long)payload << 32) | 1ull;
+}
+
+template <typename T> struct Words;
+template <> struct Words<float> {
+  static constexpr int N = 1;
+  static __device__ __forceinline__ void put(unsigned long long* w, float v) { w[0] = tagged(__float_as_uint(v)); }
+  static __device__ __forceinline__ float get(const unsigned long long* w) { return __uint_as_float(unsigned(w[0] >> 32)); }
+};
+template <> struct Words<double> {
+  static constexpr int N = 2;
+  static __device__ __forceinline__ void put(unsigned long long* w, double v) {
+    const unsigned long long b = (unsigned long long)__double_as_longlong(v);
+    w[0] = tagged(unsigned(b));
+    w[1] = tagged(unsigned(b >> 32));
+  }
+  static __device__ __forceinline__ double get(const unsigned long long* w) {
+    return __longlong_as_double((long long)((w[0] >> 32) | ((w[1] >> 32) << 32)));
+  }
+};
+
+// A record: the inclusive value (H, s[, A]) in words [0, NINC), the aggregate (H, s, S[, A]) in [NINC, NREC).
+template <typename T, bool SOFT>
+struct Record {
+  static constexpr int W = Words<T>::N;
+  static constexpr int NINC = W * (SOFT ? 2 : 1) + 1;
+  static constexpr int NAGG = W * (SOFT ? 3 : 2) + 1;
+  static constexpr int NREC = NINC + NAGG;
+
+  static __device__ __forceinline__ void publish_inc(unsigned long long* rec, T H, int s, T A) {
+    unsigned long long w[NINC];
+    Words<T>::put(w, H);
+    w[W] = tagged(unsigned(s));
+    if constexpr (SOFT) Words<T>::put(w + W + 1, A);
+#pragma unroll
+    for (int k = 0; k < NINC; ++k) st_relaxed(rec + k, w[k]);
+  }
+  static __device__ __forceinline__ void publish_agg(unsigned long long* rec, const Map<T, SOFT>& m) {
+    unsigned long long w[NAGG];
+    Words<T>::put(w, m.H);
+    w[W] = tagged(unsigned(m.s));
+    Words<T>::put(w + W + 1, m.S);
+    if constexpr (SOFT) Words<T>::put(w + 2 * W + 1, m.A);
+#pragma unroll
+    for (int k = 0; k < NAGG; ++k) st_relaxed(rec + NINC + k, w[k]);
+  }
+  // Spin until the record holds an inclusive value (returned as a constant map, inc = true) or an aggregate.
+  static __device__ __forceinline__ Map<T, SOFT> read(const unsigned long long* rec, bool& inc) {
+    unsigned long long w[NREC];
+    while (true) {
+#pragma unroll
+      for (int k = 0; k < NREC; ++k) w[k] = ld_relaxed(rec + k);
+      bool ok_inc = true, ok_agg = true;
+#pragma unroll
+      for (int k = 0; k < NINC; ++k) ok_inc &= (w[k] & 1ull) != 0;
+#pragma unroll
+      for (int k = NINC; k < NREC; ++k) ok_agg &= (w[k] & 1ull) != 0;
+      Map<T, SOFT> m;
+      if (ok_inc) {
+        inc = true;
+        m.H = Words<T>::get(w);
+        m.s = int(unsigned(w[W] >> 32));
+        m.S = inf_v<T>();
+        m.A = SOFT ? Words<T>::get(w + W + 1) : m.H;
+        return m;
+      }
+      if (ok_agg) {
+        inc = false;
+        const unsigned long long* a = w + NINC;
+        m.H = Words<T>::get(a);
+        m.s = int(unsigned(a[W] >> 32));
+        m.S = Words<T>::get(a + W + 1);
+        m.A = SOFT ? Words<T>::get(a + 2 * W + 1) : m.H;
+        return m;
+      }
+      __nanosleep(32);
+    }
+  }
+};
+
+// The cell cost of query step qi and series step y: D = DK features in registers, or D features in memory.
+template <typename T, int COST, int DK>
+__device__ __forceinline__ T cost_reg(const T (&qi)[DK], const T (&y)[DK]) {
+  T c = T(0);
+#pragma unroll
+  for (int d = 0; d < DK; ++d) {
+    const T t = qi[d] - y[d];
+    c += COST == COST_L1 ? Num<T>::abs(t) : t * t;
+  }
+  return c;
+}
+template <typename T, int COST>
+__device__ __forceinline__ T cost_mem(const T* qi, const T* y, int D) {
+  T c = T(0);
+  for (int d = 0; d < D; ++d) {
+    const T t = __ldg(qi + d) - __ldg(y + d);
+    c += COST == COST_L1 ? Num<T>::abs(t) : t * t;
+  }
+  return c;
+}
+
+// One band of rows [row0, row1) of every query's DP, a block per (tile, query) ticket.
+// query `(Q, n, D)`, series `(L, D)`; in_* `(Q, L)`: row row0 - 1 (read when row0 > 0; in_h for SOFT only);
+// out_* `(Q, L)`: row row1 - 1 (out_h for SOFT, may be null); slots: Q · ntiles · (row1 - row0) records, zeroed;
+// ticket: one int, zeroed. DK: D as a template constant (y in registers), 0 for any D (y read through L1).
+template <typename T, int COST, bool SOFT, int DK, int NT, int CPT>
+__global__ void __launch_bounds__(NT) search_rows_kernel(
+    const T* __restrict__ query, const T* __restrict__ series, const T* __restrict__ in_v,
+    const T* __restrict__ in_h, const int* __restrict__ in_s, T* __restrict__ out_v, T* __restrict__ out_h,
+    int* __restrict__ out_s, unsigned long long* __restrict__ slots, int* __restrict__ ticket, int Q, int n, int D,
+    int L, int row0, int row1, int ntiles, T gamma) {
+  using M = Map<T, SOFT>;
+  using Rec = Record<T, SOFT>;
+  constexpr int NW = NT / 32;
+  static_assert(NT % 32 == 0 && NW <= 32, "NT: a multiple of 32, at most 1024");
+  constexpr int DR = DK > 0 ? DK : 1;
+  const T INF = inf_v<T>();
+  const T g2 = SOFT ? gamma * T(LN2) : T(1);
+  const T ig2 = SOFT ? T(1) / g2 : T(1);
+
+  __shared__ int s_ticket;
+  __shared__ M s_warp[2][NW];  // per row parity: warp totals, then the warps' exclusive prefixes
+  __shared__ M s_carry[2];     // the tile's carry-in R[i, j0 - 1] as a constant map
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (threadIdx.x == 0) s_ticket = atomicAdd(ticket, 1);
+  __syncthreads();
+  const int tk = s_ticket;
+  const int t = tk / Q, q = tk - (tk / Q) * Q;
+  const int rows = row1 - row0;
+  const int jb = t * (NT * CPT) + threadIdx.x * CPT;  // this thread's first column
+  const long long qoff = (long long)q * L;
+
+  T y[CPT][DR];
+  if constexpr (DK > 0) {
+#pragma unroll
+    for (int k = 0; k < CPT; ++k)
+#pragma unroll
+      for (int d = 0; d < DK; ++d) y[k][d] = jb + k < L ? series[(long long)(jb + k) * DK + d] : T(0);
+  }
+  // The previous row (hard values ph, starts ps, soft values pv) and the diagonal of the first column (dh, ds, dv).
+  T ph[CPT], pv[CPT];
+  int ps[CPT];
+  T dh = INF, dv = INF;
+  int ds = 0;
+#pragma unroll
+  for (int k = 0; k < CPT; ++k) {
+    ph[k] = INF;
+    pv[k] = INF;
+    ps[k] = 0;
+  }
+  if (row0 > 0) {
+#pragma unroll
+    for (int k = 0; k < CPT; ++k) {
+      if (jb + k < L) {
+        const T v = in_v[qoff + jb + k];
+        pv[k] = v;
+        ph[k] = SOFT ? in_h[qoff + jb + k] : v;
+        ps[k] = in_s[qoff + jb + k];
+      }
+    }
+    if (jb > 0 && jb - 1 < L) {
+      dv = in_v[qoff + jb - 1];
+      dh = SOFT ? in_h[qoff + jb - 1] : dv;
+      ds = in_s[qoff + jb - 1];
+    }
+  }
+
+  const T* qrow = query + ((long long)q * n + row0) * D;
+  for (int i = row0; i < row1; ++i, qrow += D) {
+    const int par = i & 1;
+    T qi[DR];
+    if constexpr (DK > 0) {
+#pragma unroll
+      for (int d = 0; d < DK; ++d) qi[d] = __ldg(qrow + d);
+    }
+    // ---- pass 1: this thread's map, from the previous row only
+    M m = identity_map<T, SOFT>();
+    T ms[SOFT ? CPT : 1];  // soft: smin(diagonal, up) per column, kept for pass 2
+    {
+      T odh = dh, odv = dv;
+      int ods = ds;
+#pragma unroll
+      for (int k = 0; k < CPT; ++k) {
+        const int j = jb + k;
+        T c, mh, msv;
+        int sm;
+        if (j >= L) {
+          c = T(0), mh = INF, msv = INF, sm = 0;
+        } else {
+          if constexpr (DK > 0) c = cost_reg<T, COST, DR>(qi, y[k]);
+          else c = cost_mem<T, COST>(qrow, series + (long long)j * D, D);
+          if (i == 0) {
+            mh = T(0), msv = T(0), sm = j;
+          } else {
+            const bool tk2 = odh <= ph[k];
+            mh = tk2 ? odh : ph[k];
+            sm = tk2 ? ods : ps[k];
+            msv = SOFT ? smin2(odv, pv[k], g2, ig2) : mh;
+          }
+        }
+        if constexpr (SOFT) ms[k] = msv;
+        odh = ph[k], odv = pv[k], ods = ps[k];
+        const bool take = mh <= m.H;
+        m.H = c + (take ? mh : m.H);
+        m.s = take ? sm : m.s;
+        m.S += c;
+        if constexpr (SOFT) m.A = c + smin2(msv, m.A, g2, ig2);
+      }
+    }
+    // ---- block scan of the thread maps
+    const M incl = warp_scan(m, lane, g2, ig2);
+    M excl = shfl_up(incl, 1);
+    if (lane == 0) excl = identity_map<T, SOFT>();
+    if (lane == 31) s_warp[par][warp] = incl;
+    __syncthreads();
+    if (warp == 0) {
+      M w = lane < NW ? s_warp[par][lane] : identity_map<T, SOFT>();
+      const M wincl = warp_scan(w, lane, g2, ig2);
+      M wexcl = shfl_up(wincl, 1);
+      if (lane == 0) wexcl = identity_map<T, SOFT>();
+      const M total = shfl_idx(wincl, NW - 1);
+      if (lane < NW) s_warp[par][lane] = wexcl;
+      unsigned long long* rec = slots + ((long long)(q * ntiles + t) * rows + (i - row0)) * Rec::NREC;
+      M run = identity_map<T, SOFT>();
+      if (t > 0) {
+        if (lane == 0) Rec::publish_agg(rec, total);
+        const long long tstride = (long long)rows * Rec::NREC;  // records of neighbouring tiles of one query
+        for (int base = t - 1;; base -= 32) {
+          const int u = base - lane;
+          bool inc = true;
+          M e;
+          if (u < 0) {
+            e = M{INF, INF, INF, 0};  // left of column 0: R[i, -1] = inf
+          } else {
+            e = Rec::read(rec - (long long)(t - u) * tstride, inc);
+          }
+          const unsigned hit = __ballot_sync(FULL_MASK, inc);
+          const int first = hit ? __ffs(hit) - 1 : 32;
+          if (lane > first) e = identity_map<T, SOFT>();
+#pragma unroll
+          for (int off = 1; off < 32; off *= 2) {
+            const M o = shfl_down(e, off);
+            if (lane + off < 32) e = compose(e, o, g2, ig2);
+          }
+          run = compose(run, shfl_idx(e, 0), g2, ig2);
+          if (hit) break;
+        }
+      } else {
+        run = M{INF, INF, INF, 0};
+      }
+      // run is a constant map: the carry-in R[i, j0 - 1] is (run.H, run.s), soft run.A
+      if (lane == 0) {
+        s_carry[par] = run;
+        if (t + 1 < ntiles) {
+          const M inc = compose(total, run, g2, ig2);
+          Rec::publish_inc(rec, inc.H, inc.s, inc.A);
+        }
+      }
+    }
+    __syncthreads();
+    // ---- pass 2: this thread's columns from its carry-in
+    const M pre = compose(excl, s_warp[par][warp], g2, ig2);  // the tile's columns left of this thread
+    const M cin = compose(pre, s_carry[par], g2, ig2);         // a constant map: R[i, jb - 1]
+    T rh = cin.H, rv = cin.A;
+    int rs = cin.s;
+    {
+      T odh = dh;
+      int ods = ds;
+      dh = rh, dv = rv, ds = rs;  // the next row's diagonal of the first column
+#pragma unroll
+      for (int k = 0; k < CPT; ++k) {
+        const int j = jb + k;
+        T c, mh;
+        int sm;
+        if (j >= L) {
+          c = T(0), mh = INF, sm = 0;
+        } else {
+          if constexpr (DK > 0) c = cost_reg<T, COST, DR>(qi, y[k]);
+          else c = cost_mem<T, COST>(qrow, series + (long long)j * D, D);
+          if (i == 0) {
+            mh = T(0), sm = j;
+          } else {
+            const bool tk2 = odh <= ph[k];
+            mh = tk2 ? odh : ph[k];
+            sm = tk2 ? ods : ps[k];
+          }
+        }
+        odh = ph[k], ods = ps[k];
+        const bool take = mh <= rh;
+        rh = c + (take ? mh : rh);
+        rs = take ? sm : rs;
+        ph[k] = rh;
+        ps[k] = rs;
+        if constexpr (SOFT) {
+          rv = c + smin2(ms[k], rv, g2, ig2);
+          pv[k] = rv;
+        } else {
+          pv[k] = rh;
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < CPT; ++k) {
+    if (jb + k < L) {
+      out_v[qoff + jb + k] = SOFT ? pv[k] : ph[k];
+      out_s[qoff + jb + k] = ps[k];
+      if (SOFT && out_h != nullptr) out_h[qoff + jb + k] = ph[k];
+    }
+  }
+}
+
+// ---- the greedy pick of k matches --------------------------------------------------------------------------------
+
+constexpr int SEL_CHUNK = 1024;  // ends per chunk (backends/cuda/search.py, SEL_CHUNK)
+constexpr int SEL_THREADS = 256;
+constexpr int GREEDY_THREADS = 1024;
+
+// (value, index) with the smaller value first, the smaller index on ties; index -1: none.
+template <typename T>
+__device__ __forceinline__ void better(T& v, int& i, T ov, int oi) {
+  if (oi >= 0 && (i < 0 || ov < v || (ov == v && oi < i))) v = ov, i = oi;
+}
+
+template <typename T>
+__device__ __forceinline__ void warp_best(T& v, int& i) {
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) {
+    const T ov = __shfl_down_sync(FULL_MASK, v, off);
+    const int oi = __shfl_down_sync(FULL_MASK, i, off);
+    better(v, i, ov, oi);
+  }
+}
+
+// Per chunk of SEL_CHUNK ends (grid nch · Q, query-major): its best end (cv, ci; value < inf only) and its smallest start.
+template <typename T>
+__global__ void __launch_bounds__(SEL_THREADS) select_chunks_kernel(const T* __restrict__ v, const int* __restrict__ st,
+                                                                    int L, int nch, T* __restrict__ cv,
+                                                                    int* __restrict__ ci, int* __restrict__ cmin) {
+  __shared__ T sv[SEL_THREADS / 32];
+  __shared__ int si[SEL_THREADS / 32], sm[SEL_THREADS / 32];
+  const int q = blockIdx.x / nch, c = blockIdx.x - q * nch;
+  const long long off = (long long)q * L;
+  const int lo = c * SEL_CHUNK, hi = min(L, lo + SEL_CHUNK);
+  T bv = inf_v<T>();
+  int bi = -1, mn = 0x7fffffff;
+  for (int j = lo + threadIdx.x; j < hi; j += SEL_THREADS) {
+    const T x = v[off + j];
+    if (x < bv) bv = x, bi = j;
+    mn = min(mn, st[off + j]);
+  }
+  warp_best(bv, bi);
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) mn = min(mn, __shfl_down_sync(FULL_MASK, mn, o));
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) sv[warp] = bv, si[warp] = bi, sm[warp] = mn;
+  __syncthreads();
+  if (warp == 0) {
+    bv = lane < SEL_THREADS / 32 ? sv[lane] : inf_v<T>();
+    bi = lane < SEL_THREADS / 32 ? si[lane] : -1;
+    mn = lane < SEL_THREADS / 32 ? sm[lane] : 0x7fffffff;
+    warp_best(bv, bi);
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) mn = min(mn, __shfl_down_sync(FULL_MASK, mn, o));
+    if (lane == 0) {
+      cv[(long long)q * nch + c] = bv;
+      ci[(long long)q * nch + c] = bi;
+      cmin[(long long)q * nch + c] = mn;
+    }
+  }
+}
+
+// The k rounds of the greedy pick, one block per query (grid Q). out_* `(Q, k)`: start, end (int64), value; -1, -1,
+// +inf past the last match. cv, ci are updated in place.
+template <typename T>
+__global__ void __launch_bounds__(GREEDY_THREADS) select_greedy_kernel(
+    const T* __restrict__ v, const int* __restrict__ st, int L, int nch, T* __restrict__ cv, int* __restrict__ ci,
+    const int* __restrict__ cmin, int k, long long excl, long long* __restrict__ out_s, long long* __restrict__ out_e,
+    T* __restrict__ out_v) {
+  constexpr int NW = GREEDY_THREADS / 32;
+  __shared__ T sv[NW];
+  __shared__ int si[NW];
+  const int q = blockIdx.x;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const long long off = (long long)q * L;
+  T* cvq = cv + (long long)q * nch;
+  int* ciq = ci + (long long)q * nch;
+  const int* cmq = cmin + (long long)q * nch;
+  long long* os = out_s + (long long)q * k;
+  long long* oe = out_e + (long long)q * k;
+  T* ov = out_v + (long long)q * k;
+  for (int r = 0; r < k; ++r) {
+    T bv = inf_v<T>();
+    int bi = -1;
+    for (int c = threadIdx.x; c < nch; c += GREEDY_THREADS) better(bv, bi, cvq[c], ciq[c]);
+    warp_best(bv, bi);
+    if (lane == 0) sv[warp] = bv, si[warp] = bi;
+    __syncthreads();
+    if (warp == 0) {
+      bv = sv[lane], bi = si[lane];
+      warp_best(bv, bi);
+      if (lane == 0) sv[0] = bv, si[0] = bi;
+    }
+    __syncthreads();
+    const int e = si[0];
+    const T best = sv[0];
+    if (e < 0) {  // no live end left: the rest stays -1, -1, +inf
+      for (int p = r + threadIdx.x; p < k; p += GREEDY_THREADS) os[p] = -1, oe[p] = -1, ov[p] = inf_v<T>();
+      return;
+    }
+    const int s = st[off + e];
+    if (threadIdx.x == 0) os[r] = s, oe[r] = e, ov[r] = best;
+    __syncthreads();  // the pick in os / oe before the re-scans read it (and sv / si read before the next round)
+    // re-scan every chunk the pick can touch: near e, or holding an end j >= s whose start may be <= e
+    for (int c0 = warp * 32; c0 < nch; c0 += GREEDY_THREADS) {
+      const int c = c0 + lane;
+      bool aff = false;
+      if (c < nch) {
+        const long long lo = (long long)c * SEL_CHUNK, hi = min((long long)L, lo + SEL_CHUNK) - 1;
+        aff = (hi >= e - excl && lo <= e + excl) || (hi >= s && cmq[c] <= e);
+      }
+      unsigned mask = __ballot_sync(FULL_MASK, aff);
+      while (mask) {
+        const int cc = c0 + __ffs(mask) - 1;
+        mask &= mask - 1;
+        const int lo = cc * SEL_CHUNK, hi = min(L, lo + SEL_CHUNK);
+        T lv = inf_v<T>();
+        int li = -1;
+        for (int j = lo + lane; j < hi; j += 32) {
+          const T x = v[off + j];
+          if (x < lv) {
+            const int sj = st[off + j];
+            bool alive = true;
+            for (int p = 0; p <= r && alive; ++p) {
+              const long long pe = oe[p], ps = os[p];
+              alive = !(llabs((long long)j - pe) <= excl || (sj <= pe && j >= ps));
+            }
+            if (alive) lv = x, li = j;
+          }
+        }
+        warp_best(lv, li);
+        if (lane == 0) cvq[cc] = lv, ciq[cc] = li;
+      }
+    }
+    __syncthreads();  // the chunks' new bests before the next round's argmin
+  }
+}
+
+}  // namespace search
+}  // namespace sdtw
