@@ -17,7 +17,7 @@ for g in (0.0, 0.5):
 print("numba ready")
 PY
 echo "== t=$(( $(date +%s) - T0 ))s  tests"
-timeout 80 python -m pytest -x -q -p no:cacheprovider -n 4 -rA tests/test_search_cuda.py tests/test_search.py 2>&1 \
+timeout 80 python -m pytest -q -p no:cacheprovider -n 4 -rA tests/test_search_cuda.py tests/test_search.py 2>&1 \
   | grep -E "max rel err|passed|failed|Error|error|assert|FAILED|^E " | head -80
 echo "== t=$(( $(date +%s) - T0 ))s  memcheck + racecheck (small)"
 cat > "$OUT/small.py" <<'PY'
