@@ -34,8 +34,9 @@ from softdtw.backends.cuda import search as cs  # noqa: E402
 from softdtw.search import dtw_search  # noqa: E402
 
 LENGTHS = {"full": [100_000, 1_000_000, 10_000_000], "smoke": [20_000]}
-TILES_HARD = [(128, 16), (256, 8), (256, 16), (512, 8), (512, 16), (1024, 8), (128, 32)]
-TILES_SOFT = [(128, 8), (256, 4), (256, 8), (512, 4), (512, 8)]
+TILES_HARD = [(128, 16), (256, 16, 1), (256, 16, 2), (256, 16, 3), (128, 16, 6), (256, 8, 4), (512, 16), (1024, 8),
+              (128, 8, 8)]
+TILES_SOFT = [(128, 8), (256, 8, 1), (256, 8, 2), (256, 8, 3), (256, 4), (256, 4, 4), (512, 4)]
 N = 128
 
 
@@ -48,9 +49,9 @@ def data(L, n=N, Q=1, dtype=torch.float32, seed=0):
     return q.to(dtype), s.to(dtype)
 
 
-def _expr(dtype, cost, soft, DK, NT, CPT):
+def _expr(dtype, cost, soft, DK, NT, CPT, MINB=1):
     return (f"sdtw::search::search_rows_kernel<{cs._CTYPE[dtype]}, {cs.COST_IDS[cost]}, {'true' if soft else 'false'}, "
-            f"{DK}, {NT}, {CPT}>")
+            f"{DK}, {NT}, {CPT}, {MINB}>")
 
 
 def precompile_jobs(arch: str) -> list:
@@ -61,8 +62,8 @@ def precompile_jobs(arch: str) -> list:
             for soft in (False, True):
                 for D in range(1, 6):
                     cs.forced_tile = None
-                    NT, CPT, DK = cs.tile_of(dtype, soft, D)
-                    jobs.append(_expr(dtype, cost, soft, DK, NT, CPT))
+                    NT, CPT, MINB, DK = cs.tile_of(dtype, soft, D)
+                    jobs.append(_expr(dtype, cost, soft, DK, NT, CPT, MINB))
                     if dtype == torch.float64:
                         for tile in ((32, 1), (32, 2), (32, 4), (64, 2), (128, 2)):
                             jobs.append(_expr(dtype, cost, soft, DK, *tile))
@@ -138,9 +139,43 @@ def tiles_section(reps, L):
             for tile in tiles:
                 cs.forced_tile = tile
                 ms = median_ms(lambda: cs.end_rows(q, s, "sqeuclidean", 1.0 if soft else 0.0), reps)
-                rows.append(row("tiles", f"end_rows NT={tile[0]} CPT={tile[1]}", 1, L, ms, gamma=1.0 if soft else 0.0))
+                name = f"end_rows NT={tile[0]} CPT={tile[1]}" + (f" MINB={tile[2]}" if len(tile) > 2 else "")
+                rows.append(row("tiles", name, 1, L, ms, gamma=1.0 if soft else 0.0))
     finally:
         cs.forced_tile = None
+    return rows
+
+
+def profile_section(cases):
+    """Per-row phase times of end_rows (kernel profile, thread 0 of the first tickets): mean cycles of each phase,
+    the mean row period (ns, from the globaltimer), look-back reads and windows per row."""
+    rows = []
+    for L, gamma, ntk in cases:
+        q, s = data(L)
+        NT, CPT, _, _ = cs.tile_of(torch.float32, gamma > 0, 1)
+        tiles = -(-L // (NT * CPT))
+        ntk = min(ntk, tiles)
+        prof = torch.zeros(ntk * N * 8, dtype=torch.int64, device="cuda")
+        cs.end_rows(q, s, "sqeuclidean", gamma)  # warm
+        torch.cuda.synchronize()
+        cs.end_rows(q, s, "sqeuclidean", gamma, prof=(prof, ntk))
+        torch.cuda.synchronize()
+        p = prof.view(ntk, N, 8).double().cpu()
+        per = p[:, :, 1:6].clone()
+        per[:, :, 1:] -= p[:, :, 1:5].clone()  # phase durations
+        period = (p[:, 1:, 0] - p[:, :-1, 0]).mean()
+        life = (p[:, -1, 0] - p[:, 0, 0]).mean() / 1e3
+        names = ["pass1", "barrier1", "lookback", "barrier2", "pass2"]
+        means = {k: float(per[:, :, c].mean()) for c, k in enumerate(names)}
+        r = {"section": "profile", "impl": f"end_rows tickets 0..{ntk - 1}", "Q": 1, "n": N, "L": L,
+             "gamma": gamma, "row_ns": float(period), "tile_us": float(life),
+             "reads": float(p[:, :, 6].mean()), "windows": float(p[:, :, 7].mean()),
+             **{f"cyc_{k}": v for k, v in means.items()}}
+        first = p[:, 0, 0]
+        r["note"] = (f"tile start spread {float(first.max() - first.min()) / 1e3:.1f} us; "
+                     f"max row ns {float((p[:, 1:, 0] - p[:, :-1, 0]).max()):.0f}")
+        print(r, flush=True)
+        rows.append(r)
     return rows
 
 
@@ -157,7 +192,16 @@ def markdown(meta, rows):
         "copied to the host and picked by the CPU's Numba code).",
         "- tiles: `end_rows` with forced tiles at the largest L (threads x columns per thread).",
         "",
-        _harness.markdown_table(rows, ["section", "impl", "Q", "n", "L", "dtype", "gamma", "ms", "gcups", "note"]),
+        _harness.markdown_table([r for r in rows if r["section"] != "profile"],
+                                ["section", "impl", "Q", "n", "L", "dtype", "gamma", "ms", "gcups", "note"]),
+        "",
+        "- profile: end_rows' own timers (thread 0 of the first tickets, every row): row_ns the mean time between "
+        "row starts, tile_us a tile's life, cyc_* mean cycles per phase, reads / windows the look-back's read "
+        "rounds and 32-tile windows per row.",
+        "",
+        _harness.markdown_table([r for r in rows if r["section"] == "profile"],
+                                ["impl", "L", "gamma", "row_ns", "tile_us", "cyc_pass1", "cyc_barrier1",
+                                 "cyc_lookback", "cyc_barrier2", "cyc_pass2", "reads", "windows", "note"]),
         "",
         meta.get("comment", ""),
     ])
@@ -169,7 +213,7 @@ def main(argv=None):
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--smoke", action="store_true", help="tiny sizes")
     parser.add_argument("--precompile", action="store_true", help="only fill the kernel cache (parallel NVRTC)")
-    parser.add_argument("--sections", default="search,parts,tiles")
+    parser.add_argument("--sections", default="search,parts,tiles,profile")
     parser.add_argument("--comment", default="")
     args = parser.parse_args(argv)
     arch = nvrtc.arch_of(0)
@@ -191,6 +235,8 @@ def main(argv=None):
         rows += parts_section(args.reps, lengths)
     if "tiles" in sections:
         rows += tiles_section(args.reps, lengths[-1])
+    if "profile" in sections:
+        rows += profile_section([(L, g, 1200) for L in (lengths[0], lengths[-1]) for g in (0.0, 1.0)])
     md = markdown(meta, rows)
     print(md)
     _harness.write_results(out, meta, rows, md)

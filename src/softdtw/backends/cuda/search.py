@@ -19,9 +19,10 @@ import torch
 
 from . import launch as _launch
 
-#: Threads per block and columns per thread of search_rows_kernel, per (dtype, soft): the tile is NT · CPT steps.
-TILES = {(torch.float32, False): (256, 16), (torch.float64, False): (256, 8),
-         (torch.float32, True): (256, 8), (torch.float64, True): (256, 4)}
+#: Threads per block, columns per thread and blocks per SM (the register budget) of search_rows_kernel, per
+#: (dtype, soft): the tile is NT · CPT steps.
+TILES = {(torch.float32, False): (256, 16, 2), (torch.float64, False): (256, 8, 2),
+         (torch.float32, True): (256, 8, 2), (torch.float64, True): (256, 4, 2)}
 #: Largest D held in registers (a template constant); larger D reads the series through L1.
 DK_MAX = 4
 #: Look-back records of one launch at most this many bytes (rows run in bands of launches beyond).
@@ -34,7 +35,7 @@ SEL_CHUNK, SEL_THREADS, GREEDY_THREADS = 1024, 256, 1024
 _CTYPE = {torch.float32: "float", torch.float64: "double"}
 COST_IDS = {"sqeuclidean": 0, "l1": 1}
 
-#: Tests and benchmarks: (NT, CPT) to use instead of TILES (None: TILES).
+#: Tests and benchmarks: (NT, CPT) or (NT, CPT, MINB) to use instead of TILES (None: TILES).
 forced_tile = None
 
 
@@ -45,12 +46,12 @@ def _record_words(dtype: torch.dtype, soft: bool) -> int:
 
 
 def tile_of(dtype: torch.dtype, soft: bool, D: int) -> tuple:
-    """(NT, CPT, DK) of search_rows_kernel: fewer columns per thread when D features of each sit in registers."""
-    NT, CPT = forced_tile or TILES[(dtype, soft)]
+    """(NT, CPT, MINB, DK) of search_rows_kernel: fewer columns per thread when D features of each sit in registers."""
+    NT, CPT, MINB = (tuple(forced_tile) + (1,))[:3] if forced_tile else TILES[(dtype, soft)]
     DK = D if D <= DK_MAX else 0
     if forced_tile is None and DK > 1:
         CPT = max(2, CPT // (2 if DK == 2 else 4))
-    return NT, CPT, DK
+    return NT, CPT, MINB, DK
 
 
 def _bits(value: float, dtype: torch.dtype) -> int:
@@ -60,23 +61,30 @@ def _bits(value: float, dtype: torch.dtype) -> int:
     return struct.unpack("<q", struct.pack("<d", value))[0]
 
 
-def end_rows(query: torch.Tensor, series: torch.Tensor, cost: str, gamma: float):
+#: The profile end_rows writes with prof=(tensor, tickets) (benchmarks): per ticket and row, thread 0's globaltimer
+#: (ns) at the row's start, then clock64 cycles since it after pass 1, the first barrier, the look-back (warp 0
+#: scan + publish + look-back), the second barrier and pass 2, then the look-back's read rounds and windows.
+PROF_FIELDS = ("start_ns", "pass1", "barrier1", "lookback", "barrier2", "pass2", "reads", "windows")
+
+
+def end_rows(query: torch.Tensor, series: torch.Tensor, cost: str, gamma: float, prof=None):
     """(values `(Q, L)`, starts `(Q, L)` int32): the last DP row of each query of query `(Q, n, D)` in series `(L, D)`
     (both contiguous CUDA tensors of one float dtype): values[b, j] = the best DTW value of a match of query b ending
     at step j (gamma > 0: the soft-min over all matches ending there), starts[b, j] = the start of its best hard path.
+    prof: (int64 tensor of tickets · rows · 8 zeros, tickets) to profile the first tickets (one band only).
     """
     Q, n, D = query.shape
     L = series.shape[0]
     dtype = query.dtype
     soft = gamma > 0
-    NT, CPT, DK = tile_of(dtype, soft, D)
+    NT, CPT, MINB, DK = tile_of(dtype, soft, D)
     tw = NT * CPT
     ntiles = -(-L // tw)
     nrec = _record_words(dtype, soft)
     band = max(1, min(n, SLOT_BYTES // (Q * ntiles * nrec * 8)))
     dev = query.get_device()
     expr = (f"sdtw::search::search_rows_kernel<{_CTYPE[dtype]}, {COST_IDS[cost]}, {'true' if soft else 'false'}, "
-            f"{DK}, {NT}, {CPT}>")
+            f"{DK}, {NT}, {CPT}, {MINB}>")
     values = torch.empty((Q, L), dtype=dtype, device=query.device)
     starts = torch.empty((Q, L), dtype=torch.int32, device=query.device)
     slots = torch.empty(Q * ntiles * band * nrec + 2, dtype=torch.int64, device=query.device)
@@ -97,7 +105,7 @@ def end_rows(query: torch.Tensor, series: torch.Tensor, cost: str, gamma: float)
         args = (query.data_ptr(), series.data_ptr(), _launch.ptr(prev[0]), _launch.ptr(prev[1]), _launch.ptr(prev[2]),
                 out[0].data_ptr(), _launch.ptr(out[1]), out[2].data_ptr(), slots.data_ptr(), ticket.data_ptr(),
                 _launch.i32(Q), _launch.i32(n), _launch.i32(D), _launch.i32(L), _launch.i32(row0), _launch.i32(row1),
-                _launch.i32(ntiles), g)
+                _launch.i32(ntiles), g, _launch.ptr(prof[0]) if prof else 0, _launch.i32(prof[1] if prof else 0))
         _launch.launch("search", expr, dev, Q * ntiles, NT, args)
         prev = out
     return values, starts

@@ -171,41 +171,35 @@ struct Record {
 #pragma unroll
     for (int k = 0; k < NAGG; ++k) st_relaxed(rec + NINC + k, w[k]);
   }
-  // Spin until the record holds an inclusive value (returned as a constant map, inc = true) or an aggregate.
-  static __device__ __forceinline__ Map<T, SOFT> read(const unsigned long long* rec, bool& inc) {
+  // One read of a record: 2 = an inclusive value (m a constant map), 1 = an aggregate (m its map), 0 = not yet.
+  static __device__ __forceinline__ int try_read(const unsigned long long* rec, Map<T, SOFT>& m) {
     unsigned long long w[NREC];
-    while (true) {
 #pragma unroll
-      for (int k = 0; k < NREC; ++k) w[k] = ld_relaxed(rec + k);
-      bool ok_inc = true, ok_agg = true;
+    for (int k = 0; k < NREC; ++k) w[k] = ld_relaxed(rec + k);
+    bool ok_inc = true, ok_agg = true;
 #pragma unroll
-      for (int k = 0; k < NINC; ++k) ok_inc &= (w[k] & 1ull) != 0;
+    for (int k = 0; k < NINC; ++k) ok_inc &= (w[k] & 1ull) != 0;
 #pragma unroll
-      for (int k = NINC; k < NREC; ++k) ok_agg &= (w[k] & 1ull) != 0;
-      Map<T, SOFT> m;
-      if (ok_inc) {
-        inc = true;
-        m.H = Words<T>::get(w);
-        m.s = int(unsigned(w[W] >> 32));
-        m.S = inf_v<T>();
-        m.A = SOFT ? Words<T>::get(w + W + 1) : m.H;
-        return m;
-      }
-      if (ok_agg) {
-        inc = false;
-        const unsigned long long* a = w + NINC;
-        m.H = Words<T>::get(a);
-        m.s = int(unsigned(a[W] >> 32));
-        m.S = Words<T>::get(a + W + 1);
-        m.A = SOFT ? Words<T>::get(a + 2 * W + 1) : m.H;
-        return m;
-      }
-      __nanosleep(32);
+    for (int k = NINC; k < NREC; ++k) ok_agg &= (w[k] & 1ull) != 0;
+    if (ok_inc) {
+      m.H = Words<T>::get(w);
+      m.s = int(unsigned(w[W] >> 32));
+      m.S = inf_v<T>();
+      m.A = SOFT ? Words<T>::get(w + W + 1) : m.H;
+      return 2;
     }
+    if (ok_agg) {
+      const unsigned long long* a = w + NINC;
+      m.H = Words<T>::get(a);
+      m.s = int(unsigned(a[W] >> 32));
+      m.S = Words<T>::get(a + W + 1);
+      m.A = SOFT ? Words<T>::get(a + 2 * W + 1) : m.H;
+      return 1;
+    }
+    return 0;
   }
 };
 
-// The cell cost of query step qi and series step y: D = DK features in registers, or D features in memory.
 template <typename T, int COST, int DK>
 __device__ __forceinline__ T cost_reg(const T (&qi)[DK], const T (&y)[DK]) {
   T c = T(0);
@@ -229,13 +223,14 @@ __device__ __forceinline__ T cost_mem(const T* qi, const T* y, int D) {
 // One band of rows [row0, row1) of every query's DP, a block per (tile, query) ticket.
 // query `(Q, n, D)`, series `(L, D)`; in_* `(Q, L)`: row row0 - 1 (read when row0 > 0; in_h for SOFT only);
 // out_* `(Q, L)`: row row1 - 1 (out_h for SOFT, may be null); slots: Q · ntiles · (row1 - row0) records, zeroed;
-// ticket: one int, zeroed. DK: D as a template constant (y in registers), 0 for any D (y read through L1).
-template <typename T, int COST, bool SOFT, int DK, int NT, int CPT>
-__global__ void __launch_bounds__(NT) search_rows_kernel(
+// ticket: one int, zeroed. DK: D as a template constant (y in registers), 0 for any D (y read through L1). MINB:
+// blocks per SM asked of the register allocator (__launch_bounds__).
+template <typename T, int COST, bool SOFT, int DK, int NT, int CPT, int MINB>
+__global__ void __launch_bounds__(NT, MINB) search_rows_kernel(
     const T* __restrict__ query, const T* __restrict__ series, const T* __restrict__ in_v,
     const T* __restrict__ in_h, const int* __restrict__ in_s, T* __restrict__ out_v, T* __restrict__ out_h,
     int* __restrict__ out_s, unsigned long long* __restrict__ slots, int* __restrict__ ticket, int Q, int n, int D,
-    int L, int row0, int row1, int ntiles, T gamma) {
+    int L, int row0, int row1, int ntiles, T gamma, long long* __restrict__ prof, int nprof) {
   using M = Map<T, SOFT>;
   using Rec = Record<T, SOFT>;
   constexpr int NW = NT / 32;
@@ -294,12 +289,33 @@ __global__ void __launch_bounds__(NT) search_rows_kernel(
   }
 
   const T* qrow = query + ((long long)q * n + row0) * D;
+  T qnext[DR];  // the next row's query step, loaded a row ahead (its load is off the row's critical path)
+  if constexpr (DK > 0) {
+#pragma unroll
+    for (int d = 0; d < DK; ++d) qnext[d] = __ldg(qrow + d);
+  }
+  // Profile (benchmarks only, prof != null): thread 0 of the first nprof tickets writes 8 numbers per row, see
+  // backends/cuda/search.py, PROF_FIELDS.
+  const bool prof_on = prof != nullptr && tk < nprof && threadIdx.x == 0;
+  long long* prof_row = prof_on ? prof + (long long)tk * rows * 8 : nullptr;
+  long long c0 = 0;
   for (int i = row0; i < row1; ++i, qrow += D) {
     const int par = i & 1;
+    if (prof_on) {
+      unsigned long long g;
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g));
+      prof_row = prof + ((long long)tk * rows + (i - row0)) * 8;
+      prof_row[0] = (long long)g;
+      c0 = clock64();
+    }
     T qi[DR];
     if constexpr (DK > 0) {
 #pragma unroll
-      for (int d = 0; d < DK; ++d) qi[d] = __ldg(qrow + d);
+      for (int d = 0; d < DK; ++d) qi[d] = qnext[d];
+      if (i + 1 < row1) {
+#pragma unroll
+        for (int d = 0; d < DK; ++d) qnext[d] = __ldg(qrow + D + d);
+      }
     }
     // ---- pass 1: this thread's map, from the previous row only
     M m = identity_map<T, SOFT>();
@@ -335,12 +351,14 @@ __global__ void __launch_bounds__(NT) search_rows_kernel(
         if constexpr (SOFT) m.A = c + smin2(msv, m.A, g2, ig2);
       }
     }
+    if (prof_on) prof_row[1] = clock64() - c0;
     // ---- block scan of the thread maps
     const M incl = warp_scan(m, lane, g2, ig2);
     M excl = shfl_up(incl, 1);
     if (lane == 0) excl = identity_map<T, SOFT>();
     if (lane == 31) s_warp[par][warp] = incl;
     __syncthreads();
+    if (prof_on) prof_row[2] = clock64() - c0;
     if (warp == 0) {
       M w = lane < NW ? s_warp[par][lane] : identity_map<T, SOFT>();
       const M wincl = warp_scan(w, lane, g2, ig2);
@@ -353,17 +371,25 @@ __global__ void __launch_bounds__(NT) search_rows_kernel(
       if (t > 0) {
         if (lane == 0) Rec::publish_agg(rec, total);
         const long long tstride = (long long)rows * Rec::NREC;  // records of neighbouring tiles of one query
+        int reads = 0, windows = 0;
         for (int base = t - 1;; base -= 32) {
+          // Lanes read tiles base, base - 1, ... (left of column 0: the constant R[i, -1] = inf) until every tile up
+          // to the nearest inclusive value has at least its aggregate; tiles beyond it are not waited for, and a
+          // lane holding an aggregate reads again (its tile may have turned inclusive meanwhile).
           const int u = base - lane;
-          bool inc = true;
-          M e;
-          if (u < 0) {
-            e = M{INF, INF, INF, 0};  // left of column 0: R[i, -1] = inf
-          } else {
-            e = Rec::read(rec - (long long)(t - u) * tstride, inc);
+          M e = M{INF, INF, INF, 0};
+          int state = u < 0 ? 2 : 0;
+          unsigned inc_mask;
+          while (true) {
+            if (state != 2) state = Rec::try_read(rec - (long long)(t - u) * tstride, e);
+            ++reads;
+            inc_mask = __ballot_sync(FULL_MASK, state == 2);
+            const unsigned ready = __ballot_sync(FULL_MASK, state != 0);
+            const unsigned need = inc_mask ? (inc_mask ^ (inc_mask - 1)) : FULL_MASK;  // lanes up to the first inc
+            if ((ready & need) == need) break;
           }
-          const unsigned hit = __ballot_sync(FULL_MASK, inc);
-          const int first = hit ? __ffs(hit) - 1 : 32;
+          ++windows;
+          const int first = inc_mask ? __ffs(inc_mask) - 1 : 32;
           if (lane > first) e = identity_map<T, SOFT>();
 #pragma unroll
           for (int off = 1; off < 32; off *= 2) {
@@ -371,12 +397,14 @@ __global__ void __launch_bounds__(NT) search_rows_kernel(
             if (lane + off < 32) e = compose(e, o, g2, ig2);
           }
           run = compose(run, shfl_idx(e, 0), g2, ig2);
-          if (hit) break;
+          if (inc_mask) break;
         }
+        if (prof_on && lane == 0) prof_row[6] = reads, prof_row[7] = windows;
       } else {
         run = M{INF, INF, INF, 0};
       }
       // run is a constant map: the carry-in R[i, j0 - 1] is (run.H, run.s), soft run.A
+      if (prof_on) prof_row[3] = clock64() - c0;
       if (lane == 0) {
         s_carry[par] = run;
         if (t + 1 < ntiles) {
@@ -386,6 +414,7 @@ __global__ void __launch_bounds__(NT) search_rows_kernel(
       }
     }
     __syncthreads();
+    if (prof_on) prof_row[4] = clock64() - c0;
     // ---- pass 2: this thread's columns from its carry-in
     const M pre = compose(excl, s_warp[par][warp], g2, ig2);  // the tile's columns left of this thread
     const M cin = compose(pre, s_carry[par], g2, ig2);         // a constant map: R[i, jb - 1]
@@ -427,6 +456,7 @@ __global__ void __launch_bounds__(NT) search_rows_kernel(
         }
       }
     }
+    if (prof_on) prof_row[5] = clock64() - c0;
   }
 #pragma unroll
   for (int k = 0; k < CPT; ++k) {
@@ -443,6 +473,7 @@ __global__ void __launch_bounds__(NT) search_rows_kernel(
 constexpr int SEL_CHUNK = 1024;  // ends per chunk (backends/cuda/search.py, SEL_CHUNK)
 constexpr int SEL_THREADS = 256;
 constexpr int GREEDY_THREADS = 1024;
+constexpr int SEL_BATCH = 8;
 
 // (value, index) with the smaller value first, the smaller index on ties; index -1: none.
 template <typename T>
@@ -520,6 +551,7 @@ __global__ void __launch_bounds__(GREEDY_THREADS) select_greedy_kernel(
   for (int r = 0; r < k; ++r) {
     T bv = inf_v<T>();
     int bi = -1;
+#pragma unroll 8
     for (int c = threadIdx.x; c < nch; c += GREEDY_THREADS) better(bv, bi, cvq[c], ciq[c]);
     warp_best(bv, bi);
     if (lane == 0) sv[warp] = bv, si[warp] = bi;
@@ -554,16 +586,26 @@ __global__ void __launch_bounds__(GREEDY_THREADS) select_greedy_kernel(
         const int lo = cc * SEL_CHUNK, hi = min(L, lo + SEL_CHUNK);
         T lv = inf_v<T>();
         int li = -1;
-        for (int j = lo + lane; j < hi; j += 32) {
-          const T x = v[off + j];
-          if (x < lv) {
-            const int sj = st[off + j];
-            bool alive = true;
-            for (int p = 0; p <= r && alive; ++p) {
-              const long long pe = oe[p], ps = os[p];
-              alive = !(llabs((long long)j - pe) <= excl || (sj <= pe && j >= ps));
+        for (int m0 = 0; m0 < SEL_CHUNK / 32; m0 += SEL_BATCH) {  // SEL_BATCH loads in flight per lane
+          T xs[SEL_BATCH];
+          int ss[SEL_BATCH];
+#pragma unroll
+          for (int b = 0; b < SEL_BATCH; ++b) {
+            const int j = lo + lane + 32 * (m0 + b);
+            xs[b] = j < hi ? v[off + j] : inf_v<T>();
+            ss[b] = j < hi ? st[off + j] : 0;
+          }
+#pragma unroll
+          for (int b = 0; b < SEL_BATCH; ++b) {
+            if (xs[b] < lv) {
+              const int j = lo + lane + 32 * (m0 + b);
+              bool alive = true;
+              for (int p = 0; p <= r && alive; ++p) {
+                const long long pe = oe[p], ps = os[p];
+                alive = !(llabs((long long)j - pe) <= excl || (ss[b] <= pe && j >= ps));
+              }
+              if (alive) lv = xs[b], li = j;
             }
-            if (alive) lv = x, li = j;
           }
         }
         warp_best(lv, li);
