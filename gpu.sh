@@ -37,7 +37,7 @@ r = dtw_search(q.float(), s.float(), k=20, gamma=0.0)
 torch.cuda.synchronize(); print("small ok", r.end.tolist())
 PY
 timeout 30 compute-sanitizer --tool memcheck --print-limit 3 python "$OUT/small.py" > "$OUT/memcheck.txt" 2>&1
-head -45 "$OUT/memcheck.txt" | cut -c1-220; tail -3 "$OUT/memcheck.txt"
+grep -E "Invalid|out of bounds|misaligned|ERROR SUMMARY|Program hit|small ok" "$OUT/memcheck.txt" | cut -c1-160 | sort | uniq -c
 timeout 30 compute-sanitizer --tool racecheck --print-limit 5 python "$OUT/small.py" 2>&1 | tail -4
 echo "== t=$(( $(date +%s) - T0 ))s  benchmark"
 timeout 80 python benchmarks/bench_search_gpu.py --out "$OUT/h100_search.json" --reps 5 2>&1 | grep -v "^{" | tail -60

@@ -20,6 +20,8 @@
 //     their aggregate of row i as soon as their row i-1 is final, then their inclusive value): 32 tiles per step,
 //     composed by a shuffle reduction, until one has an inclusive value. Pass 2 recomputes the thread's columns
 //     from its carry-in; that carry-in, R[i, jb-1], is also the diagonal predecessor of its first column in row i+1.
+//   * WT (warp tiles): each warp is a tile of its own (32·CPT columns) and scans, publishes and looks back by
+//     itself, with no barrier and no shared memory; the block only groups NT / 32 consecutive warp tiles.
 //   * Blocks take their tile from an atomic ticket (tile-major, queries interleaved), so a block only ever waits
 //     for tiles whose blocks started before it: no deadlock, whatever the number of resident blocks.
 //   * Look-back records are 64-bit words, 32 bits of payload and a nonzero tag each (zeroed memory = not yet
@@ -200,6 +202,43 @@ struct Record {
   }
 };
 
+// The carry-in of tile t (a constant map, the same in every lane): a warp reads the records of tiles t-1, t-2, ...
+// (32 per window; left of column 0 the constant R[i, -1] = inf) at `rec - (t - u) · tstride` until every tile up to
+// the nearest inclusive value has at least its aggregate, and composes them. Tiles beyond the nearest inclusive
+// value are not waited for; a lane holding an aggregate reads again (its tile may have turned inclusive meanwhile).
+template <typename T, bool SOFT>
+__device__ __forceinline__ Map<T, SOFT> look_back(const unsigned long long* rec, long long tstride, int t, int lane,
+                                                  T g2, T ig2, int& reads, int& windows) {
+  using M = Map<T, SOFT>;
+  using Rec = Record<T, SOFT>;
+  const T INF = inf_v<T>();
+  M run = identity_map<T, SOFT>();
+  for (int base = t - 1;; base -= 32) {
+    const int u = base - lane;
+    M e = M{INF, INF, INF, 0};
+    int state = u < 0 ? 2 : 0;
+    unsigned inc_mask;
+    while (true) {
+      if (state != 2) state = Rec::try_read(rec - (long long)(t - u) * tstride, e);
+      ++reads;
+      inc_mask = __ballot_sync(FULL_MASK, state == 2);
+      const unsigned ready = __ballot_sync(FULL_MASK, state != 0);
+      const unsigned need = inc_mask ? (inc_mask ^ (inc_mask - 1)) : FULL_MASK;  // lanes up to the first inc
+      if ((ready & need) == need) break;
+    }
+    ++windows;
+    const int first = inc_mask ? __ffs(inc_mask) - 1 : 32;
+    if (lane > first) e = identity_map<T, SOFT>();
+    for (int off = 1; off <= first && off < 32; off *= 2) {  // lane 0 needs lanes 0..first only (first is uniform)
+      const M o = shfl_down(e, off);
+      if (lane + off < 32) e = compose(e, o, g2, ig2);
+    }
+    run = compose(run, shfl_idx(e, 0), g2, ig2);
+    if (inc_mask) return run;
+  }
+}
+
+// The cell cost of query step qi and series step y: D = DK features in registers (cost_reg), or D in memory.
 template <typename T, int COST, int DK>
 __device__ __forceinline__ T cost_reg(const T (&qi)[DK], const T (&y)[DK]) {
   T c = T(0);
@@ -220,12 +259,42 @@ __device__ __forceinline__ T cost_mem(const T* qi, const T* y, int D) {
   return c;
 }
 
+template <bool B> struct BoolC { static constexpr bool value = B; };
+
+// One cell's inputs: its cost c, the hard min(diagonal, up) mh with that path's start sm (ties: diagonal) and, SOFT, the
+// soft-min msv of the same two (FIRST: the first row, start here: 0 and start j). Outside the series (!FULL, j >= L):
+// c = 0, mh = msv = inf, so the padded columns right of the series change nothing on their left.
+template <typename T, int COST, bool SOFT, int DK, int DR, bool FIRST, bool FULL>
+__device__ __forceinline__ void cell_in(const T (&qi)[DR], const T* qrow, const T (&y)[DR], const T* series, int j,
+                                        int L, int D, T odh, T odv, int ods, T uh, T uv, int us, T g2, T ig2, T& c,
+                                        T& mh, T& msv, int& sm) {
+  const bool in = FULL || j < L;
+  if constexpr (DK > 0) {
+    c = cost_reg<T, COST, DR>(qi, y);  // y is 0 past the series: a finite cost, masked below
+  } else {
+    c = in ? cost_mem<T, COST>(qrow, series + (long long)j * D, D) : T(0);
+  }
+  if constexpr (FIRST) {
+    mh = T(0), msv = T(0), sm = j;
+  } else {
+    sm = odh <= uh ? ods : us;
+    mh = Num<T>::mn(odh, uh);
+    msv = SOFT ? smin2(odv, uv, g2, ig2) : mh;
+  }
+  if constexpr (!FULL) {
+    const T INF = inf_v<T>();
+    c = in ? c : T(0);
+    mh = in ? mh : INF;
+    msv = in ? msv : INF;
+  }
+}
+
 // One band of rows [row0, row1) of every query's DP, a block per (tile, query) ticket.
 // query `(Q, n, D)`, series `(L, D)`; in_* `(Q, L)`: row row0 - 1 (read when row0 > 0; in_h for SOFT only);
 // out_* `(Q, L)`: row row1 - 1 (out_h for SOFT, may be null); slots: Q · ntiles · (row1 - row0) records, zeroed;
 // ticket: one int, zeroed. DK: D as a template constant (y in registers), 0 for any D (y read through L1). MINB:
 // blocks per SM asked of the register allocator (__launch_bounds__).
-template <typename T, int COST, bool SOFT, int DK, int NT, int CPT, int MINB>
+template <typename T, int COST, bool SOFT, int DK, int NT, int CPT, int MINB, bool WT>
 __global__ void __launch_bounds__(NT, MINB) search_rows_kernel(
     const T* __restrict__ query, const T* __restrict__ series, const T* __restrict__ in_v,
     const T* __restrict__ in_h, const int* __restrict__ in_s, T* __restrict__ out_v, T* __restrict__ out_h,
@@ -317,10 +386,13 @@ __global__ void __launch_bounds__(NT, MINB) search_rows_kernel(
         for (int d = 0; d < DK; ++d) qnext[d] = __ldg(qrow + D + d);
       }
     }
-    // ---- pass 1: this thread's map, from the previous row only
+    // ---- pass 1: this thread's map, from the previous row only. The first row (start anywhere) and a thread whose
+    // columns all lie inside the series (FULL, every thread but the last tile's) run without per-column tests.
     M m = identity_map<T, SOFT>();
     T ms[SOFT ? CPT : 1];  // soft: smin(diagonal, up) per column, kept for pass 2
-    {
+    const bool full = jb + CPT <= L;
+    auto pass1 = [&](auto first_c, auto full_c) {
+      constexpr bool FIRST = decltype(first_c)::value, FULL = decltype(full_c)::value;
       T odh = dh, odv = dv;
       int ods = ds;
 #pragma unroll
@@ -328,132 +400,121 @@ __global__ void __launch_bounds__(NT, MINB) search_rows_kernel(
         const int j = jb + k;
         T c, mh, msv;
         int sm;
-        if (j >= L) {
-          c = T(0), mh = INF, msv = INF, sm = 0;
-        } else {
-          if constexpr (DK > 0) c = cost_reg<T, COST, DR>(qi, y[k]);
-          else c = cost_mem<T, COST>(qrow, series + (long long)j * D, D);
-          if (i == 0) {
-            mh = T(0), msv = T(0), sm = j;
-          } else {
-            const bool tk2 = odh <= ph[k];
-            mh = tk2 ? odh : ph[k];
-            sm = tk2 ? ods : ps[k];
-            msv = SOFT ? smin2(odv, pv[k], g2, ig2) : mh;
-          }
-        }
+        cell_in<T, COST, SOFT, DK, DR, FIRST, FULL>(qi, qrow, y[k], series, j, L, D, odh, odv, ods, ph[k],
+                                                    pv[k], ps[k], g2, ig2, c, mh, msv, sm);
         if constexpr (SOFT) ms[k] = msv;
-        odh = ph[k], odv = pv[k], ods = ps[k];
-        const bool take = mh <= m.H;
-        m.H = c + (take ? mh : m.H);
+        odh = ph[k], ods = ps[k];
+        if constexpr (SOFT) odv = pv[k];
+        const bool take = mh <= m.H;  // ties: the entry (the later path), as the sequential rule
         m.s = take ? sm : m.s;
+        m.H = c + Num<T>::mn(mh, m.H);
         m.S += c;
         if constexpr (SOFT) m.A = c + smin2(msv, m.A, g2, ig2);
       }
+    };
+    if (i == 0) {
+      if (full) pass1(BoolC<true>(), BoolC<true>());
+      else pass1(BoolC<true>(), BoolC<false>());
+    } else {
+      if (full) pass1(BoolC<false>(), BoolC<true>());
+      else pass1(BoolC<false>(), BoolC<false>());
     }
     if (prof_on) prof_row[1] = clock64() - c0;
-    // ---- block scan of the thread maps
     const M incl = warp_scan(m, lane, g2, ig2);
     M excl = shfl_up(incl, 1);
     if (lane == 0) excl = identity_map<T, SOFT>();
-    if (lane == 31) s_warp[par][warp] = incl;
-    __syncthreads();
-    if (prof_on) prof_row[2] = clock64() - c0;
-    if (warp == 0) {
-      M w = lane < NW ? s_warp[par][lane] : identity_map<T, SOFT>();
-      const M wincl = warp_scan(w, lane, g2, ig2);
-      M wexcl = shfl_up(wincl, 1);
-      if (lane == 0) wexcl = identity_map<T, SOFT>();
-      const M total = shfl_idx(wincl, NW - 1);
-      if (lane < NW) s_warp[par][lane] = wexcl;
-      unsigned long long* rec = slots + ((long long)(q * ntiles + t) * rows + (i - row0)) * Rec::NREC;
-      M run = identity_map<T, SOFT>();
-      if (t > 0) {
+    M cin;  // this thread's carry-in R[i, jb - 1] as a constant map
+    if constexpr (WT) {
+      // ---- warp tiles: each warp publishes and looks back on its own (no barrier)
+      if (prof_on) prof_row[2] = clock64() - c0;
+      const M total = shfl_idx(incl, 31);
+      const int wt = t * NW + warp, nwt = ntiles * NW;
+      unsigned long long* rec = slots + ((long long)(q * nwt + wt) * rows + (i - row0)) * Rec::NREC;
+      M run = M{INF, INF, INF, 0};
+      if (wt > 0) {
         if (lane == 0) Rec::publish_agg(rec, total);
-        const long long tstride = (long long)rows * Rec::NREC;  // records of neighbouring tiles of one query
         int reads = 0, windows = 0;
-        for (int base = t - 1;; base -= 32) {
-          // Lanes read tiles base, base - 1, ... (left of column 0: the constant R[i, -1] = inf) until every tile up
-          // to the nearest inclusive value has at least its aggregate; tiles beyond it are not waited for, and a
-          // lane holding an aggregate reads again (its tile may have turned inclusive meanwhile).
-          const int u = base - lane;
-          M e = M{INF, INF, INF, 0};
-          int state = u < 0 ? 2 : 0;
-          unsigned inc_mask;
-          while (true) {
-            if (state != 2) state = Rec::try_read(rec - (long long)(t - u) * tstride, e);
-            ++reads;
-            inc_mask = __ballot_sync(FULL_MASK, state == 2);
-            const unsigned ready = __ballot_sync(FULL_MASK, state != 0);
-            const unsigned need = inc_mask ? (inc_mask ^ (inc_mask - 1)) : FULL_MASK;  // lanes up to the first inc
-            if ((ready & need) == need) break;
-          }
-          ++windows;
-          const int first = inc_mask ? __ffs(inc_mask) - 1 : 32;
-          if (lane > first) e = identity_map<T, SOFT>();
-#pragma unroll
-          for (int off = 1; off < 32; off *= 2) {
-            const M o = shfl_down(e, off);
-            if (lane + off < 32) e = compose(e, o, g2, ig2);
-          }
-          run = compose(run, shfl_idx(e, 0), g2, ig2);
-          if (inc_mask) break;
-        }
-        if (prof_on && lane == 0) prof_row[6] = reads, prof_row[7] = windows;
-      } else {
-        run = M{INF, INF, INF, 0};
+        run = look_back<T, SOFT>(rec, (long long)rows * Rec::NREC, wt, lane, g2, ig2, reads, windows);
+        if (prof_on) prof_row[6] = reads, prof_row[7] = windows;
       }
-      // run is a constant map: the carry-in R[i, j0 - 1] is (run.H, run.s), soft run.A
       if (prof_on) prof_row[3] = clock64() - c0;
-      if (lane == 0) {
-        s_carry[par] = run;
-        if (t + 1 < ntiles) {
-          const M inc = compose(total, run, g2, ig2);
-          Rec::publish_inc(rec, inc.H, inc.s, inc.A);
-        }
+      if (lane == 0 && wt + 1 < nwt) {
+        const M inc = compose(total, run, g2, ig2);
+        Rec::publish_inc(rec, inc.H, inc.s, inc.A);
       }
-    }
-    __syncthreads();
-    if (prof_on) prof_row[4] = clock64() - c0;
-    // ---- pass 2: this thread's columns from its carry-in
-    const M pre = compose(excl, s_warp[par][warp], g2, ig2);  // the tile's columns left of this thread
-    const M cin = compose(pre, s_carry[par], g2, ig2);         // a constant map: R[i, jb - 1]
-    T rh = cin.H, rv = cin.A;
-    int rs = cin.s;
-    {
-      T odh = dh;
-      int ods = ds;
-      dh = rh, dv = rv, ds = rs;  // the next row's diagonal of the first column
-#pragma unroll
-      for (int k = 0; k < CPT; ++k) {
-        const int j = jb + k;
-        T c, mh;
-        int sm;
-        if (j >= L) {
-          c = T(0), mh = INF, sm = 0;
-        } else {
-          if constexpr (DK > 0) c = cost_reg<T, COST, DR>(qi, y[k]);
-          else c = cost_mem<T, COST>(qrow, series + (long long)j * D, D);
-          if (i == 0) {
-            mh = T(0), sm = j;
-          } else {
-            const bool tk2 = odh <= ph[k];
-            mh = tk2 ? odh : ph[k];
-            sm = tk2 ? ods : ps[k];
+      if (prof_on) prof_row[4] = clock64() - c0;
+      cin = compose(excl, run, g2, ig2);
+    } else {
+      // ---- block tiles: the block scans the warp totals, warp 0 publishes and looks back
+      if (lane == 31) s_warp[par][warp] = incl;
+      __syncthreads();
+      if (prof_on) prof_row[2] = clock64() - c0;
+      if (warp == 0) {
+        M w = lane < NW ? s_warp[par][lane] : identity_map<T, SOFT>();
+        const M wincl = warp_scan(w, lane, g2, ig2);
+        M wexcl = shfl_up(wincl, 1);
+        if (lane == 0) wexcl = identity_map<T, SOFT>();
+        const M total = shfl_idx(wincl, NW - 1);
+        if (lane < NW) s_warp[par][lane] = wexcl;
+        unsigned long long* rec = slots + ((long long)(q * ntiles + t) * rows + (i - row0)) * Rec::NREC;
+        M run = M{INF, INF, INF, 0};
+        if (t > 0) {
+          if (lane == 0) Rec::publish_agg(rec, total);
+          int reads = 0, windows = 0;
+          run = look_back<T, SOFT>(rec, (long long)rows * Rec::NREC, t, lane, g2, ig2, reads, windows);
+          if (prof_on) prof_row[6] = reads, prof_row[7] = windows;
+        }
+        // run is a constant map: the carry-in R[i, j0 - 1] is (run.H, run.s), soft run.A
+        if (prof_on) prof_row[3] = clock64() - c0;
+        if (lane == 0) {
+          s_carry[par] = run;
+          if (t + 1 < ntiles) {
+            const M inc = compose(total, run, g2, ig2);
+            Rec::publish_inc(rec, inc.H, inc.s, inc.A);
           }
         }
-        odh = ph[k], ods = ps[k];
-        const bool take = mh <= rh;
-        rh = c + (take ? mh : rh);
-        rs = take ? sm : rs;
-        ph[k] = rh;
-        ps[k] = rs;
-        if constexpr (SOFT) {
-          rv = c + smin2(ms[k], rv, g2, ig2);
-          pv[k] = rv;
-        } else {
-          pv[k] = rh;
+      }
+      __syncthreads();
+      if (prof_on) prof_row[4] = clock64() - c0;
+      const M pre = compose(excl, s_warp[par][warp], g2, ig2);  // the tile's columns left of this thread
+      cin = compose(pre, s_carry[par], g2, ig2);
+    }
+    // ---- pass 2: this thread's columns from its carry-in
+    {
+      T rh = cin.H, rv = cin.A;
+      int rs = cin.s;
+      const T dh0 = dh;
+      const int ds0 = ds;
+      dh = rh, dv = rv, ds = rs;  // the next row's diagonal of the first column
+      auto pass2 = [&](auto first_c, auto full_c) {
+        constexpr bool FIRST = decltype(first_c)::value, FULL = decltype(full_c)::value;
+        T odh = dh0, odv = T(0), msv;
+        int ods = ds0;
+#pragma unroll
+        for (int k = 0; k < CPT; ++k) {
+          const int j = jb + k;
+          T c, mh;
+          int sm;
+          cell_in<T, COST, false, DK, DR, FIRST, FULL>(qi, qrow, y[k], series, j, L, D, odh, odv, ods, ph[k],
+                                                       pv[k], ps[k], g2, ig2, c, mh, msv, sm);
+          odh = ph[k], ods = ps[k];
+          const bool take = mh <= rh;
+          rs = take ? sm : rs;
+          rh = c + Num<T>::mn(mh, rh);
+          ph[k] = rh;
+          ps[k] = rs;
+          if constexpr (SOFT) {
+            rv = c + smin2(ms[k], rv, g2, ig2);
+            pv[k] = rv;
+          }
         }
+      };
+      if (i == 0) {
+        if (full) pass2(BoolC<true>(), BoolC<true>());
+        else pass2(BoolC<true>(), BoolC<false>());
+      } else {
+        if (full) pass2(BoolC<false>(), BoolC<true>());
+        else pass2(BoolC<false>(), BoolC<false>());
       }
     }
     if (prof_on) prof_row[5] = clock64() - c0;
@@ -461,7 +522,8 @@ __global__ void __launch_bounds__(NT, MINB) search_rows_kernel(
 #pragma unroll
   for (int k = 0; k < CPT; ++k) {
     if (jb + k < L) {
-      out_v[qoff + jb + k] = SOFT ? pv[k] : ph[k];
+      if constexpr (SOFT) out_v[qoff + jb + k] = pv[k];
+      else out_v[qoff + jb + k] = ph[k];
       out_s[qoff + jb + k] = ps[k];
       if (SOFT && out_h != nullptr) out_h[qoff + jb + k] = ph[k];
     }
