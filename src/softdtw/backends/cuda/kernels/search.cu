@@ -259,8 +259,6 @@ __device__ __forceinline__ T cost_mem(const T* qi, const T* y, int D) {
   return c;
 }
 
-template <bool B> struct BoolC { static constexpr bool value = B; };
-
 // One cell's inputs: its cost c, the hard min(diagonal, up) mh with that path's start sm (ties: diagonal) and, SOFT, the
 // soft-min msv of the same two (FIRST: the first row, start here: 0 and start j). Outside the series (!FULL, j >= L):
 // c = 0, mh = msv = inf, so the padded columns right of the series change nothing on their left.
@@ -288,6 +286,62 @@ __device__ __forceinline__ void cell_in(const T (&qi)[DR], const T* qrow, const 
     msv = in ? msv : INF;
   }
 }
+
+// Pass 1 over a thread's CPT columns: fold them into its map m (from the previous row ph, pv, ps and the diagonal of
+// the first column dh, dv, ds only); soft: keep each column's smin(diagonal, up) in ms for pass 2.
+template <typename T, int COST, bool SOFT, int DK, int DR, int CPT, bool FIRST, bool FULL>
+__device__ __forceinline__ void pass1_cols(Map<T, SOFT>& m, T (&ms)[SOFT ? CPT : 1], const T (&qi)[DR], const T* qrow,
+                                           const T (&y)[CPT][DR], const T* series, int jb, int L, int D, T dh, T dv,
+                                           int ds, const T (&ph)[CPT], const T (&pv)[CPT], const int (&ps)[CPT], T g2,
+                                           T ig2) {
+  T odh = dh, odv = dv;
+  int ods = ds;
+#pragma unroll
+  for (int k = 0; k < CPT; ++k) {
+    T c, mh, msv;
+    int sm;
+    cell_in<T, COST, SOFT, DK, DR, FIRST, FULL>(qi, qrow, y[k], series, jb + k, L, D, odh, odv, ods, ph[k], pv[k],
+                                                ps[k], g2, ig2, c, mh, msv, sm);
+    if constexpr (SOFT) ms[k] = msv;
+    odh = ph[k], ods = ps[k];
+    if constexpr (SOFT) odv = pv[k];
+    const bool take = mh <= m.H;  // ties: the entry (the later path), as the sequential rule
+    m.s = take ? sm : m.s;
+    m.H = c + Num<T>::mn(mh, m.H);
+    m.S += c;
+    if constexpr (SOFT) m.A = c + smin2(msv, m.A, g2, ig2);
+  }
+}
+
+// Pass 2 over a thread's CPT columns: the row's values and starts from the thread's carry-in (rh, rv, rs), written over
+// the previous row (ph, pv, ps); dh0, ds0: the previous row's diagonal of the first column.
+template <typename T, int COST, bool SOFT, int DK, int DR, int CPT, bool FIRST, bool FULL>
+__device__ __forceinline__ void pass2_cols(T rh, T rv, int rs, const T (&ms)[SOFT ? CPT : 1], const T (&qi)[DR],
+                                           const T* qrow, const T (&y)[CPT][DR], const T* series, int jb, int L, int D,
+                                           T dh0, int ds0, T (&ph)[CPT], T (&pv)[CPT], int (&ps)[CPT], T g2, T ig2) {
+  T odh = dh0, odv = T(0), msv;
+  int ods = ds0;
+#pragma unroll
+  for (int k = 0; k < CPT; ++k) {
+    T c, mh;
+    int sm;
+    cell_in<T, COST, false, DK, DR, FIRST, FULL>(qi, qrow, y[k], series, jb + k, L, D, odh, odv, ods, ph[k], pv[k],
+                                                 ps[k], g2, ig2, c, mh, msv, sm);
+    odh = ph[k], ods = ps[k];
+    const bool take = mh <= rh;
+    rs = take ? sm : rs;
+    rh = c + Num<T>::mn(mh, rh);
+    ph[k] = rh;
+    ps[k] = rs;
+    if constexpr (SOFT) {
+      rv = c + smin2(ms[k], rv, g2, ig2);
+      pv[k] = rv;
+    }
+  }
+}
+
+#define PASS1_ARGS m, ms, qi, qrow, y, series, jb, L, D, dh, dv, ds, ph, pv, ps, g2, ig2
+#define PASS2_ARGS rh, rv, rs, ms, qi, qrow, y, series, jb, L, D, dh0, ds0, ph, pv, ps, g2, ig2
 
 // One band of rows [row0, row1) of every query's DP, a block per (tile, query) ticket.
 // query `(Q, n, D)`, series `(L, D)`; in_* `(Q, L)`: row row0 - 1 (read when row0 > 0; in_h for SOFT only);
@@ -391,33 +445,12 @@ __global__ void __launch_bounds__(NT, MINB) search_rows_kernel(
     M m = identity_map<T, SOFT>();
     T ms[SOFT ? CPT : 1];  // soft: smin(diagonal, up) per column, kept for pass 2
     const bool full = jb + CPT <= L;
-    auto pass1 = [&](auto first_c, auto full_c) {
-      constexpr bool FIRST = decltype(first_c)::value, FULL = decltype(full_c)::value;
-      T odh = dh, odv = dv;
-      int ods = ds;
-#pragma unroll
-      for (int k = 0; k < CPT; ++k) {
-        const int j = jb + k;
-        T c, mh, msv;
-        int sm;
-        cell_in<T, COST, SOFT, DK, DR, FIRST, FULL>(qi, qrow, y[k], series, j, L, D, odh, odv, ods, ph[k],
-                                                    pv[k], ps[k], g2, ig2, c, mh, msv, sm);
-        if constexpr (SOFT) ms[k] = msv;
-        odh = ph[k], ods = ps[k];
-        if constexpr (SOFT) odv = pv[k];
-        const bool take = mh <= m.H;  // ties: the entry (the later path), as the sequential rule
-        m.s = take ? sm : m.s;
-        m.H = c + Num<T>::mn(mh, m.H);
-        m.S += c;
-        if constexpr (SOFT) m.A = c + smin2(msv, m.A, g2, ig2);
-      }
-    };
     if (i == 0) {
-      if (full) pass1(BoolC<true>(), BoolC<true>());
-      else pass1(BoolC<true>(), BoolC<false>());
+      if (full) pass1_cols<T, COST, SOFT, DK, DR, CPT, true, true>(PASS1_ARGS);
+      else pass1_cols<T, COST, SOFT, DK, DR, CPT, true, false>(PASS1_ARGS);
     } else {
-      if (full) pass1(BoolC<false>(), BoolC<true>());
-      else pass1(BoolC<false>(), BoolC<false>());
+      if (full) pass1_cols<T, COST, SOFT, DK, DR, CPT, false, true>(PASS1_ARGS);
+      else pass1_cols<T, COST, SOFT, DK, DR, CPT, false, false>(PASS1_ARGS);
     }
     if (prof_on) prof_row[1] = clock64() - c0;
     const M incl = warp_scan(m, lane, g2, ig2);
@@ -486,35 +519,12 @@ __global__ void __launch_bounds__(NT, MINB) search_rows_kernel(
       const T dh0 = dh;
       const int ds0 = ds;
       dh = rh, dv = rv, ds = rs;  // the next row's diagonal of the first column
-      auto pass2 = [&](auto first_c, auto full_c) {
-        constexpr bool FIRST = decltype(first_c)::value, FULL = decltype(full_c)::value;
-        T odh = dh0, odv = T(0), msv;
-        int ods = ds0;
-#pragma unroll
-        for (int k = 0; k < CPT; ++k) {
-          const int j = jb + k;
-          T c, mh;
-          int sm;
-          cell_in<T, COST, false, DK, DR, FIRST, FULL>(qi, qrow, y[k], series, j, L, D, odh, odv, ods, ph[k],
-                                                       pv[k], ps[k], g2, ig2, c, mh, msv, sm);
-          odh = ph[k], ods = ps[k];
-          const bool take = mh <= rh;
-          rs = take ? sm : rs;
-          rh = c + Num<T>::mn(mh, rh);
-          ph[k] = rh;
-          ps[k] = rs;
-          if constexpr (SOFT) {
-            rv = c + smin2(ms[k], rv, g2, ig2);
-            pv[k] = rv;
-          }
-        }
-      };
       if (i == 0) {
-        if (full) pass2(BoolC<true>(), BoolC<true>());
-        else pass2(BoolC<true>(), BoolC<false>());
+        if (full) pass2_cols<T, COST, SOFT, DK, DR, CPT, true, true>(PASS2_ARGS);
+        else pass2_cols<T, COST, SOFT, DK, DR, CPT, true, false>(PASS2_ARGS);
       } else {
-        if (full) pass2(BoolC<false>(), BoolC<true>());
-        else pass2(BoolC<false>(), BoolC<false>());
+        if (full) pass2_cols<T, COST, SOFT, DK, DR, CPT, false, true>(PASS2_ARGS);
+        else pass2_cols<T, COST, SOFT, DK, DR, CPT, false, false>(PASS2_ARGS);
       }
     }
     if (prof_on) prof_row[5] = clock64() - c0;
@@ -677,6 +687,9 @@ __global__ void __launch_bounds__(GREEDY_THREADS) select_greedy_kernel(
     __syncthreads();  // the chunks' new bests before the next round's argmin
   }
 }
+
+#undef PASS1_ARGS
+#undef PASS2_ARGS
 
 }  // namespace search
 }  // namespace sdtw
