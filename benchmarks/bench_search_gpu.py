@@ -34,13 +34,11 @@ from softdtw.backends.cuda import search as cs  # noqa: E402
 from softdtw.search import dtw_search  # noqa: E402
 
 LENGTHS = {"full": [100_000, 1_000_000, 10_000_000], "smoke": [20_000]}
-TILES_HARD = [(256, 16, 2), (256, 16, 3), (128, 16, 6), (256, 8, 4), (256, 16, 2, True), (256, 16, 3, True),
-              (128, 16, 4, True), (256, 8, 4, True), (512, 8, 2, True)]
-TILES_SOFT = [(256, 8, 2), (256, 8, 3), (256, 4, 4), (256, 8, 2, True), (256, 8, 3, True), (128, 8, 6, True),
-              (256, 4, 4, True)]
+TILES_HARD = [(256, 16, 2), (256, 16, 3), (128, 16, 6), (128, 32, 2), (256, 8, 4)]
+TILES_SOFT = [(256, 8, 2), (256, 8, 3), (128, 8, 6), (256, 4, 4)]
 N = 128
 #: Forced tiles of tests/test_search_cuda.py (float64).
-TEST_TILES = [(32, 1), (32, 2), (32, 4), (64, 2), (128, 2), (64, 2, 1, True), (64, 4, 1, True)]
+TEST_TILES = [(32, 1), (32, 2), (32, 4), (64, 2), (128, 2), (64, 2, 2), (64, 4, 3)]
 
 
 def data(L, n=N, Q=1, dtype=torch.float32, seed=0):
@@ -52,9 +50,9 @@ def data(L, n=N, Q=1, dtype=torch.float32, seed=0):
     return q.to(dtype), s.to(dtype)
 
 
-def _expr(dtype, cost, soft, DK, NT, CPT, MINB=1, WT=False):
+def _expr(dtype, cost, soft, DK, NT, CPT, MINB=1):
     return (f"sdtw::search::search_rows_kernel<{cs._CTYPE[dtype]}, {cs.COST_IDS[cost]}, {'true' if soft else 'false'}, "
-            f"{DK}, {NT}, {CPT}, {MINB}, {'true' if WT else 'false'}>")
+            f"{DK}, {NT}, {CPT}, {MINB}>")
 
 
 def precompile_jobs(arch: str) -> list:
@@ -65,18 +63,17 @@ def precompile_jobs(arch: str) -> list:
             for soft in (False, True):
                 for D in range(1, 6):
                     cs.forced_tile = None
-                    NT, CPT, MINB, WT, DK = cs.tile_of(dtype, soft, D)
-                    jobs.append(_expr(dtype, cost, soft, DK, NT, CPT, MINB, WT))
-                    jobs.append(_expr(dtype, cost, soft, DK, NT, CPT, MINB, not WT))
+                    NT, CPT, MINB, DK = cs.tile_of(dtype, soft, D)
+                    jobs.append(_expr(dtype, cost, soft, DK, NT, CPT, MINB))
                     if dtype == torch.float64:
                         for tile in TEST_TILES:
-                            jobs.append(_expr(dtype, cost, soft, DK, *cs.tile_of(dtype, soft, D, tile)[:4]))
+                            jobs.append(_expr(dtype, cost, soft, DK, *cs.tile_of(dtype, soft, D, tile)[:3]))
         ct = cs._CTYPE[dtype]
         jobs += [f"sdtw::search::select_chunks_kernel<{ct}>", f"sdtw::search::select_greedy_kernel<{ct}>"]
     for tile in TILES_HARD:
-        jobs.append(_expr(torch.float32, "sqeuclidean", False, 1, *cs.tile_of(torch.float32, False, 1, tile)[:4]))
+        jobs.append(_expr(torch.float32, "sqeuclidean", False, 1, *cs.tile_of(torch.float32, False, 1, tile)[:3]))
     for tile in TILES_SOFT:
-        jobs.append(_expr(torch.float32, "sqeuclidean", True, 1, *cs.tile_of(torch.float32, True, 1, tile)[:4]))
+        jobs.append(_expr(torch.float32, "sqeuclidean", True, 1, *cs.tile_of(torch.float32, True, 1, tile)[:3]))
     cs.forced_tile = None
     return [("search", e, arch) for e in dict.fromkeys(jobs)]
 
@@ -150,8 +147,7 @@ def tiles_section(reps, L):
                 err = float(((v - ref_v).abs().max() / ref_v.abs().max()).item())
                 nd = int((st != ref_s).sum().item())
                 ms = median_ms(lambda: cs.end_rows(q, s, "sqeuclidean", gamma), reps)
-                name = f"end_rows NT={tile[0]} CPT={tile[1]}" + (f" MINB={tile[2]}" if len(tile) > 2 else "") + \
-                    (" warp tiles" if len(tile) > 3 and tile[3] else "")
+                name = f"end_rows NT={tile[0]} CPT={tile[1]}" + (f" MINB={tile[2]}" if len(tile) > 2 else "")
                 rows.append(row("tiles", name, 1, L, ms, gamma=gamma,
                                 note=f"vs default: rel err {err:.2g}, starts differing {nd}"))
     finally:
@@ -166,7 +162,7 @@ def profile_section(cases):
     for L, gamma, ntk, tile in cases:
         q, s = data(L)
         cs.forced_tile = tile
-        NT, CPT, _, WT, _ = cs.tile_of(torch.float32, gamma > 0, 1)
+        NT, CPT, _, _ = cs.tile_of(torch.float32, gamma > 0, 1)
         tiles = -(-L // (NT * CPT))
         ntk = min(ntk, tiles)
         prof = torch.zeros(ntk * N * 8, dtype=torch.int64, device="cuda")
@@ -182,7 +178,8 @@ def profile_section(cases):
         names = ["pass1", "barrier1", "lookback", "barrier2", "pass2"]
         means = {k: float(per[:, :, c].mean()) for c, k in enumerate(names)}
         cs.forced_tile = None
-        r = {"section": "profile", "impl": f"end_rows {tile or 'default'} tickets 0..{ntk - 1}", "Q": 1, "n": N, "L": L,
+        r = {"section": "profile", "impl": f"end_rows {tile or 'default'} tickets 0..{ntk - 1}", "Q": 1, "n": N,
+             "L": L,
              "gamma": gamma, "row_ns": float(period), "tile_us": float(life),
              "reads": float(p[:, :, 6].mean()), "windows": float(p[:, :, 7].mean()),
              **{f"cyc_{k}": v for k, v in means.items()}}
@@ -251,8 +248,7 @@ def main(argv=None):
     if "tiles" in sections:
         rows += tiles_section(args.reps, lengths[-1])
     if "profile" in sections:
-        rows += profile_section([(L, g, 1200, tile) for L in (lengths[0], lengths[-1]) for g in (0.0, 1.0)
-                                 for tile in (None, (256, 8 if g else 16, 2, True))])
+        rows += profile_section([(L, g, 1200, None) for L in (lengths[0], lengths[-1]) for g in (0.0, 1.0)])
     md = markdown(meta, rows)
     print(md)
     _harness.write_results(out, meta, rows, md)

@@ -52,8 +52,8 @@ def test_scan_transliteration_equals_the_cpu_kernel(seed):
 
 cuda = pytest.mark.cuda
 
-#: (Q, n, D, L, cost, forced (NT, CPT[, MINB, warp tiles]) or None): L not a multiple of the tile, n = 1, L < n,
-#: D > DK_MAX, many tiles, block tiles and warp tiles.
+#: (Q, n, D, L, cost, forced (NT, CPT[, MINB]) or None): L not a multiple of the tile, n = 1, L < n, D > DK_MAX,
+#: many tiles (look-back over more than one window of 32).
 CASES = [
     (1, 8, 1, 1000, "sqeuclidean", None),
     (3, 17, 2, 4099, "l1", (32, 2)),
@@ -62,8 +62,8 @@ CASES = [
     (1, 5, 5, 2000, "sqeuclidean", (64, 2)),
     (4, 33, 1, 5000, "l1", (32, 4)),
     (2, 12, 4, 9000, "sqeuclidean", (128, 2)),
-    (3, 17, 2, 4099, "l1", (64, 2, 1, True)),
-    (4, 33, 1, 5000, "sqeuclidean", (64, 4, 1, True)),
+    (3, 17, 2, 4099, "l1", (64, 2, 2)),
+    (4, 33, 1, 5000, "sqeuclidean", (64, 4, 3)),
 ]
 
 
@@ -120,7 +120,7 @@ def test_end_rows_float32(tile, gamma):
 
 
 @cuda
-@pytest.mark.parametrize("forced", [(32, 2), (64, 2, 1, True)])
+@pytest.mark.parametrize("forced", [(32, 2), (64, 2, 2)])
 def test_end_rows_in_bands_of_rows(tile, monkeypatch, forced):
     """Rows in several launches (look-back records limited): the same rows as one launch."""
     q, s = _data(2, 23, 2, 3000, 5)
@@ -128,7 +128,8 @@ def test_end_rows_in_bands_of_rows(tile, monkeypatch, forced):
         want_v, want_s = _cpu_rows(q, s, 0, gamma)
         one = _gpu_rows(tile, q, s, "sqeuclidean", gamma, F64, forced)
         nrec = tile._record_words(F64, gamma > 0)
-        monkeypatch.setattr(tile, "SLOT_BYTES", 2 * 47 * 5 * nrec * 8)  # 5 rows per band (47 tiles, Q = 2)
+        ntiles = -(-3000 // (forced[0] * forced[1]))
+        monkeypatch.setattr(tile, "SLOT_BYTES", 2 * ntiles * 5 * nrec * 8)  # 5 rows per band (Q = 2)
         banded = _gpu_rows(tile, q, s, "sqeuclidean", gamma, F64, forced)
         monkeypatch.undo()
         _report(f"bands gamma={gamma}", *banded, want_v, want_s)

@@ -3,8 +3,7 @@ greedy pick of the k matches, both on the device.
 
 - :func:`end_rows`: each query's last DP row, values and start columns `(Q, L)`. One block per tile of
   ``NT · CPT`` series steps; the blocks walk the query's rows together, each row a prefix scan along the series
-  whose carry between tiles is found by a decoupled look-back (kernels/search.cu explains it); with warp tiles
-  (:data:`TILES`) each warp is a tile of its own. Rows run in bands
+  whose carry between tiles is found by a decoupled look-back (kernels/search.cu explains it). Rows run in bands
   of launches sized so that the look-back records stay under :data:`SLOT_BYTES`.
 - :func:`select`: the k best non-overlapping matches from those rows (search.py's greedy rule), on the device:
   one pass for the best end of every chunk of :data:`SEL_CHUNK` ends, then one block per query for the k rounds,
@@ -20,10 +19,12 @@ import torch
 
 from . import launch as _launch
 
-#: Threads per block, columns per thread, blocks per SM (the register budget) and warp tiles (each warp a tile of
-#: its own, no barrier; else the block is the tile) of search_rows_kernel, per (dtype, soft).
-TILES = {(torch.float32, False): (256, 16, 2, False), (torch.float64, False): (256, 8, 2, False),
-         (torch.float32, True): (256, 8, 2, False), (torch.float64, True): (256, 4, 2, False)}
+#: Threads per block, columns per thread and blocks per SM (the register budget: __launch_bounds__) of
+#: search_rows_kernel, per (dtype, soft): the tile is NT · CPT steps. Measured on an H100 at n = 128, L = 10^7
+#: (benchmarks/OPTIMIZATION_LOG.md, "DTW search on the GPU"): float32 hard 256 x 16 at 2 blocks per SM (3 blocks
+#: spill, within 3 %), soft 256 x 8 at 3 blocks per SM (6.7 ms against 9.1 at 2).
+TILES = {(torch.float32, False): (256, 16, 2), (torch.float64, False): (256, 8, 2),
+         (torch.float32, True): (256, 8, 3), (torch.float64, True): (256, 4, 2)}
 #: Largest D held in registers (a template constant); larger D reads the series through L1.
 DK_MAX = 4
 #: Look-back records of one launch at most this many bytes (rows run in bands of launches beyond).
@@ -36,7 +37,7 @@ SEL_CHUNK, SEL_THREADS, GREEDY_THREADS = 1024, 256, 1024
 _CTYPE = {torch.float32: "float", torch.float64: "double"}
 COST_IDS = {"sqeuclidean": 0, "l1": 1}
 
-#: Tests and benchmarks: (NT, CPT[, MINB[, WT]]) to use instead of TILES (None: TILES).
+#: Tests and benchmarks: (NT, CPT[, MINB]) to use instead of TILES (None: TILES).
 forced_tile = None
 
 
@@ -47,14 +48,13 @@ def _record_words(dtype: torch.dtype, soft: bool) -> int:
 
 
 def tile_of(dtype: torch.dtype, soft: bool, D: int, forced=None) -> tuple:
-    """(NT, CPT, MINB, WT, DK) of search_rows_kernel: fewer columns per thread when D features of each sit in
-    registers."""
+    """(NT, CPT, MINB, DK) of search_rows_kernel: fewer columns per thread when D features of each sit in registers."""
     forced = forced or forced_tile
-    NT, CPT, MINB, WT = (tuple(forced) + (1, False)[len(forced) - 2:])[:4] if forced else TILES[(dtype, soft)]
+    NT, CPT, MINB = (tuple(forced) + (1,))[:3] if forced else TILES[(dtype, soft)]
     DK = D if D <= DK_MAX else 0
     if forced is None and DK > 1:
         CPT = max(2, CPT // (2 if DK == 2 else 4))
-    return NT, CPT, MINB, WT, DK
+    return NT, CPT, MINB, DK
 
 
 def _bits(value: float, dtype: torch.dtype) -> int:
@@ -80,14 +80,14 @@ def end_rows(query: torch.Tensor, series: torch.Tensor, cost: str, gamma: float,
     L = series.shape[0]
     dtype = query.dtype
     soft = gamma > 0
-    NT, CPT, MINB, WT, DK = tile_of(dtype, soft, D)
+    NT, CPT, MINB, DK = tile_of(dtype, soft, D)
     tw = NT * CPT
     ntiles = -(-L // tw)
-    nrec = _record_words(dtype, soft) * (NT // 32 if WT else 1)  # per block tile and row
+    nrec = _record_words(dtype, soft)
     band = max(1, min(n, SLOT_BYTES // (Q * ntiles * nrec * 8)))
     dev = query.get_device()
     expr = (f"sdtw::search::search_rows_kernel<{_CTYPE[dtype]}, {COST_IDS[cost]}, {'true' if soft else 'false'}, "
-            f"{DK}, {NT}, {CPT}, {MINB}, {'true' if WT else 'false'}>")
+            f"{DK}, {NT}, {CPT}, {MINB}>")
     values = torch.empty((Q, L), dtype=dtype, device=query.device)
     starts = torch.empty((Q, L), dtype=torch.int32, device=query.device)
     slots = torch.empty(Q * ntiles * band * nrec + 2, dtype=torch.int64, device=query.device)
@@ -129,9 +129,9 @@ def select(values: torch.Tensor, starts: torch.Tensor, k: int, exclusion: int):
     out_e = torch.empty((Q, k), dtype=torch.int64, device=values.device)
     out_v = torch.empty((Q, k), dtype=dtype, device=values.device)
     ct = _CTYPE[dtype]
-    _launch.launch("search", f"sdtw::search::select_chunks_kernel<{ct}>", dev, Q * nch, SEL_THREADS,
-                   (values.data_ptr(), starts.data_ptr(), _launch.i32(L), _launch.i32(nch), cv.data_ptr(),
-                    ci.data_ptr(), cmin.data_ptr()))
+    _launch.launch("search", f"sdtw::search::select_chunks_kernel<{ct}>", dev, -(-Q * nch // (SEL_THREADS // 32)),
+                   SEL_THREADS, (values.data_ptr(), starts.data_ptr(), _launch.i32(L), _launch.i32(nch), _launch.i32(Q),
+                                 cv.data_ptr(), ci.data_ptr(), cmin.data_ptr()))
     _launch.launch("search", f"sdtw::search::select_greedy_kernel<{ct}>", dev, Q, GREEDY_THREADS,
                    (values.data_ptr(), starts.data_ptr(), _launch.i32(L), _launch.i32(nch), cv.data_ptr(),
                     ci.data_ptr(), cmin.data_ptr(), _launch.i32(k), int(exclusion), out_s.data_ptr(),

@@ -20,8 +20,6 @@
 //     their aggregate of row i as soon as their row i-1 is final, then their inclusive value): 32 tiles per step,
 //     composed by a shuffle reduction, until one has an inclusive value. Pass 2 recomputes the thread's columns
 //     from its carry-in; that carry-in, R[i, jb-1], is also the diagonal predecessor of its first column in row i+1.
-//   * WT (warp tiles): each warp is a tile of its own (32·CPT columns) and scans, publishes and looks back by
-//     itself, with no barrier and no shared memory; the block only groups NT / 32 consecutive warp tiles.
 //   * Blocks take their tile from an atomic ticket (tile-major, queries interleaved), so a block only ever waits
 //     for tiles whose blocks started before it: no deadlock, whatever the number of resident blocks.
 //   * Look-back records are 64-bit words, 32 bits of payload and a nonzero tag each (zeroed memory = not yet
@@ -348,7 +346,7 @@ __device__ __forceinline__ void pass2_cols(T rh, T rv, int rs, const T (&ms)[SOF
 // out_* `(Q, L)`: row row1 - 1 (out_h for SOFT, may be null); slots: Q · ntiles · (row1 - row0) records, zeroed;
 // ticket: one int, zeroed. DK: D as a template constant (y in registers), 0 for any D (y read through L1). MINB:
 // blocks per SM asked of the register allocator (__launch_bounds__).
-template <typename T, int COST, bool SOFT, int DK, int NT, int CPT, int MINB, bool WT>
+template <typename T, int COST, bool SOFT, int DK, int NT, int CPT, int MINB>
 __global__ void __launch_bounds__(NT, MINB) search_rows_kernel(
     const T* __restrict__ query, const T* __restrict__ series, const T* __restrict__ in_v,
     const T* __restrict__ in_h, const int* __restrict__ in_s, T* __restrict__ out_v, T* __restrict__ out_h,
@@ -457,61 +455,39 @@ __global__ void __launch_bounds__(NT, MINB) search_rows_kernel(
     M excl = shfl_up(incl, 1);
     if (lane == 0) excl = identity_map<T, SOFT>();
     M cin;  // this thread's carry-in R[i, jb - 1] as a constant map
-    if constexpr (WT) {
-      // ---- warp tiles: each warp publishes and looks back on its own (no barrier)
-      if (prof_on) prof_row[2] = clock64() - c0;
-      const M total = shfl_idx(incl, 31);
-      const int wt = t * NW + warp, nwt = ntiles * NW;
-      unsigned long long* rec = slots + ((long long)(q * nwt + wt) * rows + (i - row0)) * Rec::NREC;
+    // ---- the block scans the warp totals, warp 0 publishes and looks back
+    if (lane == 31) s_warp[par][warp] = incl;
+    __syncthreads();
+    if (prof_on) prof_row[2] = clock64() - c0;
+    if (warp == 0) {
+      M w = lane < NW ? s_warp[par][lane] : identity_map<T, SOFT>();
+      const M wincl = warp_scan(w, lane, g2, ig2);
+      M wexcl = shfl_up(wincl, 1);
+      if (lane == 0) wexcl = identity_map<T, SOFT>();
+      const M total = shfl_idx(wincl, NW - 1);
+      if (lane < NW) s_warp[par][lane] = wexcl;
+      unsigned long long* rec = slots + ((long long)(q * ntiles + t) * rows + (i - row0)) * Rec::NREC;
       M run = M{INF, INF, INF, 0};
-      if (wt > 0) {
+      if (t > 0) {
         if (lane == 0) Rec::publish_agg(rec, total);
         int reads = 0, windows = 0;
-        run = look_back<T, SOFT>(rec, (long long)rows * Rec::NREC, wt, lane, g2, ig2, reads, windows);
+        run = look_back<T, SOFT>(rec, (long long)rows * Rec::NREC, t, lane, g2, ig2, reads, windows);
         if (prof_on) prof_row[6] = reads, prof_row[7] = windows;
       }
+      // run is a constant map: the carry-in R[i, j0 - 1] is (run.H, run.s), soft run.A
       if (prof_on) prof_row[3] = clock64() - c0;
-      if (lane == 0 && wt + 1 < nwt) {
-        const M inc = compose(total, run, g2, ig2);
-        Rec::publish_inc(rec, inc.H, inc.s, inc.A);
-      }
-      if (prof_on) prof_row[4] = clock64() - c0;
-      cin = compose(excl, run, g2, ig2);
-    } else {
-      // ---- block tiles: the block scans the warp totals, warp 0 publishes and looks back
-      if (lane == 31) s_warp[par][warp] = incl;
-      __syncthreads();
-      if (prof_on) prof_row[2] = clock64() - c0;
-      if (warp == 0) {
-        M w = lane < NW ? s_warp[par][lane] : identity_map<T, SOFT>();
-        const M wincl = warp_scan(w, lane, g2, ig2);
-        M wexcl = shfl_up(wincl, 1);
-        if (lane == 0) wexcl = identity_map<T, SOFT>();
-        const M total = shfl_idx(wincl, NW - 1);
-        if (lane < NW) s_warp[par][lane] = wexcl;
-        unsigned long long* rec = slots + ((long long)(q * ntiles + t) * rows + (i - row0)) * Rec::NREC;
-        M run = M{INF, INF, INF, 0};
-        if (t > 0) {
-          if (lane == 0) Rec::publish_agg(rec, total);
-          int reads = 0, windows = 0;
-          run = look_back<T, SOFT>(rec, (long long)rows * Rec::NREC, t, lane, g2, ig2, reads, windows);
-          if (prof_on) prof_row[6] = reads, prof_row[7] = windows;
-        }
-        // run is a constant map: the carry-in R[i, j0 - 1] is (run.H, run.s), soft run.A
-        if (prof_on) prof_row[3] = clock64() - c0;
-        if (lane == 0) {
-          s_carry[par] = run;
-          if (t + 1 < ntiles) {
-            const M inc = compose(total, run, g2, ig2);
-            Rec::publish_inc(rec, inc.H, inc.s, inc.A);
-          }
+      if (lane == 0) {
+        s_carry[par] = run;
+        if (t + 1 < ntiles) {
+          const M inc = compose(total, run, g2, ig2);
+          Rec::publish_inc(rec, inc.H, inc.s, inc.A);
         }
       }
-      __syncthreads();
-      if (prof_on) prof_row[4] = clock64() - c0;
-      const M pre = compose(excl, s_warp[par][warp], g2, ig2);  // the tile's columns left of this thread
-      cin = compose(pre, s_carry[par], g2, ig2);
     }
+    __syncthreads();
+    if (prof_on) prof_row[4] = clock64() - c0;
+    const M pre = compose(excl, s_warp[par][warp], g2, ig2);  // the tile's columns left of this thread
+    cin = compose(pre, s_carry[par], g2, ig2);
     // ---- pass 2: this thread's columns from its carry-in
     {
       T rh = cin.H, rv = cin.A;
@@ -563,42 +539,39 @@ __device__ __forceinline__ void warp_best(T& v, int& i) {
   }
 }
 
-// Per chunk of SEL_CHUNK ends (grid nch · Q, query-major): its best end (cv, ci; value < inf only) and its smallest start.
+// Per chunk of SEL_CHUNK ends, a warp each (SEL_THREADS / 32 chunks per block, chunks query-major): the chunk's best
+// end (cv, ci; values < inf only, the first on ties) and its smallest start (cmin).
 template <typename T>
 __global__ void __launch_bounds__(SEL_THREADS) select_chunks_kernel(const T* __restrict__ v, const int* __restrict__ st,
-                                                                    int L, int nch, T* __restrict__ cv,
+                                                                    int L, int nch, int Q, T* __restrict__ cv,
                                                                     int* __restrict__ ci, int* __restrict__ cmin) {
-  __shared__ T sv[SEL_THREADS / 32];
-  __shared__ int si[SEL_THREADS / 32], sm[SEL_THREADS / 32];
-  const int q = blockIdx.x / nch, c = blockIdx.x - q * nch;
+  const int lane = threadIdx.x & 31;
+  const long long gc = (long long)blockIdx.x * (SEL_THREADS / 32) + (threadIdx.x >> 5);
+  if (gc >= (long long)Q * nch) return;
+  const int q = int(gc / nch), c = int(gc - (long long)q * nch);
   const long long off = (long long)q * L;
   const int lo = c * SEL_CHUNK, hi = min(L, lo + SEL_CHUNK);
   T bv = inf_v<T>();
   int bi = -1, mn = 0x7fffffff;
-  for (int j = lo + threadIdx.x; j < hi; j += SEL_THREADS) {
-    const T x = v[off + j];
-    if (x < bv) bv = x, bi = j;
-    mn = min(mn, st[off + j]);
+  for (int m0 = 0; m0 < SEL_CHUNK / 32; m0 += SEL_BATCH) {
+    T xs[SEL_BATCH];
+    int ss[SEL_BATCH];
+#pragma unroll
+    for (int b = 0; b < SEL_BATCH; ++b) {
+      const int j = lo + lane + 32 * (m0 + b);
+      xs[b] = j < hi ? v[off + j] : inf_v<T>();
+      ss[b] = j < hi ? st[off + j] : 0x7fffffff;
+    }
+#pragma unroll
+    for (int b = 0; b < SEL_BATCH; ++b) {
+      if (xs[b] < bv) bv = xs[b], bi = lo + lane + 32 * (m0 + b);
+      mn = min(mn, ss[b]);
+    }
   }
   warp_best(bv, bi);
 #pragma unroll
   for (int o = 16; o > 0; o /= 2) mn = min(mn, __shfl_down_sync(FULL_MASK, mn, o));
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) sv[warp] = bv, si[warp] = bi, sm[warp] = mn;
-  __syncthreads();
-  if (warp == 0) {
-    bv = lane < SEL_THREADS / 32 ? sv[lane] : inf_v<T>();
-    bi = lane < SEL_THREADS / 32 ? si[lane] : -1;
-    mn = lane < SEL_THREADS / 32 ? sm[lane] : 0x7fffffff;
-    warp_best(bv, bi);
-#pragma unroll
-    for (int o = 16; o > 0; o /= 2) mn = min(mn, __shfl_down_sync(FULL_MASK, mn, o));
-    if (lane == 0) {
-      cv[(long long)q * nch + c] = bv;
-      ci[(long long)q * nch + c] = bi;
-      cmin[(long long)q * nch + c] = mn;
-    }
-  }
+  if (lane == 0) cv[gc] = bv, ci[gc] = bi, cmin[gc] = mn;
 }
 
 // The k rounds of the greedy pick, one block per query (grid Q). out_* `(Q, k)`: start, end (int64), value; -1, -1,
@@ -609,8 +582,11 @@ __global__ void __launch_bounds__(GREEDY_THREADS) select_greedy_kernel(
     const int* __restrict__ cmin, int k, long long excl, long long* __restrict__ out_s, long long* __restrict__ out_e,
     T* __restrict__ out_v) {
   constexpr int NW = GREEDY_THREADS / 32;
+  constexpr int AFF_MAX = 1024;
   __shared__ T sv[NW];
   __shared__ int si[NW];
+  __shared__ int s_aff[AFF_MAX];
+  __shared__ int s_naff;
   const int q = blockIdx.x;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const long long off = (long long)q * L;
@@ -641,48 +617,50 @@ __global__ void __launch_bounds__(GREEDY_THREADS) select_greedy_kernel(
       return;
     }
     const int s = st[off + e];
-    if (threadIdx.x == 0) os[r] = s, oe[r] = e, ov[r] = best;
+    if (threadIdx.x == 0) os[r] = s, oe[r] = e, ov[r] = best, s_naff = 0;
     __syncthreads();  // the pick in os / oe before the re-scans read it (and sv / si read before the next round)
-    // re-scan every chunk the pick can touch: near e, or holding an end j >= s whose start may be <= e
-    for (int c0 = warp * 32; c0 < nch; c0 += GREEDY_THREADS) {
-      const int c = c0 + lane;
-      bool aff = false;
-      if (c < nch) {
-        const long long lo = (long long)c * SEL_CHUNK, hi = min((long long)L, lo + SEL_CHUNK) - 1;
-        aff = (hi >= e - excl && lo <= e + excl) || (hi >= s && cmq[c] <= e);
+    // re-scan every chunk the pick can touch: near e, or holding an end j >= s whose start may be <= e. The chunks
+    // are listed first (independent loads, one pass), then a warp re-scans each listed chunk.
+#pragma unroll 4
+    for (int c = threadIdx.x; c < nch; c += GREEDY_THREADS) {
+      const long long lo = (long long)c * SEL_CHUNK, hi = min((long long)L, lo + SEL_CHUNK) - 1;
+      const int cm = cmq[c];
+      if ((hi >= e - excl && lo <= e + excl) || (hi >= s && cm <= e)) {
+        const int slot = atomicAdd(&s_naff, 1);
+        if (slot < AFF_MAX) s_aff[slot] = c;
       }
-      unsigned mask = __ballot_sync(FULL_MASK, aff);
-      while (mask) {
-        const int cc = c0 + __ffs(mask) - 1;
-        mask &= mask - 1;
-        const int lo = cc * SEL_CHUNK, hi = min(L, lo + SEL_CHUNK);
-        T lv = inf_v<T>();
-        int li = -1;
-        for (int m0 = 0; m0 < SEL_CHUNK / 32; m0 += SEL_BATCH) {  // SEL_BATCH loads in flight per lane
-          T xs[SEL_BATCH];
-          int ss[SEL_BATCH];
+    }
+    __syncthreads();
+    const int naff = s_naff;
+    for (int a = warp; a < (naff <= AFF_MAX ? naff : nch); a += NW) {  // more than AFF_MAX: every chunk
+      const int cc = naff <= AFF_MAX ? s_aff[a] : a;
+      const int lo = cc * SEL_CHUNK, hi = min(L, lo + SEL_CHUNK);
+      T lv = inf_v<T>();
+      int li = -1;
+      for (int m0 = 0; m0 < SEL_CHUNK / 32; m0 += SEL_BATCH) {  // SEL_BATCH loads in flight per lane
+        T xs[SEL_BATCH];
+        int ss[SEL_BATCH];
 #pragma unroll
-          for (int b = 0; b < SEL_BATCH; ++b) {
+        for (int b = 0; b < SEL_BATCH; ++b) {
+          const int j = lo + lane + 32 * (m0 + b);
+          xs[b] = j < hi ? v[off + j] : inf_v<T>();
+          ss[b] = j < hi ? st[off + j] : 0;
+        }
+#pragma unroll
+        for (int b = 0; b < SEL_BATCH; ++b) {
+          if (xs[b] < lv) {
             const int j = lo + lane + 32 * (m0 + b);
-            xs[b] = j < hi ? v[off + j] : inf_v<T>();
-            ss[b] = j < hi ? st[off + j] : 0;
-          }
-#pragma unroll
-          for (int b = 0; b < SEL_BATCH; ++b) {
-            if (xs[b] < lv) {
-              const int j = lo + lane + 32 * (m0 + b);
-              bool alive = true;
-              for (int p = 0; p <= r && alive; ++p) {
-                const long long pe = oe[p], ps = os[p];
-                alive = !(llabs((long long)j - pe) <= excl || (ss[b] <= pe && j >= ps));
-              }
-              if (alive) lv = xs[b], li = j;
+            bool alive = true;
+            for (int p = 0; p <= r && alive; ++p) {
+              const long long pe = oe[p], ps = os[p];
+              alive = !(llabs((long long)j - pe) <= excl || (ss[b] <= pe && j >= ps));
             }
+            if (alive) lv = xs[b], li = j;
           }
         }
-        warp_best(lv, li);
-        if (lane == 0) cvq[cc] = lv, ciq[cc] = li;
       }
+      warp_best(lv, li);
+      if (lane == 0) cvq[cc] = lv, ciq[cc] = li;
     }
     __syncthreads();  // the chunks' new bests before the next round's argmin
   }
