@@ -149,10 +149,22 @@ def test_bad_inputs_are_refused_clearly():
         search.dtw_search(torch.zeros(3, 2), s, gamma=-1.0)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_cuda_tensors_raise_not_implemented():
-    with pytest.raises(NotImplementedError, match="CPU only"):
-        search.dtw_search(torch.zeros(3, 1, device="cuda"), torch.zeros(10, 1, device="cuda"))
+def test_soft_starts_are_the_hard_paths_starts():
+    """gamma > 0: the start of each end is that of the best hard-DTW path ending there (the mode of the soft-min's
+    distribution over paths), the definition the CUDA scan computes too; integer data, so ties are exact."""
+    from softdtw.backends import _cpu_search as kern
+    rng = np.random.default_rng(11)
+    q = rng.integers(0, 3, size=(3, 6, 2)).astype(np.float64)
+    s = rng.integers(0, 3, size=(300, 2)).astype(np.float64)
+    starts = []
+    for gamma in (0.0, 0.5, 5.0):
+        v, st = np.empty((3, 300)), np.empty((3, 300), np.int64)
+        kern.search_kernel(q, s, 0, gamma, v, st)
+        starts.append(st)
+    assert np.array_equal(starts[0], starts[1]) and np.array_equal(starts[0], starts[2])
+    got = search.dtw_search(torch.tensor(q[0]), torch.tensor(s), k=5, gamma=0.5)
+    for a, e in zip(got.start.tolist(), got.end.tolist()):
+        assert a == starts[0][0, e]
 
 
 @pytest.mark.parametrize("n, cost_kind", [(1, 0), (16, 1), (37, 0), (64, 1), (130, 0)])

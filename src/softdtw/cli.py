@@ -349,15 +349,17 @@ def _cmd_search(args) -> int:
         missing = _figures_available()
         if missing is not None:
             raise CLIError(f"--plot needs matplotlib: {missing}")
+    dev = _device(args.device)
     t0 = time.perf_counter()
-    result = dtw_search(torch.from_numpy(qa), torch.from_numpy(sa), k=args.k, gamma=args.gamma,
+    result = dtw_search(torch.from_numpy(qa).to(dev), torch.from_numpy(sa).to(dev), k=args.k, gamma=args.gamma,
                         exclusion=args.exclusion, znormalize=args.znormalize, progress=False)
+    result = type(result)(*(t.cpu() for t in result))
     took = time.perf_counter() - t0
     excl = qa.shape[0] // 2 if args.exclusion is None else args.exclusion
     kind = "DTW" if args.gamma == 0 else f"soft-DTW (γ={args.gamma:.4g})"
     print(f"query: {args.query} ({qa.shape[0]} steps, {qa.shape[1]} feature(s));  series: {args.series} "
           f"({sa.shape[0]} steps);  {kind}, exclusion {excl}{', z-normalised' if args.znormalize else ''};  "
-          f"{_fmt_time(took)}")
+          f"{_device_text(dev)}, {_fmt_time(took)}")
     import io
     table = _Table(["rank", "start", "end", "length", "value"], stream=io.StringIO())  # printed once, aligned
     found = 0
@@ -594,6 +596,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="z-normalise the query, and the series with running statistics over the query's length")
     p.add_argument("--csv", default=None, help="also write the matches as CSV (start,end,value)")
     p.add_argument("--plot", default=None, metavar="PATH", help="write a PNG of the series with the matches shaded")
+    p.add_argument("--device", default="auto", help="auto (GPU when present), cpu, cuda or cuda:N")
     p.set_defaults(func=_cmd_search)
 
     p = sub.add_parser("cluster", help="soft-DTW k-means of a file of series: labels CSV and a PNG of the centres",

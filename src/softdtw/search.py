@@ -3,7 +3,9 @@ r"""DTW search: the k best non-overlapping matches of short queries inside a lon
 One subsequence DP per query (open begin and open end, see ``backends/reference.py``), not one DTW
 per window: the DP's last row holds, for every end column j of the series, the value of the best
 match ending there (hard DTW) or the soft-min over all matches ending there (soft-DTW), and each
-cell carries its path's start column. The k matches are then picked greedily from the end values.
+cell carries the start column of its best hard path. The k matches are then picked greedily from the
+end values. CPU: backends/_cpu_search.py (Numba); CUDA: backends/cuda/search.py (a prefix scan along
+the series, kernels/search.cu).
 """
 from __future__ import annotations
 
@@ -45,7 +47,7 @@ def _local_znorm(series: torch.Tensor, n: int) -> torch.Tensor:
     s = series.to(torch.float64)
     cs = torch.cat([s.new_zeros(1, s.shape[1]), s.cumsum(0)])
     cs2 = torch.cat([s.new_zeros(1, s.shape[1]), (s * s).cumsum(0)])
-    lo = (torch.arange(L) - n // 2).clamp(0, max(L - n, 0))
+    lo = (torch.arange(L, device=s.device) - n // 2).clamp(0, max(L - n, 0))
     hi = (lo + n).clamp(max=L)
     count = (hi - lo).unsqueeze(1).to(torch.float64)
     mean = (cs[hi] - cs[lo]) / count
@@ -77,9 +79,10 @@ def dtw_search(query, series, k: int = 1, gamma: float = 0.0, exclusion: Optiona
         \quad (\gamma > 0),
 
     one DP of n x L cells per query (not one DTW per window). Matches are then taken greedily: the
-    smallest remaining v_j, with its start s (for gamma = 0 the start of the optimal path; for gamma > 0
-    that of the path following each cell's largest-weight predecessor); after each match [s, e], every end
-    within ``exclusion`` steps of e, and every match whose [start, end] intersects [s, e], is excluded.
+    smallest remaining v_j (the first on ties), with its start s: the start of the best hard-DTW path
+    ending at j, for gamma = 0 and gamma > 0 alike (for soft-DTW the most likely single path of the
+    soft-min's distribution over paths ending at j, its mode); after each match [s, e], every end within
+    ``exclusion`` steps of e, and every match whose [start, end] intersects [s, e], is excluded.
 
     Args:
         query: `(Q, n, D)` queries (or `(n, D)` / `(n,)` for one), float.
@@ -93,13 +96,16 @@ def dtw_search(query, series, k: int = 1, gamma: float = 0.0, exclusion: Optiona
             length is what it does instead (as subsequence-search libraries do); it makes matches
             invariant to the series' offset and scale.
         cost: "sqeuclidean" (default) or "l1".
-        progress: a tqdm bar over the queries; None shows one for more than 64 queries.
+        progress: a tqdm bar over the queries (CPU); None shows one for more than 64 queries.
 
     Returns:
-        :class:`SearchResult` (start, end, value), each `(Q, k)` (`(k,)` for one query), best first.
+        :class:`SearchResult` (start, end, value), each `(Q, k)` (`(k,)` for one query), best first, on
+        the device of the inputs.
 
-    Devices: CPU (the cpu backend's Numba kernels, parallel over queries). CUDA tensors raise
-    NotImplementedError (no GPU search kernel yet). Not differentiable.
+    Devices: CPU (the cpu backend's Numba kernels, parallel over queries, float64 arithmetic) and CUDA
+    (query and series on one GPU: the DP runs as a prefix scan along the series and the matches are
+    picked on the device, in float32 when both inputs are float32 or lower precision, else float64).
+    Not differentiable.
 
     Example:
         >>> import torch, softdtw
@@ -120,12 +126,15 @@ def dtw_search(query, series, k: int = 1, gamma: float = 0.0, exclusion: Optiona
         raise ValueError(f"query must be `(Q, n, D)`, `(n, D)` or `(n,)`; got shape {tuple(q.shape)}.")
     s = _as_2d(series, "series")
     for name, t in (("query", q), ("series", s)):
-        if t.device.type != "cpu":
-            raise NotImplementedError(
-                f"dtw_search runs on the CPU only (no GPU search kernel yet); {name} is on {t.device}. "
-                f"Pass query.cpu() and series.cpu().")
         if not t.is_floating_point():
             raise ValueError(f"{name} must be a float tensor; got {t.dtype}.")
+    on_cuda = q.device.type == "cuda" or s.device.type == "cuda"
+    if on_cuda and q.device != s.device:
+        raise ValueError(f"query and series must be on the same device; got query on {q.device}, series on "
+                         f"{s.device}. Move both with .to(device).")
+    if not on_cuda and q.device.type != "cpu":
+        raise NotImplementedError(f"dtw_search runs on the CPU and on CUDA GPUs; the inputs are on {q.device}. "
+                                  f"Pass query.cpu() and series.cpu().")
     Q, n, D = q.shape
     L = s.shape[0]
     if s.shape[1] != D:
@@ -145,6 +154,8 @@ def dtw_search(query, series, k: int = 1, gamma: float = 0.0, exclusion: Optiona
         raise ValueError(f"cost must be one of {tuple(_COSTS)} for dtw_search; got {cost!r}.")
     dtype = q.dtype if q.dtype in (torch.float32, torch.float64) else torch.float32
 
+    if on_cuda:
+        return _search_cuda(q, s, znormalize, dtype, single, cost, gamma, int(k), exclusion)
     if znormalize:
         q64, s64 = _znorm(q), _local_znorm(s, n)
     else:
@@ -186,3 +197,27 @@ def dtw_search(query, series, k: int = 1, gamma: float = 0.0, exclusion: Optiona
     if single:
         return SearchResult(*(t[0] for t in result))
     return result
+
+
+def _search_cuda(q, s, znormalize, dtype, single, cost, gamma, k, exclusion) -> SearchResult:
+    """dtw_search's CUDA path (backends/cuda/search.py) on query `(Q, n, D)` and series `(L, D)`: float64
+    arithmetic when either input is float64, float32 otherwise; the normalisations in float64 on the device."""
+    from .backends.cuda import search as cuda_search
+
+    L = s.shape[0]
+    if L > _CUDA_MAX_L:
+        raise ValueError(f"dtw_search on CUDA takes series of at most {_CUDA_MAX_L} steps (int32 columns); got "
+                         f"L={L}. Search overlapping pieces of the series, or search on the CPU.")
+    work = torch.float64 if torch.float64 in (q.dtype, s.dtype) else torch.float32
+    if znormalize:
+        q, s = _znorm(q), _local_znorm(s, q.shape[1])
+    start, end, value = cuda_search.search(q.to(work).contiguous(), s.to(work).contiguous(), cost, gamma, k,
+                                           exclusion)
+    result = SearchResult(start, end, value.to(dtype))
+    if single:
+        return SearchResult(*(t[0] for t in result))
+    return result
+
+
+#: Longest series of the CUDA path: column indices and starts are int32 in the kernels.
+_CUDA_MAX_L = 2 ** 31 - 2 ** 20

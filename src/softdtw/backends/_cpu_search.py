@@ -16,8 +16,11 @@ tslearn's 120 ms for ``dtw_subsequence_path`` (the same bits as the column order
 Each cell also carries the start column of its path:
 for gamma = 0 the start of the optimal path (the argmin predecessor, ties diagonal, vertical,
 horizontal as in the backward; at row 0 a tie between starting and coming from the left starts
-here), for gamma > 0 that of the path that follows each cell's largest-weight predecessor (the same
-argmin), the greedy mode of the soft-min's distribution over paths.
+here), for gamma > 0 too: the hard values run beside the soft ones and the start is that of the best
+hard path ending at the cell, the mode of the soft-min's distribution over paths (the most likely single
+path). The CUDA kernel (kernels/search.cu) computes these starts by a prefix scan along the series;
+the earlier rule for gamma > 0, the start of the path following each cell's largest-weight soft
+predecessor, has no such scan.
 
 Queries run in parallel (``prange``); within a query the DP is sequential along each column.
 Costs: squared Euclidean (cost_kind 0) or L1 (1), computed in the kernel. float64 state, natural
@@ -46,12 +49,15 @@ def _smin(a, b, c, gamma):
 @njit(**_JIT)
 def _search_one(q, series, cost_kind, gamma, values, starts):
     """values[j] = R[n-1, j] (for gamma > 0 the soft-min over the paths ending at column j), starts[j] =
-    its start column, for one query q `(n, D)`."""
+    the start column of the best hard path ending there, for one query q `(n, D)`. For gamma > 0 the hard
+    values run beside the soft ones (same costs) for the starts."""
     n, D = q.shape
     L = series.shape[0]
     inf = np.inf
     prev = np.full(n, inf)  # column j - 1
     cur = np.empty(n)
+    hprev = np.full(n, inf)  # hard values of column j - 1 (== prev for gamma = 0)
+    hcur = np.empty(n)
     prev_s = np.zeros(n, np.int64)
     cur_s = np.zeros(n, np.int64)
     for j in range(L):
@@ -61,22 +67,24 @@ def _search_one(q, series, cost_kind, gamma, values, starts):
                 t = q[i, d] - series[j, d]
                 c += t * t if cost_kind == 0 else abs(t)
             if i == 0:
-                diag, d_s = 0.0, j  # start here
-                up, u_s = inf, j
+                diag, dh, d_s = 0.0, 0.0, j  # start here
+                up, uh, u_s = inf, inf, j
             else:
-                diag, d_s = prev[i - 1], prev_s[i - 1]
-                up, u_s = cur[i - 1], cur_s[i - 1]
-            left, l_s = prev[i], prev_s[i]
-            if diag <= up and diag <= left:
-                cur_s[i] = d_s
-            elif up <= left:
-                cur_s[i] = u_s
+                diag, dh, d_s = prev[i - 1], hprev[i - 1], prev_s[i - 1]
+                up, uh, u_s = cur[i - 1], hcur[i - 1], cur_s[i - 1]
+            left, lh, l_s = prev[i], hprev[i], prev_s[i]
+            if dh <= uh and dh <= lh:
+                h, cur_s[i] = dh, d_s
+            elif uh <= lh:
+                h, cur_s[i] = uh, u_s
             else:
-                cur_s[i] = l_s
-            cur[i] = c + _smin(diag, up, left, gamma)
+                h, cur_s[i] = lh, l_s
+            hcur[i] = c + h
+            cur[i] = c + h if gamma == 0.0 else c + _smin(diag, up, left, gamma)
         values[j] = cur[n - 1]
         starts[j] = cur_s[n - 1]
         prev, cur = cur, prev
+        hprev, hcur = hcur, hprev
         prev_s, cur_s = cur_s, prev_s
 
 
