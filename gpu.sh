@@ -1,0 +1,31 @@
+#!/bin/bash
+# GPU round for helper hvpw: hvp_warp_kernel (kernels/hvp_warp.cu) tests, benchmarks, a memcheck of small shapes.
+cd "$(dirname "$0")"
+OUT=${OUT:-/tmp/hvpw_out}; mkdir -p "$OUT"
+nvidia-smi --query-gpu=name --format=csv,noheader
+echo "== tests"
+timeout 75 python -m pytest -m cuda tests/backends/test_cuda_hvp.py tests/test_dilate.py tests/test_second_order.py \
+  -n 4 -q -p no:cacheprovider -x -rf 2>&1 | tail -25
+echo "== bench_hvp"
+timeout 30 python benchmarks/bench_hvp.py --quick --out $OUT/h100_hvp 2>&1 | grep -v "^wrote"
+echo "== bench_dilate"
+timeout 30 python benchmarks/bench_dilate.py --reps 15 --out $OUT/h100_dilate.json 2>&1 | grep -E "^\| cuda" 
+echo "== memcheck"
+cat > /tmp/hvpw_small.py <<'PY'
+import torch
+from softdtw.backends import cuda as be
+from softdtw._checks import make_window
+torch.manual_seed(0)
+for dtype in (torch.float32, torch.float64):
+    for (B, N, M, band) in ((3, 5, 1, None), (3, 20, 33, 2), (2, 9, 64, None), (2, 17, 130, 4), (2, 6, 256, None), (2, 5, 300, None)):
+        if dtype == torch.float64 and M > 256: continue
+        C = torch.rand(B, N, M, dtype=dtype, device="cuda"); Cd = torch.randn_like(C)
+        xl = torch.tensor([N] + [max(1, N // 2)] * (B - 1)); yl = torch.tensor([M] + [max(1, M - 3)] * (B - 1))
+        w = make_window(xl, yl, N, M, band, None)
+        for g in (0.0, 0.5):
+            out = be.hvp_cost(C, torch.tensor(g, dtype=dtype, device="cuda"), xl.cuda(), yl.cuda(), None if w is None else w.cuda(), Cd, torch.ones(B, dtype=dtype, device="cuda"))
+            torch.cuda.synchronize()
+            assert all(torch.isfinite(t).all() for t in out)
+print("small shapes ok")
+PY
+timeout 60 compute-sanitizer --tool memcheck --print-limit 5 python /tmp/hvpw_small.py 2>&1 | tail -6
