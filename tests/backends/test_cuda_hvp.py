@@ -428,9 +428,11 @@ def test_warp_kernel_matches_the_block_kernel(monkeypatch, gamma, B, N, M, lengt
     _close(got64[1], vg, 1e-9, 1.0)
     _close(got64[2], Ed, 1e-9)
     _close(got64[3], vgd, 1e-9, float(Ed.abs().max()))
-    for name, a, b in zip(names, got32, want):
+    for name, a, b in zip(names[:3], got32, want):
         err = rel_err(a, b)
         assert err <= 1e-3, f"float32 {name}: {err:.2e}"
+    # vgamma_dot sums terms of the size of E-dot (times w log w) and of both signs: relative to that scale.
+    _close(got32[3], vgd, 1e-3, float(Ed.abs().max()))
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
