@@ -1,19 +1,22 @@
 #!/bin/bash
-# GPU round for helper hvpw: hvp_warp_kernel (kernels/hvp_warp.cu) tests, benchmarks, a memcheck of small shapes.
+# GPU round 2 for helper hvpw: hvp_warp_kernel (kernels/hvp_warp.cu) tests, a layout sweep, DILATE, memcheck.
 cd "$(dirname "$0")"
 OUT=${OUT:-/tmp/hvpw_out}; mkdir -p "$OUT"
-nvidia-smi --query-gpu=name --format=csv,noheader
 echo "== tests"
-timeout 75 python -m pytest -m cuda tests/backends/test_cuda_hvp.py tests/test_dilate.py tests/test_second_order.py \
-  -n 4 -q -p no:cacheprovider -x -rf 2>&1 | tail -25
-echo "== bench_hvp"
-timeout 30 python benchmarks/bench_hvp.py --quick --out $OUT/h100_hvp 2>&1 | grep -v "^wrote"
+timeout 70 python -m pytest -m cuda tests/backends/test_cuda_hvp.py tests/test_dilate.py tests/test_second_order.py \
+  -n 4 -q -p no:cacheprovider -rf > $OUT/tests.txt 2>&1
+tail -30 $OUT/tests.txt | cut -c1-300 > $OUT/tests_tail.txt; tail -4 $OUT/tests.txt | cut -c1-300
+grep -E "^FAILED|^ERROR" $OUT/tests.txt | head -20 | cut -c1-250
+echo "== sweep"
+timeout 30 python benchmarks/probes/hvp_warp_sweep.py --reps 5 --out $OUT/sweep.json 2>&1 | tail -8
 echo "== bench_dilate"
-timeout 30 python benchmarks/bench_dilate.py --reps 15 --out $OUT/h100_dilate.json 2>&1 | grep -E "^\| cuda" 
+timeout 20 python benchmarks/bench_dilate.py --reps 15 --out $OUT/h100_dilate.json > $OUT/dilate.txt 2>&1
+grep -E "^\| cuda" $OUT/dilate.txt | head -15
 echo "== memcheck"
 cat > /tmp/hvpw_small.py <<'PY'
 import torch
 from softdtw.backends import cuda as be
+from softdtw.backends.cuda import hvp as mod
 from softdtw._checks import make_window
 torch.manual_seed(0)
 for dtype in (torch.float32, torch.float64):
@@ -28,4 +31,6 @@ for dtype in (torch.float32, torch.float64):
             assert all(torch.isfinite(t).all() for t in out)
 print("small shapes ok")
 PY
-timeout 60 compute-sanitizer --tool memcheck --print-limit 5 python /tmp/hvpw_small.py 2>&1 | tail -6
+timeout 45 compute-sanitizer --tool memcheck --print-limit 3 python /tmp/hvpw_small.py > $OUT/memcheck_full.txt 2>&1
+head -60 $OUT/memcheck_full.txt | cut -c1-250 > $OUT/memcheck.txt; rm -f $OUT/memcheck_full.txt
+grep -E "ERROR SUMMARY|small shapes|Invalid|hvp_warp" $OUT/memcheck.txt | head -8 | cut -c1-200

@@ -454,3 +454,43 @@ def test_warp_kernel_in_a_mixed_batch(dtype):
         _close(Ed[b, :n, :m], one[2][0], tol)
         _close(vg[b], one[1][0], tol, 1.0)
         _close(vgd[b], one[3][0], tol, float(one[2].abs().max()))
+
+
+def _layouts():
+    """Every (dtype, K, W) hvp_warp_kernel is instantiated for (kernels/hvp_warp.cu, hvp.py)."""
+    from softdtw.backends.cuda import hvp as mod
+
+    out = []
+    for dtype, top in ((torch.float32, mod.HVPW_MAX_M), (torch.float64, mod.HVPW_MAX_M_F64)):
+        for W in mod.HVPW_WS:
+            for K in mod.HVPW_KS:
+                if 32 * K * W <= top:
+                    out.append((dtype, K, W))
+    return out
+
+
+@pytest.mark.parametrize("band", [None, 3])
+@pytest.mark.parametrize("dtype,K,W", _layouts())
+def test_every_warp_layout_matches_the_block_kernel(monkeypatch, dtype, K, W, band):
+    """hvp_warp_kernel forced to each (K, W) (the last lane holding part of its columns, pairs of other lengths, a
+    band, +inf cells) against the block kernels in float64: 1e-9 (float64), 1e-3 (float32)."""
+    mod = importlib.import_module("softdtw.backends.cuda.hvp")
+    B, N, M = 3, 37, max(1, 32 * K * W - 5)
+    C, Cd, gd, xl, yl, window = _problem(B, N, M, seed=K + 10 * W, lengths=True, band=band)
+    C[0, N // 3, M // 4] = float("inf")
+    g = _gamma(0.3)
+    with _block_kernel(monkeypatch):
+        want = hvp(C, g, xl, yl, window, Cd, gd)
+    monkeypatch.setattr(mod, "force_plan", (K, W))
+    assert mod._warp_plan(B, M, dtype) == (K, W)
+    got = hvp(C.to(dtype), _gamma(0.3, dtype), xl, yl, window, Cd.to(dtype), gd.to(dtype))
+    E, vg, Ed, vgd = want
+    tol = 1e-9 if dtype == torch.float64 else 1e-3
+    _close(got[0], E, tol)
+    _close(got[1], vg, tol, 1.0)
+    _close(got[2], Ed, tol)
+    _close(got[3], vgd, tol, float(Ed.abs().max()))
+    hard = hvp(C.to(dtype), _gamma(0.0, dtype), xl, yl, window, Cd.to(dtype), gd.to(dtype))
+    with _block_kernel(monkeypatch):
+        hard_want = hvp(C, _gamma(0.0), xl, yl, window, Cd, gd)
+    assert torch.equal(hard[0], hard_want[0].to(dtype))

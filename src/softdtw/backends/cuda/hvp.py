@@ -31,19 +31,41 @@ HVPF_RPTS = (1, 2, 4)  # kernels/hvp.cu, HVPF_MAX_RPT
 HVPF_MAX_N = HVPF_THREADS * HVPF_RPTS[-1]
 
 
-#: hvp_warp_kernel: K columns per lane (32 K >= M, the smallest that fits), instantiated for these K; float64 stops
-#: at K = 8 (K = 16 spills 400 bytes).
-HVPW_KS = (1, 2, 4, 8, 16)  # kernels/hvp_warp.cu
-HVPW_MAX_M = 32 * HVPW_KS[-1]
-HVPW_MAX_M_F64 = 32 * 8
+#: hvp_warp_kernel's layouts: W warps per pair, K columns per lane, 32·W·K >= M (kernels/hvp_warp.cu). Instantiated
+#: for 32·W·K <= HVPW_MAX_M (float32) / HVPW_MAX_M_F64 (float64; K = 16 spills 400 bytes there).
+HVPW_KS = (1, 2, 4, 8, 16)
+HVPW_WS = (1, 2, 4)
+HVPW_MAX_M = 512
+HVPW_MAX_M_F64 = 256
+#: Pairs per SM below which a pair gets more warps (few pairs: the step's serial chain of K cells decides).
+HVPW_PAIRS_PER_SM = 2.0
+#: (K, W) forced for every call while not None (benchmarks, tests); None: _warp_plan decides.
+force_plan = None
 
 
-def _warp_k(M: int, dtype: torch.dtype):
-    """K of hvp_warp_kernel for M columns, or None when the pair is too wide for it."""
+def _warp_plan(B: int, M: int, dtype: torch.dtype, device_index: int = 0):
+    """(K, W) of hvp_warp_kernel for B pairs of M columns, or None when the pair is too wide for it."""
     top = HVPW_MAX_M if dtype == torch.float32 else HVPW_MAX_M_F64
     if M > top:
         return None
-    return next(k for k in HVPW_KS if 32 * k >= M)
+    if force_plan is not None:
+        K, W = force_plan
+        if 32 * K * W >= M and 32 * K * W <= top:
+            return K, W
+    sms = _launch.sm_count(device_index)
+    W = 1
+    while W < HVPW_WS[-1] and B * W < HVPW_PAIRS_PER_SM * sms and 32 * W * 2 <= M:
+        W *= 2
+    K = next((k for k in HVPW_KS if 32 * W * k >= M), None)
+    if K is None or 32 * K * W > top:
+        return None
+    return K, W
+
+
+def _warp_k(M: int, dtype: torch.dtype):
+    """Whether hvp_warp_kernel covers M columns (its K at one warp per pair), else None (the block kernels)."""
+    top = HVPW_MAX_M if dtype == torch.float32 else HVPW_MAX_M_F64
+    return None if M > top else next(k for k in HVPW_KS if 32 * k >= M)
 
 
 def _fast_plan(N: int):
@@ -65,8 +87,8 @@ def hvp_cost(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot):
     path E with vgamma = Edot = vgamma_dot = 0.
 
     Working memory (freed on return), M <= 512 (float32) or 256 (float64): a record of four values per cell in the
-    data dtype (the normalised weights of two predecessors and their derivatives, B·N·4·32K values with
-    K = ceil(M / 32) rounded up to a power of two: 16 or 32 bytes per cell at M = 32K). Wider pairs: the R and
+    data dtype (the normalised weights of two predecessors and their derivatives, B·N·4·32WK values, 32WK the
+    layout's width >= M, a power of two: 16 or 32 bytes per cell at M = 32WK). Wider pairs: the R and
     R-dot tables, diagonal-major, as 2·B·N·M float64 values (R in
     log2 units; both float64 for float32 data too, so float32 R-dot keeps the small differences its second
     derivative takes of it): 16 bytes per cell for either data dtype, besides the outputs (N <= 1024; above,
@@ -88,17 +110,18 @@ def hvp_cost(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot):
     vgamma_dot = C.new_empty((B,))
     cells = B * N * M
     win = "true" if window is not None else "false"
-    K = _warp_k(M, dtype)
-    if K is not None:
-        rec = _alloc(C, B * N * 4 * 32 * K, dtype, "the HVP's per-cell records (hvp_cost)", B, N, M)
+    plan = _warp_plan(B, M, dtype, dev) if _warp_k(M, dtype) is not None else None
+    if plan is not None:
+        K, W = plan
+        rec = _alloc(C, B * N * 4 * 32 * W * K, dtype, "the HVP's per-cell records (hvp_cost)", B, N, M)
         g = 16 // dtype.itemsize
         vec = M % g == 0 and all(t.data_ptr() % 16 == 0 for t in (C, Cdot, E, Edot))
-        expr = f"sdtw::hvp_warp_kernel<{_launch._CTYPE[dtype]}, {win}, {K}>"
+        expr = f"sdtw::hvp_warp_kernel<{_launch._CTYPE[dtype]}, {win}, {K}, {W}>"
         args = (C.data_ptr(), Cdot.data_ptr(), gamma.data_ptr(), gamma_dot.data_ptr(), x_lengths.data_ptr(),
                 y_lengths.data_ptr(), _launch.ptr(window), rec.data_ptr(), E.data_ptr(), Edot.data_ptr(),
                 vgamma.data_ptr(), vgamma_dot.data_ptr(), _launch.i32(B), _launch.i32(N), _launch.i32(M),
                 _launch.i32(int(vec)))
-        _launch.launch("hvp_warp", expr, dev, B, 32, args)
+        _launch.launch("hvp_warp", expr, dev, B, 32 * W, args)
         return E, vgamma, Edot, vgamma_dot
     plan = _fast_plan(N)
     R = _alloc(C, cells, torch.float64, "the HVP's R table (hvp_cost)", B, N, M)

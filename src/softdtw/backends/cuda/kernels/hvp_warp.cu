@@ -1,7 +1,9 @@
-// Soft-DTW Hessian-vector product (issue 24, SECOND_ORDER.md) in the first-order kernels' layout: one warp per pair,
-// K columns per lane, rows skewed (lane L works on row t - L at step t), no barrier in either pass
+// Soft-DTW Hessian-vector product (issue 24, SECOND_ORDER.md) in the first-order kernels' layout: one group of W warps
+// per pair (a block), K columns per lane, rows skewed (lane L works on row t - L at step t), no barrier in either
+// pass for W = 1 (W > 1: one block barrier per step, for the hand-over between warps through shared memory)
 // (benchmarks/OPTIMIZATION_LOG.md, "hvp_cost in the first-order layout"; the schedule is modelled step for step
-// by benchmarks/probes/hvp_warp_model.py). For pairs with M <= 32 K; wider ones run hvp.cu's kernels.
+// by benchmarks/probes/hvp_warp_model.py for W = 1). For pairs with M <= 32 W K; wider ones run hvp.cu's kernels.
+// Few pairs take W > 1 (shorter rows per lane: the step's serial chain is K cells), many pairs W = 1.
 //
 // Same contract and numerics as hvp.cu (E = dv/dC, vgamma, E-dot, vgamma-dot along (C-dot, gamma-dot); float64
 // R' and R-dot for every data dtype; forbidden / unreachable cells are dead; gamma == 0 is hard DTW with the
@@ -28,7 +30,7 @@ namespace sdtw {
 
 constexpr double HVPW_BIG = 1e200;       // R' of a dead cell
 constexpr double HVPW_HALF = 1e199;      // anything at least this large is the sentinel
-constexpr int HVPW_RING_BYTES = 16384;   // shared memory budget of each ring (one warp per block)
+constexpr int HVPW_RING_BYTES = 24576;   // shared memory budget of each ring (per block: 2 to 4 stages)
 constexpr int HVPW_REC = 4;              // values per cell in the record
 
 __host__ __device__ constexpr int hvpw_depth(int stage_bytes) {
@@ -50,13 +52,23 @@ __device__ __forceinline__ float hvpw_rcp<float>(float z) {
 template <typename T>
 __device__ __forceinline__ T hvpw_tiny() { return sizeof(T) == 4 ? T(1e-37f) : T(1e-300); }
 
-template <typename T, bool WINDOW, int K, bool HARD>
+// Hand-over between the warps of a pair (W > 1), double-buffered by step parity: R', R-dot of each warp's last lane
+// (forward), and the left and diagonal messages of each warp's lane 0 (backward).
+template <typename T, int W>
+struct HvpwHand {
+  double R[2][W], Q[2][W];
+  T msg[2][W][4];
+  double red[2][W];
+};
+
+template <typename T, bool WINDOW, int K, int W, bool HARD>
 __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __restrict__ Cdot, const T g, const T gd,
                                           const long long* __restrict__ xlen, const long long* __restrict__ ylen,
                                           const int* __restrict__ window, T* __restrict__ rec, T* __restrict__ E,
                                           T* __restrict__ Edot, T* __restrict__ vgamma, T* __restrict__ vgamma_dot,
-                                          const int b, const int N, const int M, const bool vec, T* ring) {
-  constexpr int NL = 32;
+                                          const int b, const int N, const int M, const bool vec, T* ring,
+                                          HvpwHand<T, W>& hand) {
+  constexpr int NL = 32 * W;
   constexpr int CW = NL * K;
   constexpr int G = 16 / int(sizeof(T));          // elements per 16-byte piece
   constexpr bool VECK = K % G == 0;               // K columns as whole 16-byte pieces
@@ -64,7 +76,8 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
   constexpr int P = hvpw_depth(CSTAGE);
   constexpr int RSTAGE = HVPW_REC * NL * K * int(sizeof(T));       // backward ring stage: the record
   constexpr int PB = hvpw_depth(RSTAGE);
-  const int L = threadIdx.x & 31;
+  const int L = threadIdx.x;  // lane of the pair: warp wg's lane `lane`
+  const int lane = L & 31, wg = L >> 5;
   const int n = int(xlen[b]), m = int(ylen[b]);
   const int j0 = L * K;
   const size_t NM = size_t(N) * M;
@@ -121,6 +134,13 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
     int lo = 0, hi = M, nlo = 0, nhi = M;
     if (WINDOW && L == 0 && n > 0) { nlo = wb[0]; nhi = wb[1]; }
     T* const rlane = rb + StepLayout<K>::offset(L, 0, NL);
+    if (W > 1) {  // what step 0 reads: the border
+      if (lane == 31) {
+        hand.R[1][wg] = HVPW_BIG;
+        hand.Q[1][wg] = 0.0;
+      }
+      __syncthreads();
+    }
     int slot = 0;
     const T BIGT = Num<T>::big();
     for (int t = 0; t < steps; ++t) {
@@ -128,7 +148,10 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
       const bool live = i >= 0 && i < n;
       double inR = __shfl_up_sync(FULL_MASK, lastR, 1);
       double inQ = __shfl_up_sync(FULL_MASK, lastQ, 1);
-      if (L == 0) { inR = HVPW_BIG; inQ = 0.0; }
+      if (lane == 0) {  // from the warp on the left (its last lane, one step ago), or the border
+        inR = (W > 1 && wg > 0) ? hand.R[(t + 1) & 1][wg - 1] : HVPW_BIG;
+        inQ = (W > 1 && wg > 0) ? hand.Q[(t + 1) & 1][wg - 1] : 0.0;
+      }
       double dR = prevR, dQ = prevQ;
       prevR = inR;
       prevQ = inQ;
@@ -173,7 +196,7 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
                 wl = choice == 2 ? T(1) : T(0);
               }
             } else {
-              const double mn = fmin(dR, fmin(uR, lR));
+              const double mn = fmin(lR, fmin(dR, uR));  // lR last: the only operand on the row's chain
               if (mn < HVPW_HALF) {
                 const T od = Num<T>::mx(Num<T>::mn(T(mn - dR), T(0)), T(-2000));
                 const T ou = Num<T>::mx(Num<T>::mn(T(mn - uR), T(0)), T(-2000));
@@ -219,11 +242,18 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
         store_lane_step<T, K, NL>(dst + 3 * CW, dl_);
       }
       if (++slot == N) slot = 0;
+      if (W > 1) {
+        if (lane == 31) {
+          hand.R[t & 1][wg] = lastR;
+          hand.Q[t & 1][wg] = lastQ;
+        }
+        __syncthreads();
+      }
     }
     cp_async_wait<0>();
   }
-  __syncwarp();
   __threadfence_block();  // the backward reads this lane's records through cp.async
+  __syncthreads();
 
   // ---- backward ------------------------------------------------------------------------------------------
   double vg = 0.0, vgd = 0.0;
@@ -324,13 +354,28 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
 #pragma unroll
         for (int k = 0; k < K; ++k) { upE[k] = upF[k] = dgE[k] = dgF[k] = T(0); }
       }
+      if (W > 1) {
+        if (lane == 0) {
+          hand.msg[t & 1][wg][0] = sLE;
+          hand.msg[t & 1][wg][1] = sLF;
+          hand.msg[t & 1][wg][2] = sDE;
+          hand.msg[t & 1][wg][3] = sDF;
+        }
+        __syncthreads();
+      }
       rcvE = __shfl_down_sync(FULL_MASK, sLE, 1);
       rcvF = __shfl_down_sync(FULL_MASK, sLF, 1);
       doE = dnE;
       doF = dnF;
       dnE = __shfl_down_sync(FULL_MASK, sDE, 1);
       dnF = __shfl_down_sync(FULL_MASK, sDF, 1);
-      if (L == NL - 1) { rcvE = rcvF = dnE = dnF = T(0); }
+      if (lane == 31) {  // from the warp on the right (its lane 0, this step), or nothing
+        const bool r = W > 1 && wg < W - 1;
+        rcvE = r ? hand.msg[t & 1][wg + 1][0] : T(0);
+        rcvF = r ? hand.msg[t & 1][wg + 1][1] : T(0);
+        dnE = r ? hand.msg[t & 1][wg + 1][2] : T(0);
+        dnF = r ? hand.msg[t & 1][wg + 1][3] : T(0);
+      }
     }
     cp_async_wait<0>();
   }
@@ -339,35 +384,48 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
     vg += __shfl_xor_sync(FULL_MASK, vg, o);
     vgd += __shfl_xor_sync(FULL_MASK, vgd, o);
   }
+  if (W > 1) {
+    if (lane == 0) {
+      hand.red[0][wg] = vg;
+      hand.red[1][wg] = vgd;
+    }
+    __syncthreads();
+    vg = vgd = 0.0;
+    for (int w = 0; w < W; ++w) {
+      vg += hand.red[0][w];
+      vgd += hand.red[1][w];
+    }
+  }
   if (L == 0) {
     vgamma[b] = HARD ? T(0) : T(vg);
     vgamma_dot[b] = HARD ? T(0) : T(vgd);
   }
 }
 
-// Grid: B blocks of one warp (one pair each). rec: (B, N, 4, 32 K) records in the data dtype. vec: C, C-dot, E,
+// Grid: B blocks of W warps (one pair each). rec: (B, N, 4, 32 K) records in the data dtype. vec: C, C-dot, E,
 // E-dot 16-byte aligned and M a multiple of 16 / sizeof(T) (then K-wide rows move as 16-byte pieces).
-template <typename T, bool WINDOW, int K>
-__global__ void __launch_bounds__(32)
+template <typename T, bool WINDOW, int K, int W>
+__global__ void __launch_bounds__(32 * W)
 hvp_warp_kernel(const T* __restrict__ C, const T* __restrict__ Cdot, const T* __restrict__ gamma,
                 const T* __restrict__ gamma_dot, const long long* __restrict__ xlen,
                 const long long* __restrict__ ylen, const int* __restrict__ window, T* __restrict__ rec,
                 T* __restrict__ E, T* __restrict__ Edot, T* __restrict__ vgamma, T* __restrict__ vgamma_dot,
                 int B, int N, int M, int vec) {
-  constexpr int CSTAGE = 2 * 32 * K * int(sizeof(T));
-  constexpr int RSTAGE = HVPW_REC * 32 * K * int(sizeof(T));
+  constexpr int CSTAGE = 2 * 32 * W * K * int(sizeof(T));
+  constexpr int RSTAGE = HVPW_REC * 32 * W * K * int(sizeof(T));
   constexpr int CR = hvpw_depth(CSTAGE) * CSTAGE, RR = hvpw_depth(RSTAGE) * RSTAGE;
   constexpr int RING = (CR > RR ? CR : RR) / int(sizeof(T));
   __shared__ __align__(16) T ring[RING];  // the forward's C ring, then the backward's record ring
+  __shared__ HvpwHand<T, W> hand;
   const int b = blockIdx.x;
   if (b >= B) return;
   const T g = *gamma;  // read on the device: no host sync
   if (g == T(0)) {
-    hvpw_pair<T, WINDOW, K, true>(C, Cdot, g, T(0), xlen, ylen, window, rec, E, Edot, vgamma, vgamma_dot, b, N, M,
-                                  vec != 0, ring);
+    hvpw_pair<T, WINDOW, K, W, true>(C, Cdot, g, T(0), xlen, ylen, window, rec, E, Edot, vgamma, vgamma_dot, b, N,
+                                     M, vec != 0, ring, hand);
   } else {
-    hvpw_pair<T, WINDOW, K, false>(C, Cdot, g, gamma_dot[b], xlen, ylen, window, rec, E, Edot, vgamma, vgamma_dot,
-                                   b, N, M, vec != 0, ring);
+    hvpw_pair<T, WINDOW, K, W, false>(C, Cdot, g, gamma_dot[b], xlen, ylen, window, rec, E, Edot, vgamma,
+                                      vgamma_dot, b, N, M, vec != 0, ring, hand);
   }
 }
 
