@@ -417,22 +417,19 @@ def test_warp_kernel_matches_the_block_kernel(monkeypatch, gamma, B, N, M, lengt
     got32 = hvp(C.float(), _gamma(gamma, torch.float32), xl, yl, window, Cd.float(), gd.float())
     with _block_kernel(monkeypatch):
         want = hvp(C, g, xl, yl, window, Cd, gd)
-    names = ("E", "vgamma", "Edot", "vgamma_dot")
     if gamma == 0:
         assert torch.equal(got64[0], want[0]) and torch.equal(got32[0], want[0].float())
         for t in got64[1:] + got32[1:]:
             assert (t == 0).all()
         return
-    E, vg, Ed, vgd = want
-    _close(got64[0], E, 1e-9)
-    _close(got64[1], vg, 1e-9, 1.0)
-    _close(got64[2], Ed, 1e-9)
-    _close(got64[3], vgd, 1e-9, float(Ed.abs().max()))
-    for name, a, b in zip(names[:3], got32, want):
-        err = rel_err(a, b)
-        assert err <= 1e-3, f"float32 {name}: {err:.2e}"
-    # vgamma_dot sums terms of the size of E-dot (times w log w) and of both signs: relative to that scale.
-    _close(got32[3], vgd, 1e-3, float(Ed.abs().max()))
+    # Relative to the outputs' scale, at least 1: where every path is forced (M = 1) vgamma, E-dot and vgamma_dot
+    # are 0, which the block kernels (and the cpu backend) give as rounding (1e-15, 1e-29), this kernel as 0.
+    scale = max(1.0, float(want[2].abs().max()))
+    floors = (1.0, 1.0, scale, scale)  # E, vgamma, E-dot, vgamma_dot (which sums terms of E-dot's size)
+    for a, b, f in zip(got64, want, floors):
+        _close(a, b, 1e-9, f)
+    for a, b, f in zip(got32, want, floors):
+        _close(a, b, 1e-3, f)
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -484,12 +481,10 @@ def test_every_warp_layout_matches_the_block_kernel(monkeypatch, dtype, K, W, ba
     monkeypatch.setattr(mod, "force_plan", (K, W))
     assert mod._warp_plan(B, M, dtype) == (K, W)
     got = hvp(C.to(dtype), _gamma(0.3, dtype), xl, yl, window, Cd.to(dtype), gd.to(dtype))
-    E, vg, Ed, vgd = want
     tol = 1e-9 if dtype == torch.float64 else 1e-3
-    _close(got[0], E, tol)
-    _close(got[1], vg, tol, 1.0)
-    _close(got[2], Ed, tol)
-    _close(got[3], vgd, tol, float(Ed.abs().max()))
+    scale = max(1.0, float(want[2].abs().max()))  # as in test_warp_kernel_matches_the_block_kernel
+    for a, b, f in zip(got, want, (1.0, 1.0, scale, scale)):
+        _close(a, b, tol, f)
     hard = hvp(C.to(dtype), _gamma(0.0, dtype), xl, yl, window, Cd.to(dtype), gd.to(dtype))
     with _block_kernel(monkeypatch):
         hard_want = hvp(C, _gamma(0.0), xl, yl, window, Cd, gd)

@@ -37,8 +37,11 @@ HVPW_KS = (1, 2, 4, 8, 16)
 HVPW_WS = (1, 2, 4)
 HVPW_MAX_M = 512
 HVPW_MAX_M_F64 = 256
-#: Pairs per SM below which a pair gets more warps (few pairs: the step's serial chain of K cells decides).
-HVPW_PAIRS_PER_SM = 2.0
+#: Warps per SM (float32, float64) below which a pair gets twice as many warps: few pairs are latency-bound, the
+#: step's serial chain is K cells (H100 sweep, benchmarks/probes/hvp_warp_sweep.py: B = 64, N = M = 256 float32
+#: W = 1 / 2 / 4: 0.673 / 0.494 / 0.466 ms; B = 1024: W = 1 best, 1.90 ms against 2.96 at W = 2; float64,
+#: whose cells are longer, B = 256: W = 1 / 2 / 4: 3.03 / 1.66 / 1.50 ms).
+HVPW_PAIRS_PER_SM = {torch.float32: 2.0, torch.float64: 4.0}
 #: (K, W) forced for every call while not None (benchmarks, tests); None: _warp_plan decides.
 force_plan = None
 
@@ -54,7 +57,7 @@ def _warp_plan(B: int, M: int, dtype: torch.dtype, device_index: int = 0):
             return K, W
     sms = _launch.sm_count(device_index)
     W = 1
-    while W < HVPW_WS[-1] and B * W < HVPW_PAIRS_PER_SM * sms and 32 * W * 2 <= M:
+    while W < HVPW_WS[-1] and B * W < HVPW_PAIRS_PER_SM[dtype] * sms and 32 * W * 2 <= M:
         W *= 2
     K = next((k for k in HVPW_KS if 32 * W * k >= M), None)
     if K is None or 32 * K * W > top:

@@ -30,11 +30,13 @@ namespace sdtw {
 
 constexpr double HVPW_BIG = 1e200;       // R' of a dead cell
 constexpr double HVPW_HALF = 1e199;      // anything at least this large is the sentinel
-constexpr int HVPW_RING_BYTES = 24576;   // shared memory budget of each ring (per block: 2 to 4 stages)
+constexpr int HVPW_RING_BYTES = 24576;   // shared memory budget of each ring (per block)
 constexpr int HVPW_REC = 4;              // values per cell in the record
 
+// Ring stages: as many as fit the budget, 2 to 8 (short steps, K <= 2, need ~1 us of look-ahead: 3 stages of a
+// W = 4, K = 2 step left the step waiting on DRAM, OPTIMIZATION_LOG.md).
 __host__ __device__ constexpr int hvpw_depth(int stage_bytes) {
-  return HVPW_RING_BYTES / stage_bytes > 4 ? 4 : (HVPW_RING_BYTES / stage_bytes < 2 ? 2 : HVPW_RING_BYTES / stage_bytes);
+  return HVPW_RING_BYTES / stage_bytes > 8 ? 8 : (HVPW_RING_BYTES / stage_bytes < 2 ? 2 : HVPW_RING_BYTES / stage_bytes);
 }
 
 template <typename T>
