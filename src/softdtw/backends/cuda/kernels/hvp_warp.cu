@@ -33,10 +33,10 @@ constexpr double HVPW_HALF = 1e199;      // anything at least this large is the 
 constexpr int HVPW_RING_BYTES = 24576;   // shared memory budget of each ring (per block)
 constexpr int HVPW_REC = 4;              // values per cell in the record
 
-// Ring stages: as many as fit the budget, 2 to 8 (short steps, K <= 2, need ~1 us of look-ahead: 3 stages of a
-// W = 4, K = 2 step left the step waiting on DRAM, OPTIMIZATION_LOG.md).
+// Ring stages: the largest power of two (the stage is t & (P - 1): 6 stages, a modulo per step, made the W = 4, K = 2
+// layout 17 % slower, OPTIMIZATION_LOG.md) that fits the budget, 2 to 8.
 __host__ __device__ constexpr int hvpw_depth(int stage_bytes) {
-  return HVPW_RING_BYTES / stage_bytes > 8 ? 8 : (HVPW_RING_BYTES / stage_bytes < 2 ? 2 : HVPW_RING_BYTES / stage_bytes);
+  return HVPW_RING_BYTES / stage_bytes >= 8 ? 8 : (HVPW_RING_BYTES / stage_bytes >= 4 ? 4 : 2);
 }
 
 template <typename T>
@@ -78,6 +78,7 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
   constexpr int P = hvpw_depth(CSTAGE);
   constexpr int RSTAGE = HVPW_REC * NL * K * int(sizeof(T));       // backward ring stage: the record
   constexpr int PB = hvpw_depth(RSTAGE);
+  static_assert((P & (P - 1)) == 0 && (PB & (PB - 1)) == 0, "ring depths are powers of two");
   const int L = threadIdx.x;  // lane of the pair: warp wg's lane `lane`
   const int lane = L & 31, wg = L >> 5;
   const int n = int(xlen[b]), m = int(ylen[b]);
@@ -106,7 +107,7 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
     auto issue = [&](const int t) {
       const int row = t - L;
       const bool ok = row >= 0 && row < n;
-      T* dst = ring + size_t((t % P) * 2) * NL * K + size_t(L) * K;
+      T* dst = ring + size_t((t & (P - 1)) * 2) * NL * K + size_t(L) * K;
       const size_t off = size_t(ok ? row : 0) * M + j0;
       if (VECK && vec) {
 #pragma unroll
@@ -170,7 +171,7 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
       issue(t + P - 1);
       cp_async_wait<P - 1>();
       if (live) {
-        const T* src = ring + size_t((t % P) * 2) * NL * K + size_t(L) * K;
+        const T* src = ring + size_t((t & (P - 1)) * 2) * NL * K + size_t(L) * K;
         T cr[K], dr[K];
 #pragma unroll
         for (int k = 0; k < K; ++k) { cr[k] = src[k]; dr[k] = src[NL * K + k]; }
@@ -264,7 +265,7 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
     auto issue = [&](const int t) {
       const bool ok = t >= 0 && t - L >= 0 && t - L < n;
       const int s = ok ? t % N : 0;
-      T* dst = ring + size_t(((t + PB) % PB) * HVPW_REC) * NL * K + size_t(L) * K;
+      T* dst = ring + size_t((t & (PB - 1)) * HVPW_REC) * NL * K + size_t(L) * K;
       const T* src = rb + size_t(s) * HVPW_REC * CW;
 #pragma unroll
       for (int q = 0; q < HVPW_REC; ++q) cp_async_step<T, K>(dst + q * NL * K, src + q * CW, L, NL, ok);
@@ -286,7 +287,7 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
       cp_async_wait<PB - 1>();
       T sLE = T(0), sLF = T(0), sDE = T(0), sDF = T(0);  // what column 0 sends lane L - 1
       if (live) {
-        const T* src = ring + size_t((t % PB) * HVPW_REC) * NL * K + size_t(L) * K;
+        const T* src = ring + size_t((t & (PB - 1)) * HVPW_REC) * NL * K + size_t(L) * K;
         T rE = rcvE, rF = rcvF;  // the right successor's message
         T cE = doE, cF = doF;    // the diagonal successor's message
         T eo[K], fo[K];
