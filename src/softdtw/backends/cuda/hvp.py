@@ -2,10 +2,10 @@
 kernels/hvp.cu).
 
 Two passes (SECOND_ORDER.md): R and R-dot forward, then E, E-dot and the per-pair sums backward. Pairs up to
-HVPW_MAX_M columns (float32; float64 HVPW_MAX_M_F64) run hvp_warp_kernel, the first-order kernels' layout (one warp
-per pair, K columns per lane, no barrier per step); wider ones one block per pair over the anti-diagonals
-(hvp_fast_kernel up to HVPF_MAX_N rows, hvp_kernel beyond). It recomputes the forward from C and reads nothing the first-order forward saved, so it is
-right after memory="store" and memory="checkpoint" alike. Buffers come from torch's allocator and the kernel runs
+HVPW_MAX_M columns (float32; float64 HVPW_MAX_M_F64) run hvp_warp_kernel, the first-order kernels' layout (W warps
+per pair, K columns per lane, rows skewed along the lanes: _warp_plan); wider ones one block per pair over the
+anti-diagonals (hvp_fast_kernel up to HVPF_MAX_N rows, hvp_kernel beyond). It recomputes the forward from C and
+reads nothing the first-order forward saved, so it is right after memory="store" and memory="checkpoint" alike. Buffers come from torch's allocator and the kernel runs
 on torch's current stream (no host synchronisation: gamma is read on the device).
 """
 from __future__ import annotations
