@@ -6,6 +6,8 @@ Rows, float32 unless noted, D = 1 (squared Euclidean), gamma = 1, cells counted 
 - "value_grad": the fused first-order forward (storing) + backward from x, y (backend calls), what a
   training step of the soft-DTW loss runs;
 - "hvp_cost": hvp_cost alone (C and the direction Cdot given, its scratch allocation included);
+- "hvp_cost_block": the same without hvp_warp_kernel (the block-per-pair kernels hvp.cu, the A/B of the
+  warp-per-pair kernel; only where M is within hvp_warp_kernel's range);
 - "value_grad_hvp": value + gradient + one HVP as the double backward runs them: the fused forward and
   backward, then C and Cdot = dC/dx · xdot built by elementwise torch ops (D = 1), then hvp_cost (the issue's
   target: >= 150 GCUPS at B = 1024, N = M = 256 on an H100);
@@ -29,6 +31,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from _harness import git_sha, markdown_table, write_results  # noqa: E402
 from gpu import median_ms, peak_mb  # noqa: E402  (benchmarks/gpu.py: CUDA-event timing, peak memory)
 from softdtw.backends import cuda as backend  # noqa: E402
+from softdtw.backends.cuda import hvp as _hvp  # noqa: E402
 
 SIZES = [  # B, N, M
     (1024, 256, 256),
@@ -37,7 +40,7 @@ SIZES = [  # B, N, M
     (64, 1024, 1024),
     (16, 2048, 2048),
 ]
-QUICK_SIZES = [(1024, 256, 256), (64, 512, 512)]
+QUICK_SIZES = [(1024, 256, 256), (64, 256, 256), (64, 512, 512)]
 
 
 def closures(B, N, M, dtype, gamma):
@@ -69,7 +72,17 @@ def closures(B, N, M, dtype, gamma):
         Cc, Cd = cost_and_direction()
         return backend.hvp_cost(Cc, gam, xl, yl, None, Cd, gdot)
 
-    return {"value_grad": value_grad, "hvp_cost": hvp, "value_grad_hvp": value_grad_hvp}
+    fns = {"value_grad": value_grad, "hvp_cost": hvp, "value_grad_hvp": value_grad_hvp}
+    if _hvp._warp_k(M, dtype) is not None:
+        def hvp_block():
+            saved, _hvp._warp_k = _hvp._warp_k, lambda M, dtype: None
+            try:
+                return backend.hvp_cost(C, gam, xl, yl, None, Cdot, gdot)
+            finally:
+                _hvp._warp_k = saved
+
+        fns["hvp_cost_block"] = hvp_block
+    return fns
 
 
 def main():

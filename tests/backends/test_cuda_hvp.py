@@ -4,9 +4,11 @@ Checked against the brute-force path oracle (tests/_paths.py) on tiny pairs, aga
 vgamma are cuda backward_cost's dC and dgamma with grad = 1, and the reference backend's in float64), against
 central differences of backward_cost in float64 (E-dot, vgamma-dot), the cpu backend's hvp_cost in float64 (all
 four outputs, up to N = 1500), float32 against float64 on fresh random data, per-pair lengths, bands, +inf cells, gamma in {1e-3, 0.1, 1, 10} and 0 (hard DTW); every output finite.
-N <= 1024 runs hvp_fast_kernel (N = 700, 1000: each thread owns 4 rows; N = 300, 513: 2 and 4), N = 1100 and
-1500 the first kernel (several rows per thread); N != M both ways; unaligned C (the scalar path of the 16-byte
-groups) equals aligned C exactly.
+M <= 512 (float32) or 256 (float64) runs hvp_warp_kernel (one warp per pair, K = 1..16 columns per lane: the
+tiny pairs, 40 x 33, 256 x 256, 1000 x 300 in float32, ...; test_warp_kernel_matches_the_block_kernel crosses
+every K and the fallback boundary against the block kernels); wider pairs hvp_fast_kernel for N <= 1024 (N = 700,
+1000: each thread owns 4 rows; N = 300, 513: 2 and 4) and the first kernel above (N = 1100, 1500); N != M both
+ways; unaligned C (the scalar path of the 16-byte groups) equals aligned C exactly.
 
 Marked ``cuda``, skipped without a GPU:
 ``PYTHONPATH=src python3 -m pytest -m cuda tests/backends/test_cuda_hvp.py``.
@@ -230,6 +232,9 @@ CPU_CASES = FIRST_ORDER_CASES + [
     (2, 256, 256, False, None, 10.0),
     (2, 1000, 300, True, None, 10.0),
     (2, 300, 1000, True, 40, 1e-3),
+    (3, 300, 129, True, None, 0.1),   # hvp_warp_kernel K = 8: 17 lanes, the last with one column
+    (3, 20, 256, True, 3, 1.0),       # K = 8, a band
+    (2, 600, 32, True, None, 1e-3),   # K = 1
 ]
 
 
@@ -341,10 +346,11 @@ def test_edge_shapes_match_backward_cost(N, M):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-@pytest.mark.parametrize("N,M", [(37, 45), (300, 257), (700, 33)])
+@pytest.mark.parametrize("N,M", [(37, 45), (300, 257), (700, 33), (40, 128), (33, 64)])
 def test_unaligned_inputs_match_aligned(dtype, N, M):
-    """C and C-dot one element into their storage: not 16-byte aligned, so hvp_fast_kernel takes its scalar
-    loads; the results are the aligned ones bit for bit (same arithmetic)."""
+    """C and C-dot one element into their storage: not 16-byte aligned, so the kernels take their scalar loads
+    (hvp_fast_kernel; hvp_warp_kernel's element-wise cp.async and stores at 40 x 128, 33 x 64, where the aligned
+    call moves 16-byte pieces); the results are the aligned ones bit for bit (same arithmetic)."""
     B = 3
     C, Cd, gd, xl, yl, window = _problem(B, N, M, seed=N + M, lengths=True, dtype=dtype)
     Cd = Cd.to(dtype)
@@ -361,3 +367,125 @@ def test_unaligned_inputs_match_aligned(dtype, N, M):
         got = hvp(Cu, g, xl, yl, window, Cdu, gd)
         for a, b in zip(got, want):
             assert torch.equal(a, b)
+
+
+# --- hvp_warp_kernel against the block kernels, across its K and the fallback boundary ------------------------
+
+WARP_CASES = [
+    # B, N, M, lengths, band, +inf cells
+    (3, 17, 1, True, None, False),     # K = 1, one column
+    (3, 45, 32, True, None, True),     # K = 1, every lane
+    (3, 30, 33, True, 2, False),       # K = 2, lanes past the pair's columns (trimmed passes)
+    (3, 64, 64, False, None, True),    # K = 2, full
+    (4, 70, 100, True, None, False),   # K = 4, 25 lanes
+    (3, 129, 128, True, 9, True),      # K = 4, a band
+    (3, 90, 200, True, None, False),   # K = 8
+    (2, 256, 256, True, 20, True),     # K = 8, the DILATE size
+    (2, 40, 257, True, None, False),   # float32 K = 16; float64 the block kernel (above 256)
+    (2, 300, 512, True, None, True),   # float32 K = 16, full; float64 the block kernel
+    (2, 60, 513, True, None, False),   # both the block kernel (above 512)
+    (2, 600, 7, True, 3, False),       # many rows, few columns
+]
+
+
+def _block_kernel(monkeypatch):
+    """A context inside which hvp_cost runs without hvp_warp_kernel (the block kernels at every size)."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def ctx():
+        with monkeypatch.context() as m:
+            m.setattr(importlib.import_module("softdtw.backends.cuda.hvp"), "_warp_k", lambda M, dtype: None)
+            yield
+
+    return ctx()
+
+
+@pytest.mark.parametrize("gamma", [0.0, 1e-3, 0.1, 1.0, 10.0])
+@pytest.mark.parametrize("B,N,M,lengths,band,inf", WARP_CASES)
+def test_warp_kernel_matches_the_block_kernel(monkeypatch, gamma, B, N, M, lengths, band, inf):
+    """float64 on both kernels at 1e-9 (hard DTW: the same path exactly), float32 against the block kernel's float64
+    at 1e-3 (the float32 vs float64 test's tolerance); every output finite and zero outside the pairs."""
+    scale = 1e-3 if gamma == 1e-3 else 1.0
+    C, Cd, gd, xl, yl, window = _problem(B, N, M, seed=N + 7 * M, lengths=lengths, band=band, scale=scale)
+    if inf:
+        C[0, N // 3, M // 4] = float("inf")
+        C[-1, N // 2, M // 3] = float("inf")
+        Cd[0, N // 3, M // 4] = float("nan")  # ignored on a forbidden cell
+    g = _gamma(gamma)
+    got64 = hvp(C, g, xl, yl, window, Cd, gd)
+    got32 = hvp(C.float(), _gamma(gamma, torch.float32), xl, yl, window, Cd.float(), gd.float())
+    with _block_kernel(monkeypatch):
+        want = hvp(C, g, xl, yl, window, Cd, gd)
+    if gamma == 0:
+        assert torch.equal(got64[0], want[0]) and torch.equal(got32[0], want[0].float())
+        for t in got64[1:] + got32[1:]:
+            assert (t == 0).all()
+        return
+    # Relative to the outputs' scale, at least 1: where every path is forced (M = 1) vgamma, E-dot and vgamma_dot
+    # are 0, which the block kernels (and the cpu backend) give as rounding (1e-15, 1e-29), this kernel as 0.
+    scale = max(1.0, float(want[2].abs().max()))
+    floors = (1.0, 1.0, scale, scale)  # E, vgamma, E-dot, vgamma_dot (which sums terms of E-dot's size)
+    for a, b, f in zip(got64, want, floors):
+        _close(a, b, 1e-9, f)
+    for a, b, f in zip(got32, want, floors):
+        _close(a, b, 1e-3, f)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_warp_kernel_in_a_mixed_batch(dtype):
+    """Pairs of very different lengths in one call (some one row or one column): each pair equals the same pair
+    computed alone."""
+    C, Cd, gd, xl, yl, window = _problem(5, 80, 100, seed=3, dtype=dtype)
+    Cd, gd = Cd.to(dtype), gd.to(dtype)
+    xl = torch.tensor([80, 1, 33, 80, 5], device="cuda")
+    yl = torch.tensor([100, 60, 1, 3, 100], device="cuda")
+    g = _gamma(0.2, dtype)
+    E, vg, Ed, vgd = hvp(C, g, xl, yl, window, Cd, gd)
+    for b in range(5):
+        n, m = int(xl[b]), int(yl[b])
+        one = hvp(C[b:b + 1, :n, :m].contiguous(), g, xl[b:b + 1], yl[b:b + 1], None, Cd[b:b + 1, :n, :m].contiguous(),
+                  gd[b:b + 1])
+        tol = 1e-12 if dtype == torch.float64 else 1e-6
+        _close(E[b, :n, :m], one[0][0], tol)
+        _close(Ed[b, :n, :m], one[2][0], tol)
+        _close(vg[b], one[1][0], tol, 1.0)
+        _close(vgd[b], one[3][0], tol, float(one[2].abs().max()))
+
+
+def _layouts():
+    """Every (dtype, K, W) hvp_warp_kernel is instantiated for (kernels/hvp_warp.cu, hvp.py)."""
+    from softdtw.backends.cuda import hvp as mod
+
+    out = []
+    for dtype, top in ((torch.float32, mod.HVPW_MAX_M), (torch.float64, mod.HVPW_MAX_M_F64)):
+        for W in mod.HVPW_WS:
+            for K in mod.HVPW_KS:
+                if 32 * K * W <= top:
+                    out.append((dtype, K, W))
+    return out
+
+
+@pytest.mark.parametrize("band", [None, 3])
+@pytest.mark.parametrize("dtype,K,W", _layouts())
+def test_every_warp_layout_matches_the_block_kernel(monkeypatch, dtype, K, W, band):
+    """hvp_warp_kernel forced to each (K, W) (the last lane holding part of its columns, pairs of other lengths, a
+    band, +inf cells) against the block kernels in float64: 1e-9 (float64), 1e-3 (float32)."""
+    mod = importlib.import_module("softdtw.backends.cuda.hvp")
+    B, N, M = 3, 37, max(1, 32 * K * W - 5)
+    C, Cd, gd, xl, yl, window = _problem(B, N, M, seed=K + 10 * W, lengths=True, band=band)
+    C[0, N // 3, M // 4] = float("inf")
+    g = _gamma(0.3)
+    with _block_kernel(monkeypatch):
+        want = hvp(C, g, xl, yl, window, Cd, gd)
+    monkeypatch.setattr(mod, "force_plan", (K, W))
+    assert mod._warp_plan(B, M, dtype) == (K, W)
+    got = hvp(C.to(dtype), _gamma(0.3, dtype), xl, yl, window, Cd.to(dtype), gd.to(dtype))
+    tol = 1e-9 if dtype == torch.float64 else 1e-3
+    scale = max(1.0, float(want[2].abs().max()))  # as in test_warp_kernel_matches_the_block_kernel
+    for a, b, f in zip(got, want, (1.0, 1.0, scale, scale)):
+        _close(a, b, tol, f)
+    hard = hvp(C.to(dtype), _gamma(0.0, dtype), xl, yl, window, Cd.to(dtype), gd.to(dtype))
+    with _block_kernel(monkeypatch):
+        hard_want = hvp(C, _gamma(0.0), xl, yl, window, Cd, gd)
+    assert torch.equal(hard[0], hard_want[0].to(dtype))

@@ -1,8 +1,11 @@
-"""The cuda backend's second order: :func:`hvp_cost`, the Hessian-vector product of soft-DTW (kernels/hvp.cu).
+"""The cuda backend's second order: :func:`hvp_cost`, the Hessian-vector product of soft-DTW (kernels/hvp_warp.cu,
+kernels/hvp.cu).
 
-One block per pair walks the anti-diagonals twice (SECOND_ORDER.md): R and R-dot forward, then E, E-dot and the
-per-pair sums backward. It recomputes the forward from C and reads nothing the first-order forward saved, so it is
-right after memory="store" and memory="checkpoint" alike. Buffers come from torch's allocator and the kernel runs
+Two passes (SECOND_ORDER.md): R and R-dot forward, then E, E-dot and the per-pair sums backward. Pairs up to
+HVPW_MAX_M columns (float32; float64 HVPW_MAX_M_F64) run hvp_warp_kernel, the first-order kernels' layout (W warps
+per pair, K columns per lane, rows skewed along the lanes: _warp_plan); wider ones one block per pair over the
+anti-diagonals (hvp_fast_kernel up to HVPF_MAX_N rows, hvp_kernel beyond). It recomputes the forward from C and
+reads nothing the first-order forward saved, so it is right after memory="store" and memory="checkpoint" alike. Buffers come from torch's allocator and the kernel runs
 on torch's current stream (no host synchronisation: gamma is read on the device).
 """
 from __future__ import annotations
@@ -28,6 +31,46 @@ HVPF_RPTS = (1, 2, 4)  # kernels/hvp.cu, HVPF_MAX_RPT
 HVPF_MAX_N = HVPF_THREADS * HVPF_RPTS[-1]
 
 
+#: hvp_warp_kernel's layouts: W warps per pair, K columns per lane, 32·W·K >= M (kernels/hvp_warp.cu). Instantiated
+#: for 32·W·K <= HVPW_MAX_M (float32) / HVPW_MAX_M_F64 (float64; K = 16 spills 400 bytes there).
+HVPW_KS = (1, 2, 4, 8, 16)
+HVPW_WS = (1, 2, 4)
+HVPW_MAX_M = 512
+HVPW_MAX_M_F64 = 256
+#: Warps per SM (float32, float64) below which a pair gets twice as many warps: few pairs are latency-bound, the
+#: step's serial chain is K cells (H100 sweep, benchmarks/probes/hvp_warp_sweep.py: B = 64, N = M = 256 float32
+#: W = 1 / 2 / 4: 0.673 / 0.494 / 0.466 ms; B = 1024: W = 1 best, 1.90 ms against 2.96 at W = 2; float64,
+#: whose cells are longer, B = 256: W = 1 / 2 / 4: 3.03 / 1.66 / 1.50 ms).
+HVPW_PAIRS_PER_SM = {torch.float32: 2.0, torch.float64: 4.0}
+#: (K, W) forced for every call while not None (benchmarks, tests); None: _warp_plan decides.
+force_plan = None
+
+
+def _warp_plan(B: int, M: int, dtype: torch.dtype, device_index: int = 0):
+    """(K, W) of hvp_warp_kernel for B pairs of M columns, or None when the pair is too wide for it."""
+    top = HVPW_MAX_M if dtype == torch.float32 else HVPW_MAX_M_F64
+    if M > top:
+        return None
+    if force_plan is not None:
+        K, W = force_plan
+        if 32 * K * W >= M and 32 * K * W <= top:
+            return K, W
+    sms = _launch.sm_count(device_index)
+    W = 1
+    while W < HVPW_WS[-1] and B * W < HVPW_PAIRS_PER_SM[dtype] * sms and 32 * W * 2 <= M:
+        W *= 2
+    K = next((k for k in HVPW_KS if 32 * W * k >= M), None)
+    if K is None or 32 * K * W > top:
+        return None
+    return K, W
+
+
+def _warp_k(M: int, dtype: torch.dtype):
+    """Whether hvp_warp_kernel covers M columns (its K at one warp per pair), else None (the block kernels)."""
+    top = HVPW_MAX_M if dtype == torch.float32 else HVPW_MAX_M_F64
+    return None if M > top else next(k for k in HVPW_KS if 32 * k >= M)
+
+
 def _fast_plan(N: int):
     """(threads, rows per thread) of hvp_fast_kernel for N rows, or None above HVPF_MAX_N."""
     for rpt in HVPF_RPTS:
@@ -46,7 +89,10 @@ def hvp_cost(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot):
     data dtype; zero outside each pair, everything zero for a pair with no finite path, and at gamma == 0 the hard
     path E with vgamma = Edot = vgamma_dot = 0.
 
-    Working memory (freed on return): the R and R-dot tables, diagonal-major, as 2·B·N·M float64 values (R in
+    Working memory (freed on return), M <= 512 (float32) or 256 (float64): a record of four values per cell in the
+    data dtype (the normalised weights of two predecessors and their derivatives, B·N·4·32WK values, 32WK the
+    layout's width >= M, a power of two: 16 or 32 bytes per cell at M = 32WK). Wider pairs: the R and
+    R-dot tables, diagonal-major, as 2·B·N·M float64 values (R in
     log2 units; both float64 for float32 data too, so float32 R-dot keeps the small differences its second
     derivative takes of it): 16 bytes per cell for either data dtype, besides the outputs (N <= 1024; above,
     the first kernel also keeps E and E-dot tables in the data dtype: 24 and 32 bytes per cell).
@@ -66,9 +112,22 @@ def hvp_cost(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot):
     vgamma = C.new_empty((B,))
     vgamma_dot = C.new_empty((B,))
     cells = B * N * M
+    win = "true" if window is not None else "false"
+    plan = _warp_plan(B, M, dtype, dev) if _warp_k(M, dtype) is not None else None
+    if plan is not None:
+        K, W = plan
+        rec = _alloc(C, B * N * 4 * 32 * W * K, dtype, "the HVP's per-cell records (hvp_cost)", B, N, M)
+        g = 16 // dtype.itemsize
+        vec = M % g == 0 and all(t.data_ptr() % 16 == 0 for t in (C, Cdot, E, Edot))
+        expr = f"sdtw::hvp_warp_kernel<{_launch._CTYPE[dtype]}, {win}, {K}, {W}>"
+        args = (C.data_ptr(), Cdot.data_ptr(), gamma.data_ptr(), gamma_dot.data_ptr(), x_lengths.data_ptr(),
+                y_lengths.data_ptr(), _launch.ptr(window), rec.data_ptr(), E.data_ptr(), Edot.data_ptr(),
+                vgamma.data_ptr(), vgamma_dot.data_ptr(), _launch.i32(B), _launch.i32(N), _launch.i32(M),
+                _launch.i32(int(vec)))
+        _launch.launch("hvp_warp", expr, dev, B, 32 * W, args)
+        return E, vgamma, Edot, vgamma_dot
     plan = _fast_plan(N)
     R = _alloc(C, cells, torch.float64, "the HVP's R table (hvp_cost)", B, N, M)
-    win = "true" if window is not None else "false"
     args = [C.data_ptr(), Cdot.data_ptr(), gamma.data_ptr(), gamma_dot.data_ptr(), x_lengths.data_ptr(),
             y_lengths.data_ptr(), _launch.ptr(window), R.data_ptr()]
     if plan is not None:

@@ -1,0 +1,435 @@
+// Soft-DTW Hessian-vector product (issue 24, SECOND_ORDER.md) in the first-order kernels' layout: one group of W warps
+// per pair (a block), K columns per lane, rows skewed (lane L works on row t - L at step t), no barrier in either
+// pass for W = 1 (W > 1: one block barrier per step, for the hand-over between warps through shared memory)
+// (benchmarks/OPTIMIZATION_LOG.md, "hvp_cost in the first-order layout"; the schedule is modelled step for step
+// by benchmarks/probes/hvp_warp_model.py for W = 1). For pairs with M <= 32 W K; wider ones run hvp.cu's kernels.
+// Few pairs take W > 1 (shorter rows per lane: the step's serial chain is K cells), many pairs W = 1.
+//
+// Same contract and numerics as hvp.cu (E = dv/dC, vgamma, E-dot, vgamma-dot along (C-dot, gamma-dot); float64
+// R' and R-dot for every data dtype; forbidden / unreachable cells are dead; gamma == 0 is hard DTW with the
+// first-order tie-breaking; a pair without a finite path gets zeros).
+//
+// Forward (step t = 0 .. n + nl - 2, nl = lanes holding a column of the pair): R' (log2 units) and R-dot of the
+// lane's K columns in float64 registers; the left neighbour's last column arrives by __shfl_up_sync, the
+// diagonal one is the one that arrived a step earlier. C and C-dot of step t + P - 1 come through a cp.async
+// ring. Each cell s stores a *record* of four values in the data dtype, step-major (slot t mod N, lane-major
+// inside the slot: one warp's store of a step is contiguous, as the first-order STORE):
+//   w_up, w_left        the normalised weights of s's up and left predecessors (w_diag = 1 - w_up - w_left),
+//   wdot_up, wdot_left  their derivatives, wdot_p = w_p (S-dot_s - R-dot_p - gamma_dot ln w_p) / gamma
+//                       (wdot_diag = -(wdot_up + wdot_left): the weights sum to 1),
+// formed where S-dot_s and R-dot_p are float64 registers; a dead cell stores w_up = -1.
+// Backward (steps in reverse): every cell s sums E_s and E-dot_s from three *messages*, then sends each
+// predecessor p its share (E_s w_p, E-dot_s w_p + E_s wdot_p) and adds E_s H_s and E-dot_s H_s + E_s H-dot_s
+// (H = sum w ln w, H-dot = sum wdot ln w, from 3 lg2 of the weights) to the lane's sums. The message to the
+// row above stays in the lane (next step, same column); the left one goes to the next column now, or from
+// column 0 to lane L - 1 by __shfl_down_sync (used at its next step); the diagonal one to column k - 1 at the
+// next step, or from column 0 to lane L - 1 (used two steps later). E and E-dot leave as row stores.
+#include "common.cuh"
+
+namespace sdtw {
+
+constexpr double HVPW_BIG = 1e200;       // R' of a dead cell
+constexpr double HVPW_HALF = 1e199;      // anything at least this large is the sentinel
+constexpr int HVPW_RING_BYTES = 24576;   // shared memory budget of each ring (per block)
+constexpr int HVPW_REC = 4;              // values per cell in the record
+
+// Ring stages: the largest power of two (the stage is t & (P - 1): 6 stages, a modulo per step, made the W = 4, K = 2
+// layout 17 % slower, OPTIMIZATION_LOG.md) that fits the budget, 2 to 8.
+__host__ __device__ constexpr int hvpw_depth(int stage_bytes) {
+  return HVPW_RING_BYTES / stage_bytes >= 8 ? 8 : (HVPW_RING_BYTES / stage_bytes >= 4 ? 4 : 2);
+}
+
+template <typename T>
+__device__ __forceinline__ T hvpw_finite_max() { return sizeof(T) == 4 ? T(3.402823466e38f) : T(1.7976931348623157e308); }
+
+template <typename T>
+__device__ __forceinline__ T hvpw_rcp(T z) { return T(1) / z; }
+template <>
+__device__ __forceinline__ float hvpw_rcp<float>(float z) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(z));
+  return r;
+}
+// Smallest weight whose log is taken (a zero weight multiplies it by 0).
+template <typename T>
+__device__ __forceinline__ T hvpw_tiny() { return sizeof(T) == 4 ? T(1e-37f) : T(1e-300); }
+
+// Hand-over between the warps of a pair (W > 1), double-buffered by step parity: R', R-dot of each warp's last lane
+// (forward), and the left and diagonal messages of each warp's lane 0 (backward).
+template <typename T, int W>
+struct HvpwHand {
+  double R[2][W], Q[2][W];
+  T msg[2][W][4];
+  double red[2][W];
+};
+
+template <typename T, bool WINDOW, int K, int W, bool HARD>
+__device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __restrict__ Cdot, const T g, const T gd,
+                                          const long long* __restrict__ xlen, const long long* __restrict__ ylen,
+                                          const int* __restrict__ window, T* __restrict__ rec, T* __restrict__ E,
+                                          T* __restrict__ Edot, T* __restrict__ vgamma, T* __restrict__ vgamma_dot,
+                                          const int b, const int N, const int M, const bool vec, T* ring,
+                                          HvpwHand<T, W>& hand) {
+  constexpr int NL = 32 * W;
+  constexpr int CW = NL * K;
+  constexpr int G = 16 / int(sizeof(T));          // elements per 16-byte piece
+  constexpr bool VECK = K % G == 0;               // K columns as whole 16-byte pieces
+  constexpr int CSTAGE = 2 * NL * K * int(sizeof(T));              // forward ring stage: C, C-dot
+  constexpr int P = hvpw_depth(CSTAGE);
+  constexpr int RSTAGE = HVPW_REC * NL * K * int(sizeof(T));       // backward ring stage: the record
+  constexpr int PB = hvpw_depth(RSTAGE);
+  static_assert((P & (P - 1)) == 0 && (PB & (PB - 1)) == 0, "ring depths are powers of two");
+  const int L = threadIdx.x;  // lane of the pair: warp wg's lane `lane`
+  const int lane = L & 31, wg = L >> 5;
+  const int n = int(xlen[b]), m = int(ylen[b]);
+  const int j0 = L * K;
+  const size_t NM = size_t(N) * M;
+  const T* Cb = C + size_t(b) * NM;
+  const T* Db = Cdot + size_t(b) * NM;
+  T* Eb = E + size_t(b) * NM;
+  T* Fb = Edot + size_t(b) * NM;
+  const int* wb = window + size_t(b) * N * 2;
+  T* rb = rec + size_t(b) * N * HVPW_REC * CW;  // slot s, plane q: rb + (s * HVPW_REC + q) * CW + layout(L, k)
+  const double scale = HARD ? 1.0 : 1.0 / (double(g) * LN2);
+  const T ig = HARD ? T(0) : T(1) / g;
+  const int nl = min(NL, (m + K - 1) / K);
+  const int steps = n + nl - 1;
+
+  // Outside the pair: rows past n, and columns past m of the first n rows (the backward writes j < m only).
+  for (size_t q = size_t(n) * M + L; q < NM; q += NL) { Eb[q] = T(0); Fb[q] = T(0); }
+  if (m < M)
+    for (int i = 0; i < n; ++i)
+      for (int j = m + L; j < M; j += NL) { Eb[size_t(i) * M + j] = T(0); Fb[size_t(i) * M + j] = T(0); }
+
+  // ---- forward -------------------------------------------------------------------------------------------
+  {
+    // Ring: stage s, array a (0: C, 1: C-dot), lane L at ring + ((s * 2 + a) * NL + L) * K.
+    auto issue = [&](const int t) {
+      const int row = t - L;
+      const bool ok = row >= 0 && row < n;
+      T* dst = ring + size_t((t & (P - 1)) * 2) * NL * K + size_t(L) * K;
+      const size_t off = size_t(ok ? row : 0) * M + j0;
+      if (VECK && vec) {
+#pragma unroll
+        for (int k = 0; k < K; k += G) {
+          const bool v = ok && j0 + k < M;
+          cp_async<16>(dst + k, v ? Cb + off + k : C, v);
+          cp_async<16>(dst + NL * K + k, v ? Db + off + k : Cdot, v);
+        }
+      } else {
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+          const bool v = ok && j0 + k < M;
+          cp_async<int(sizeof(T))>(dst + k, v ? Cb + off + k : C, v);
+          cp_async<int(sizeof(T))>(dst + NL * K + k, v ? Db + off + k : Cdot, v);
+        }
+      }
+      cp_async_commit();
+    };
+    for (int t = 0; t < P - 1; ++t) issue(t);
+
+    double R[K], Q[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) { R[k] = HVPW_BIG; Q[k] = 0.0; }
+    double lastR = HVPW_BIG, lastQ = 0.0;  // this lane's last column on the row it finished (lane L + 1's left)
+    double prevR = L == 0 ? 0.0 : HVPW_BIG, prevQ = 0.0;  // left neighbour one step ago = diagonal now
+    // The row's window, loaded a step ahead.
+    int lo = 0, hi = M, nlo = 0, nhi = M;
+    if (WINDOW && L == 0 && n > 0) { nlo = wb[0]; nhi = wb[1]; }
+    T* const rlane = rb + StepLayout<K>::offset(L, 0, NL);
+    if (W > 1) {  // what step 0 reads: the border
+      if (lane == 31) {
+        hand.R[1][wg] = HVPW_BIG;
+        hand.Q[1][wg] = 0.0;
+      }
+      __syncthreads();
+    }
+    int slot = 0;
+    const T BIGT = Num<T>::big();
+    for (int t = 0; t < steps; ++t) {
+      const int i = t - L;
+      const bool live = i >= 0 && i < n;
+      double inR = __shfl_up_sync(FULL_MASK, lastR, 1);
+      double inQ = __shfl_up_sync(FULL_MASK, lastQ, 1);
+      if (lane == 0) {  // from the warp on the left (its last lane, one step ago), or the border
+        inR = (W > 1 && wg > 0) ? hand.R[(t + 1) & 1][wg - 1] : HVPW_BIG;
+        inQ = (W > 1 && wg > 0) ? hand.Q[(t + 1) & 1][wg - 1] : 0.0;
+      }
+      double dR = prevR, dQ = prevQ;
+      prevR = inR;
+      prevQ = inQ;
+      if (WINDOW) {
+        lo = nlo;
+        hi = nhi;
+        const int in = i + 1;
+        if (in >= 0 && in < n) {
+          const int2 w2 = *reinterpret_cast<const int2*>(wb + 2 * in);
+          nlo = w2.x;
+          nhi = w2.y;
+        }
+      }
+      issue(t + P - 1);
+      cp_async_wait<P - 1>();
+      if (live) {
+        const T* src = ring + size_t((t & (P - 1)) * 2) * NL * K + size_t(L) * K;
+        T cr[K], dr[K];
+#pragma unroll
+        for (int k = 0; k < K; ++k) { cr[k] = src[k]; dr[k] = src[NL * K + k]; }
+        double lR = inR, lQ = inQ;
+        T wu_[K], wl_[K], du_[K], dl_[K];
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+          const int j = j0 + k;
+          const double uR = R[k], uQ = Q[k];
+          const T c = cr[k];
+          bool ok = j < m && c <= hvpw_finite_max<T>();  // +inf (or NaN): a forbidden cell
+          if (WINDOW) ok = ok && j >= lo && j < hi;
+          double Rs = HVPW_BIG, Qs = 0.0;
+          T wu = T(-1), wl = T(0), du = T(0), dl = T(0);
+          if (ok) {
+            if (HARD) {
+              // In the data dtype with the first-order kernels' sentinel and tie-breaking, so the path is theirs.
+              const T dT = dR >= HVPW_HALF ? BIGT : T(dR), uT = uR >= HVPW_HALF ? BIGT : T(uR),
+                      lT = lR >= HVPW_HALF ? BIGT : T(lR);
+              int choice;
+              const T mn = hard_min3(dT, uT, lT, choice);
+              if (mn < T(0.5) * BIGT) {
+                Rs = double(mn + c);
+                wu = choice == 1 ? T(1) : T(0);
+                wl = choice == 2 ? T(1) : T(0);
+              }
+            } else {
+              const double mn = fmin(lR, fmin(dR, uR));  // lR last: the only operand on the row's chain
+              if (mn < HVPW_HALF) {
+                const T od = Num<T>::mx(Num<T>::mn(T(mn - dR), T(0)), T(-2000));
+                const T ou = Num<T>::mx(Num<T>::mn(T(mn - uR), T(0)), T(-2000));
+                const T ol = Num<T>::mx(Num<T>::mn(T(mn - lR), T(0)), T(-2000));
+                const T ed = Num<T>::ex2(od), eu = Num<T>::ex2(ou), el = Num<T>::ex2(ol);
+                const T Z = ed + eu + el;  // >= 1: the minimum's term is 2^0
+                const T lz = Num<T>::lg2(Z);
+                const T iz = hvpw_rcp(Z);
+                const T wd = ed * iz;
+                wu = eu * iz;
+                wl = el * iz;
+                const T lnd = T(LN2) * (od - lz), lnu = T(LN2) * (ou - lz), lnl = T(LN2) * (ol - lz);
+                const T H = wd * lnd + wu * lnu + wl * lnl;
+                // S-dot = sum_p w_p R-dot_p + gamma_dot H in float64, the weights multiplying differences to the
+                // largest weight's R-dot only (hvp.cu, hvp_rdot).
+                const double Qr = mn == dR ? dQ : (mn == uR ? uQ : lQ);
+                const double Sd = Qr + double(wd * T(dQ - Qr) + wu * T(uQ - Qr) + wl * T(lQ - Qr) + gd * H);
+                du = wu * (T(Sd - uQ) - gd * lnu) * ig;
+                dl = wl * (T(Sd - lQ) - gd * lnl) * ig;
+                Qs = Sd + double(dr[k]);
+                Rs = (mn - double(lz)) + double(c) * scale;
+              }
+            }
+          }
+          if (Rs >= HVPW_HALF) wu = T(-1);  // dead (hard DTW: unreachable)
+          wu_[k] = wu;
+          wl_[k] = wl;
+          du_[k] = du;
+          dl_[k] = dl;
+          R[k] = Rs;
+          Q[k] = Qs;
+          dR = uR;
+          dQ = uQ;
+          lR = Rs;
+          lQ = Qs;
+        }
+        lastR = R[K - 1];
+        lastQ = Q[K - 1];
+        T* dst = rlane + size_t(slot) * HVPW_REC * CW;
+        store_lane_step<T, K, NL>(dst, wu_);
+        store_lane_step<T, K, NL>(dst + CW, wl_);
+        store_lane_step<T, K, NL>(dst + 2 * CW, du_);
+        store_lane_step<T, K, NL>(dst + 3 * CW, dl_);
+      }
+      if (++slot == N) slot = 0;
+      if (W > 1) {
+        if (lane == 31) {
+          hand.R[t & 1][wg] = lastR;
+          hand.Q[t & 1][wg] = lastQ;
+        }
+        __syncthreads();
+      }
+    }
+    cp_async_wait<0>();
+  }
+  __threadfence_block();  // the backward reads this lane's records through cp.async
+  __syncthreads();
+
+  // ---- backward ------------------------------------------------------------------------------------------
+  double vg = 0.0, vgd = 0.0;
+  {
+    // Ring: stage s, plane q, lane L at ring + ((s * HVPW_REC + q) * NL + L) * K.
+    auto issue = [&](const int t) {
+      const bool ok = t >= 0 && t - L >= 0 && t - L < n;
+      const int s = ok ? t % N : 0;
+      T* dst = ring + size_t((t & (PB - 1)) * HVPW_REC) * NL * K + size_t(L) * K;
+      const T* src = rb + size_t(s) * HVPW_REC * CW;
+#pragma unroll
+      for (int q = 0; q < HVPW_REC; ++q) cp_async_step<T, K>(dst + q * NL * K, src + q * CW, L, NL, ok);
+      cp_async_commit();
+    };
+    for (int t = steps - 1; t > steps - PB; --t) issue(t);
+
+    T upE[K], upF[K], dgE[K], dgF[K];  // messages from the row below: to the row above, to the diagonal
+#pragma unroll
+    for (int k = 0; k < K; ++k) { upE[k] = upF[k] = dgE[k] = dgF[k] = T(0); }
+    T rcvE = T(0), rcvF = T(0);        // left message of lane L + 1's column 0, one step old
+    T dnE = T(0), dnF = T(0);          // diagonal message of lane L + 1's column 0, one step old
+    T doE = T(0), doF = T(0);          // ... two steps old (column K - 1's diagonal successor)
+    const bool vst = VECK && vec;
+    for (int t = steps - 1; t >= 0; --t) {
+      const int i = t - L;
+      const bool live = i >= 0 && i < n;
+      issue(t - (PB - 1));
+      cp_async_wait<PB - 1>();
+      T sLE = T(0), sLF = T(0), sDE = T(0), sDF = T(0);  // what column 0 sends lane L - 1
+      if (live) {
+        const T* src = ring + size_t((t & (PB - 1)) * HVPW_REC) * NL * K + size_t(L) * K;
+        T rE = rcvE, rF = rcvF;  // the right successor's message
+        T cE = doE, cF = doF;    // the diagonal successor's message
+        T eo[K], fo[K];
+        double svg = 0.0, svgd = 0.0;
+#pragma unroll
+        for (int k = K - 1; k >= 0; --k) {
+          const int j = j0 + k;
+          const T oE = dgE[k], oF = dgF[k];  // this column's diagonal message of the last step: column k - 1's
+          T e, f;
+          if (i == n - 1 && j == m - 1) {
+            e = T(1);
+            f = T(0);
+          } else {
+            e = rE + upE[k] + cE;
+            f = rF + upF[k] + cF;
+          }
+          T wu = src[k], wl = src[NL * K + k], du = src[2 * NL * K + k], dl = src[3 * NL * K + k];
+          T wd, dd;
+          if (wu < T(0)) {  // dead: no E, no messages
+            e = f = T(0);
+            wu = wl = du = dl = wd = dd = T(0);
+          } else {
+            wd = Num<T>::mx(T(1) - wu - wl, T(0));
+            dd = -(du + dl);
+          }
+          if (!HARD) {
+            const T tiny = hvpw_tiny<T>();
+            const T lnd = T(LN2) * Num<T>::lg2(Num<T>::mx(wd, tiny));
+            const T lnu = T(LN2) * Num<T>::lg2(Num<T>::mx(wu, tiny));
+            const T lnl = T(LN2) * Num<T>::lg2(Num<T>::mx(wl, tiny));
+            const T H = wd * lnd + wu * lnu + wl * lnl;
+            const T Hd = dd * lnd + du * lnu + dl * lnl;
+            svg += double(e * H);
+            svgd += double(f * H + e * Hd);
+          }
+          upE[k] = e * wu;
+          upF[k] = f * wu + e * du;
+          dgE[k] = e * wd;
+          dgF[k] = f * wd + e * dd;
+          rE = e * wl;
+          rF = f * wl + e * dl;
+          cE = oE;
+          cF = oF;
+          eo[k] = e;
+          fo[k] = f;
+        }
+        vg += svg;
+        vgd += svgd;
+        sLE = rE;
+        sLF = rF;
+        sDE = dgE[0];
+        sDF = dgF[0];
+        T* er = Eb + size_t(i) * M + j0;
+        T* fr = Fb + size_t(i) * M + j0;
+        if (vst && j0 + K <= m) {
+#pragma unroll
+          for (int k = 0; k < K; k += G) {
+            Vec<T, G>::store(er + k, eo + k);
+            Vec<T, G>::store(fr + k, fo + k);
+          }
+        } else {
+#pragma unroll
+          for (int k = 0; k < K; ++k)
+            if (j0 + k < m) { er[k] = eo[k]; fr[k] = fo[k]; }
+        }
+      } else {
+#pragma unroll
+        for (int k = 0; k < K; ++k) { upE[k] = upF[k] = dgE[k] = dgF[k] = T(0); }
+      }
+      if (W > 1) {
+        if (lane == 0) {
+          hand.msg[t & 1][wg][0] = sLE;
+          hand.msg[t & 1][wg][1] = sLF;
+          hand.msg[t & 1][wg][2] = sDE;
+          hand.msg[t & 1][wg][3] = sDF;
+        }
+        __syncthreads();
+      }
+      rcvE = __shfl_down_sync(FULL_MASK, sLE, 1);
+      rcvF = __shfl_down_sync(FULL_MASK, sLF, 1);
+      doE = dnE;
+      doF = dnF;
+      dnE = __shfl_down_sync(FULL_MASK, sDE, 1);
+      dnF = __shfl_down_sync(FULL_MASK, sDF, 1);
+      if (lane == 31) {  // from the warp on the right (its lane 0, this step), or nothing
+        const bool r = W > 1 && wg < W - 1;
+        rcvE = r ? hand.msg[t & 1][wg + 1][0] : T(0);
+        rcvF = r ? hand.msg[t & 1][wg + 1][1] : T(0);
+        dnE = r ? hand.msg[t & 1][wg + 1][2] : T(0);
+        dnF = r ? hand.msg[t & 1][wg + 1][3] : T(0);
+      }
+    }
+    cp_async_wait<0>();
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    vg += __shfl_xor_sync(FULL_MASK, vg, o);
+    vgd += __shfl_xor_sync(FULL_MASK, vgd, o);
+  }
+  if (W > 1) {
+    if (lane == 0) {
+      hand.red[0][wg] = vg;
+      hand.red[1][wg] = vgd;
+    }
+    __syncthreads();
+    vg = vgd = 0.0;
+    for (int w = 0; w < W; ++w) {
+      vg += hand.red[0][w];
+      vgd += hand.red[1][w];
+    }
+  }
+  if (L == 0) {
+    vgamma[b] = HARD ? T(0) : T(vg);
+    vgamma_dot[b] = HARD ? T(0) : T(vgd);
+  }
+}
+
+// Grid: B blocks of W warps (one pair each). rec: (B, N, 4, 32 K) records in the data dtype. vec: C, C-dot, E,
+// E-dot 16-byte aligned and M a multiple of 16 / sizeof(T) (then K-wide rows move as 16-byte pieces).
+template <typename T, bool WINDOW, int K, int W>
+__global__ void __launch_bounds__(32 * W)
+hvp_warp_kernel(const T* __restrict__ C, const T* __restrict__ Cdot, const T* __restrict__ gamma,
+                const T* __restrict__ gamma_dot, const long long* __restrict__ xlen,
+                const long long* __restrict__ ylen, const int* __restrict__ window, T* __restrict__ rec,
+                T* __restrict__ E, T* __restrict__ Edot, T* __restrict__ vgamma, T* __restrict__ vgamma_dot,
+                int B, int N, int M, int vec) {
+  constexpr int CSTAGE = 2 * 32 * W * K * int(sizeof(T));
+  constexpr int RSTAGE = HVPW_REC * 32 * W * K * int(sizeof(T));
+  constexpr int CR = hvpw_depth(CSTAGE) * CSTAGE, RR = hvpw_depth(RSTAGE) * RSTAGE;
+  constexpr int RING = (CR > RR ? CR : RR) / int(sizeof(T));
+  __shared__ __align__(16) T ring[RING];  // the forward's C ring, then the backward's record ring
+  __shared__ HvpwHand<T, W> hand;
+  const int b = blockIdx.x;
+  if (b >= B) return;
+  const T g = *gamma;  // read on the device: no host sync
+  if (g == T(0)) {
+    hvpw_pair<T, WINDOW, K, W, true>(C, Cdot, g, T(0), xlen, ylen, window, rec, E, Edot, vgamma, vgamma_dot, b, N,
+                                     M, vec != 0, ring, hand);
+  } else {
+    hvpw_pair<T, WINDOW, K, W, false>(C, Cdot, g, gamma_dot[b], xlen, ylen, window, rec, E, Edot, vgamma,
+                                      vgamma_dot, b, N, M, vec != 0, ring, hand);
+  }
+}
+
+}  // namespace sdtw
