@@ -297,8 +297,8 @@ def test_torch_compile_fullgraph_open_end_matches_eager():
 
 @pytest.mark.parametrize("option", [dict(open_begin=True), dict(open_end=True), dict(step_penalty=0.5)])
 def test_a_backend_without_variants_refuses_them(monkeypatch, option):
-    """As the cuda backend does (it has no variants yet): a NotImplementedError naming the option, never a
-    value without it. Simulated on the cpu backend."""
+    """A backend without the variants raises a NotImplementedError naming the option, never a value without it.
+    Simulated on the cpu backend."""
     monkeypatch.setitem(_ops._HAS_VARIANTS, "cpu", False)
     x, y = _data()
     name = next(iter(option))
@@ -311,17 +311,22 @@ def test_a_backend_without_variants_refuses_them(monkeypatch, option):
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("option", [dict(open_begin=True), dict(open_end=True), dict(step_penalty=0.5)])
-def test_cuda_refuses_the_variants(option):
-    x, y = (t.cuda() for t in _data())
-    name = next(iter(option))
+def test_cuda_runs_the_variants(option):
+    """The cuda backend has the variants (its kernels' VAR flags): values, alignments and gradients equal the cpu
+    backend's (tests/backends/test_cuda_variants.py covers the plans, dtypes and memory modes)."""
+    x, y = _data()
+    xs = x.cuda().requires_grad_()
     for fn in (softdtw.soft_dtw, softdtw.soft_dtw_alignment):
-        with pytest.raises(NotImplementedError, match=rf"{name} is not available on the cuda backend"):
-            fn(x, y, 0.5, **option)
-    with pytest.raises(NotImplementedError, match=name):
-        softdtw.dtw(x, y, **option)
+        got, want = fn(xs, y.cuda(), 0.5, **option), fn(x, y, 0.5, backend="cpu", **option)
+        assert torch.allclose(got.detach().cpu(), want, rtol=1e-10, atol=1e-12)
+    (g,) = torch.autograd.grad(softdtw.soft_dtw(xs, y.cuda(), 0.5, **option).sum(), xs)
+    xc = x.clone().requires_grad_()
+    (gc,) = torch.autograd.grad(softdtw.soft_dtw(xc, y, 0.5, backend="cpu", **option).sum(), xc)
+    assert torch.allclose(g.cpu(), gc, rtol=1e-9, atol=1e-12)
+    assert torch.allclose(softdtw.dtw(x.cuda(), y.cuda(), **option).cpu(), softdtw.dtw(x, y, backend="cpu", **option))
     # The reference backend runs them on the GPU, exactly.
-    v = softdtw.soft_dtw(x, y, 0.5, backend="reference", **option)
-    assert torch.allclose(v.cpu(), softdtw.soft_dtw(x.cpu(), y.cpu(), 0.5, backend="cpu", **option))
+    v = softdtw.soft_dtw(x.cuda(), y.cuda(), 0.5, backend="reference", **option)
+    assert torch.allclose(v.cpu(), softdtw.soft_dtw(x, y, 0.5, backend="cpu", **option))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -79,8 +79,12 @@ def _fake(name: str):
     return register
 
 
-def _saved_like(ref: Tensor, backend: str, kind: str, B: int, N: int, M: int, D: int, memory: str) -> Tensor:
-    shape, dtype = get_backend(backend).saved_spec(kind, B, N, M, D, ref.dtype, memory)
+def _saved_like(ref: Tensor, backend: str, kind: str, B: int, N: int, M: int, D: int, memory: str,
+                open_end: bool = False) -> Tensor:
+    # open_end: a backend that saves more with it (cuda: the last row) says so through saved_spec's open_end.
+    extra = {"open_end": True} if open_end and "open_end" in inspect.signature(
+        get_backend(backend).saved_spec).parameters else {}
+    shape, dtype = get_backend(backend).saved_spec(kind, B, N, M, D, ref.dtype, memory, **extra)
     if shape is None:  # a flat buffer whose length the backend plans at run time
         shape = (torch.library.get_ctx().new_dynamic_size(),)
     return ref.new_empty(shape, dtype=dtype)
@@ -110,7 +114,7 @@ def _forward_kernel(x: Tensor, y: Tensor, gamma: Tensor, cost: str, x_lengths: T
 def _(x, y, gamma, cost, x_lengths, y_lengths, window, memory, backend, open_begin=False, open_end=False,
       step_penalty=None):
     B, N, D = x.shape
-    return x.new_empty((B,)), _saved_like(x, backend, "fused", B, N, y.shape[1], D, memory)
+    return x.new_empty((B,)), _saved_like(x, backend, "fused", B, N, y.shape[1], D, memory, open_end)
 
 
 @_kernel("backward")
@@ -258,7 +262,7 @@ def _forward_cost_kernel(C: Tensor, gamma: Tensor, x_lengths: Tensor, y_lengths:
 @_fake("forward_cost")
 def _(C, gamma, x_lengths, y_lengths, window, memory, backend, open_begin=False, open_end=False, step_penalty=None):
     B, N, M = C.shape
-    return C.new_empty((B,)), _saved_like(C, backend, "cost", B, N, M, 0, memory)
+    return C.new_empty((B,)), _saved_like(C, backend, "cost", B, N, M, 0, memory, open_end)
 
 
 @_kernel("backward_cost")

@@ -353,6 +353,57 @@ __device__ __forceinline__ double group_sum(double v, double* scratch) {
   return s;
 }
 
+// ---- Alignment variants (issue 25; softdtw/backends/reference.py derives the recursion) ----------------
+//
+// VAR, the last template argument of the forward and backward kernels, is a bit mask; VAR = 0 is the plain DP
+// and compiles to the code it always did (every variant branch is `if constexpr` or folds away):
+//   * VAR_OPEN_BEGIN: a path may start at any (0, j). Row 0's diagonal predecessor is 0 for every column and its
+//     vertical one +inf. Without a penalty the kernels reach that at no cost per cell: the row above row 0 (r, the
+//     left neighbours, the hand-over slots) holds v0 = 1 (log2 units) instead of +inf, used as diagonal AND vertical
+//     predecessor: 2^-1 + 2^-1 = 2^0, so smin(1, 1, left) = smin(0, left) exactly, each start counted once. Hard
+//     DTW takes v0 = 0: min(0, 0, left) = min(0, left), the tie going to the diagonal as in the reference.
+//     With a penalty the vertical predecessor gets a per-step addend instead (+inf on row 0, the penalty elsewhere),
+//     and v0 = 0.
+//   * VAR_OPEN_END: the value is the soft-min (hard: the min, first column on ties) over the last row's columns.
+//     The forward writes R of the last row (log2 units, float64: F + r is exact there) to `endr`, reduces it per
+//     pair (EndAcc) and keeps (v, argmin) in `endv`; the backward seeds E on the last row with 2^(v - R[n-1, j])
+//     (hard: one-hot on the argmin) instead of the 1 at (n-1, m-1).
+//   * VAR_PENALTY: p (per pair, read on the device) is added to the vertical and horizontal predecessors of every
+//     cell. The backward's d value / d p = sum over cells of E_s (w_up(s) + w_left(s)), summed at the predecessor
+//     p of each such edge: the terms E_s w(p -> s) that E_p itself is built of, one add per cell.
+enum Variant { VAR_OPEN_BEGIN = 1, VAR_OPEN_END = 2, VAR_PENALTY = 4 };
+
+// Open end: the soft-min (log2 units) of the last row in float64, as a running (min, sum of 2^(min - v)); hard DTW
+// keeps (min, first column holding it) instead.
+template <bool HARD>
+struct EndAcc {
+  double m = 1e300, s = HARD ? 1e300 : 0.0;
+  __device__ __forceinline__ void add(double v, double j) {
+    if (HARD) {
+      if (v < m || (v == m && j < s)) { m = v; s = j; }
+    } else {
+      const double nm = fmin(m, v);
+      s = s * exp2(nm - m) + exp2(nm - v);
+      m = nm;
+    }
+  }
+  __device__ __forceinline__ void merge(double om, double os) {
+    if (HARD) {
+      if (om < m || (om == m && os < s)) { m = om; s = os; }
+    } else {
+      const double nm = fmin(m, om);
+      s = s * exp2(nm - m) + os * exp2(nm - om);
+      m = nm;
+    }
+  }
+  __device__ __forceinline__ void warp_merge() {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) merge(__shfl_xor_sync(FULL_MASK, m, o), __shfl_xor_sync(FULL_MASK, s, o));
+  }
+  // The value in log2 units (hard: natural units).
+  __device__ __forceinline__ double value() const { return HARD ? m : m - log2(s); }
+};
+
 // Flags between blocks: the writer's plain stores of bnd, then a release store of the row count; the
 // reader acquires the count (every lane, so each lane's later loads are ordered after it) and reads bnd
 // through L2 (__ldcg), never a stale L1 line.
