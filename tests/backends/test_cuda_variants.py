@@ -229,6 +229,27 @@ def test_closed_end_penalty_is_a_cost_shift():
     assert torch.allclose(v, w - p * (xld + yld).to(F64), rtol=1e-10, atol=1e-9)
 
 
+@pytest.mark.parametrize("dtype", [F64, torch.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("layout", [(1, 1, False), (2, 2, True)])
+def test_penalty_with_a_band_matches_cpu(dtype, layout):
+    """Penalties work with bands (closed ends): a Sakoe-Chiba band of radius 6, sequential and chained plans."""
+    x, y, xl, yl, grad = _data(3, 60, 75, 1, seed=15)
+    from softdtw._windows import build_window
+    window = build_window(xl, yl, 60, 75, 6, None)
+    pen = 0.3
+    v, s = cpu.forward(x, y, torch.tensor(0.4, dtype=F64), "sqeuclidean", xl, yl, window, "store",
+                       step_penalty=torch.tensor(pen, dtype=F64))
+    want = (v,) + tuple(cpu.backward(grad, x, y, torch.tensor(0.4, dtype=F64), "sqeuclidean", xl, yl, window, v, s,
+                                     "store", step_penalty=torch.tensor(pen, dtype=F64)))
+    be = cuda_backend()
+    g, p = torch.tensor(0.4, dtype=dtype, device="cuda"), torch.tensor(pen, dtype=dtype, device="cuda")
+    args = (x.cuda().to(dtype), y.cuda().to(dtype), g, "sqeuclidean", xl.cuda(), yl.cuda(), window.cuda())
+    with _layout(*layout):
+        v, s = be.forward(*args, "store", step_penalty=p)
+        got = (v,) + tuple(be.backward(grad.cuda().to(dtype), *args, v, s, "store", step_penalty=p))
+    _compare(got, want, dtype, 0.4, "band")
+
+
 # --- hard DTW paths with open ends; the public API and gradcheck ----------------------------------------------
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=_vid)
