@@ -67,11 +67,34 @@ def closures(B, N, M, dtype, gamma):
     return fns
 
 
+def halves(B, N, M, dtype, gamma, opts):
+    """(forward storing, backward alone from one saved forward) of one variant."""
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(B, N, 1, device="cuda", dtype=dtype, generator=g)
+    y = torch.randn(B, M, 1, device="cuda", dtype=dtype, generator=g)
+    gam = torch.tensor(gamma, device="cuda", dtype=dtype)
+    xl = torch.full((B,), N, device="cuda", dtype=torch.int64)
+    yl = torch.full((B,), M, device="cuda", dtype=torch.int64)
+    grad = torch.ones(B, device="cuda", dtype=dtype)
+    opts = dict(opts)
+    if "step_penalty" in opts:
+        opts["step_penalty"] = torch.tensor(opts["step_penalty"], device="cuda", dtype=dtype)
+    v, saved = backend.forward(x, y, gam, "sqeuclidean", xl, yl, None, "store", **opts)
+
+    def fwd():
+        return backend.forward(x, y, gam, "sqeuclidean", xl, yl, None, "store", **opts)
+
+    def bwd():
+        return backend.backward(grad, x, y, gam, "sqeuclidean", xl, yl, None, v, saved, "store", **opts)
+    return fwd, bwd
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "h100_variants")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--split", action="store_true", help="also time the forward and the backward alone")
     args = ap.parse_args()
     dtype, gamma = torch.float32, 1.0
     rows = []
@@ -91,6 +114,14 @@ def main():
             for name, fn in fns.items():
                 times[name].append(median_ms(fn, reps, warmup=1))
         plain = sorted(times["plain"])[len(times["plain"]) // 2]
+        if args.split and B * N <= 65536:  # the forward (storing) and the backward alone, plain against two variants
+            for name in ("plain", "open_ends", "penalty"):
+                fwd, bwd = halves(B, N, M, dtype, gamma, VARIANTS[name])
+                for mode, f in (("forward_store", fwd), ("backward", bwd)):
+                    ms = median_ms(f, reps, warmup=2)
+                    rows.append(dict(mode=mode, variant=name, B=B, N=N, M=M, dtype="float32", gamma=gamma,
+                                     memory="store", ms=ms, gcups=B * N * M / (ms * 1e6)))
+                    print(f"B={B} N={N} M={M} {name:10s} {mode:14s} {ms:9.4f} ms", flush=True)
         for name, fn in fns.items():
             ms = sorted(times[name])[len(times[name]) // 2]
             rows.append(dict(mode="forward_backward", variant=name, B=B, N=N, M=M, dtype="float32", gamma=gamma,
@@ -99,12 +130,12 @@ def main():
             print(f"B={B} N={N} M={M} {name:10s} {ms:9.4f} ms  x{ms / plain:.3f}  rounds {times[name]}", flush=True)
     props = torch.cuda.get_device_properties(0)
     meta = dict(device=props.name, torch=torch.__version__, git_sha=git_sha(), seconds=round(time.time() - t0, 1))
-    target = [r for r in rows if r["variant"] == "open_ends"]
+    target = [r for r in rows if r["variant"] == "open_ends" and r["mode"] == "forward_backward"]
     md = (f"# Alignment variants on {props.name}\n\ntorch {torch.__version__}, git {meta['git_sha']}, float32, "
           f"gamma = 1, D = 1, squared Euclidean, memory = store; backend forward + backward, median ms; ratio = "
           f"time / plain at the same B, N, M (target for open_ends: <= 1.1).\n\n"
           + markdown_table(target, ["B", "N", "M", "ms", "ratio"]) + "\n\n## All rows\n\n"
-          + markdown_table(rows, ["variant", "B", "N", "M", "ms", "ratio", "gcups", "peak_mb"]))
+          + markdown_table(rows, ["mode", "variant", "B", "N", "M", "ms", "ratio", "gcups", "peak_mb"]))
     write_results(args.out.with_suffix(".json"), meta, rows, md)
     print(md)
 

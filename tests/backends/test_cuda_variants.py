@@ -1,6 +1,7 @@
 """Alignment variants (issue 25) on the cuda backend: open_begin, open_end and step_penalty in the kernels'
-sequential, chained and checkpointed plans, against the cpu backend in float64 (itself tested against path
-enumeration and the reference in tests/test_alignment_variants.py).
+sequential, chained and checkpointed plans, against the reference backend in float64 on the GPU (itself tested
+against path enumeration and the cpu backend in tests/test_alignment_variants.py; the reference needs no Numba
+compile, which would take each test worker ~40 s).
 
 Every test is marked ``cuda`` and skipped without a GPU. Tolerances: float64 1e-9, float32 1e-4 (relative to
 the largest entry of each output, tests/_helpers.rel_err); d value / d gamma is measured against |value| / gamma
@@ -15,7 +16,7 @@ import torch
 
 import softdtw
 import softdtw.costs
-from softdtw.backends import cpu
+from softdtw.backends import reference as ref
 from tests._helpers import rel_err
 
 pytestmark = [
@@ -69,8 +70,9 @@ def _fused(be, x, y, gamma, cost, xl, yl, grad, memory, variant):
     return (v,) + tuple(be.backward(grad, x, y, g, cost, xl, yl, None, v, saved, memory, **opts))
 
 
-def _cpu_fused(x, y, gamma, cost, xl, yl, grad, variant):
-    return _fused(cpu, x.cpu().double(), y.cpu().double(), gamma, cost, xl.cpu(), yl.cpu(), grad.cpu().double(),
+def _ref_fused(x, y, gamma, cost, xl, yl, grad, variant):
+    """The reference backend's forward + backward in float64 on the GPU."""
+    return _fused(ref, x.cuda().double(), y.cuda().double(), gamma, cost, xl.cuda(), yl.cuda(), grad.cuda().double(),
                   "store", variant)
 
 
@@ -92,7 +94,7 @@ def _compare(got, want, dtype, gamma, what="", cost=False):
     assert all(e <= tol for e in errs.values()), msg
 
 
-# --- fused costs: every plan, memory mode and dtype against the cpu backend --------------------------------
+# --- fused costs: every plan, memory mode and dtype against the reference backend ----------------------------
 
 # B, N, M, D, cost, (K, W, chain) forced layout (None: the planner's), lengths
 CASES = [
@@ -107,11 +109,11 @@ CASES = [
 @pytest.mark.parametrize("dtype", [F64, torch.float32], ids=["f64", "f32"])
 @pytest.mark.parametrize("variant", VARIANTS, ids=_vid)
 @pytest.mark.parametrize("B,N,M,D,cost,layout,lengths", CASES)
-def test_fused_matches_cpu(dtype, variant, B, N, M, D, cost, layout, lengths):
+def test_fused_matches_reference(dtype, variant, B, N, M, D, cost, layout, lengths):
     x, y, xl, yl, grad = _data(B, N, M, D, seed=N + M + D, lengths=lengths)
     be = cuda_backend()
     for gamma in (0.0, 0.5) if dtype == F64 else (0.5,):
-        want = _cpu_fused(x, y, gamma, cost, xl, yl, grad, variant)
+        want = _ref_fused(x, y, gamma, cost, xl, yl, grad, variant)
         args = (x.cuda().to(dtype), y.cuda().to(dtype), gamma, cost, xl.cuda(), yl.cuda(), grad.cuda().to(dtype))
         if layout is None:
             got = _fused(be, *args, "store", variant)
@@ -125,14 +127,14 @@ def test_fused_matches_cpu(dtype, variant, B, N, M, D, cost, layout, lengths):
 @pytest.mark.parametrize("variant", [(True, True, None), (True, True, 0.4), (False, True, None), (True, False, -0.3)],
                          ids=_vid)
 @pytest.mark.parametrize("gamma", [0.0, 0.3])
-def test_checkpoint_equals_store_and_cpu(dtype, variant, gamma):
+def test_checkpoint_equals_store_and_reference(dtype, variant, gamma):
     """memory="checkpoint" (chained, tiles of 160 rows recomputed in the backward: the open begin in the top tile)
-    against store and the cpu backend; the value-only pass (memory="none") too."""
+    against store and the reference backend; the value-only pass (memory="none") too."""
     if dtype == torch.float32 and gamma == 0.0:
         pytest.skip("hard DTW in float32: ties may break differently from float64")
     x, y, xl, yl, grad = _data(3, 420, 300, 2, seed=11)
     be = cuda_backend()
-    want = _cpu_fused(x, y, gamma, "sqeuclidean", xl, yl, grad, variant)
+    want = _ref_fused(x, y, gamma, "sqeuclidean", xl, yl, grad, variant)
     args = (x.cuda().to(dtype), y.cuda().to(dtype), gamma, "sqeuclidean", xl.cuda(), yl.cuda(), grad.cuda().to(dtype))
     with _layout(2, 2, True, 160):
         ckpt = _fused(be, *args, "checkpoint", variant)
@@ -152,7 +154,7 @@ def test_long_chained_pair(dtype, variant):
     """A short x against a long y, chained over 40 chunks (the planner's layout), store and value-only."""
     x, y, xl, yl, grad = _data(1, 24, 20000, 1, seed=5)
     be = cuda_backend()
-    want = _cpu_fused(x, y, 0.2, "sqeuclidean", xl, yl, grad, variant)
+    want = _ref_fused(x, y, 0.2, "sqeuclidean", xl, yl, grad, variant)
     args = (x.cuda().to(dtype), y.cuda().to(dtype), 0.2, "sqeuclidean", xl.cuda(), yl.cuda(), grad.cuda().to(dtype))
     with _layout(4, 4, True):
         got = _fused(be, *args, "store", variant)
@@ -168,15 +170,16 @@ def test_long_chained_pair(dtype, variant):
 @pytest.mark.parametrize("dtype", [F64, torch.float32], ids=["f64", "f32"])
 @pytest.mark.parametrize("variant", [(True, True, None), (False, True, 0.3), (True, False, -0.1)], ids=_vid)
 @pytest.mark.parametrize("memory", ["store", "checkpoint"])
-def test_precomputed_cost_matches_cpu(dtype, variant, memory):
+def test_precomputed_cost_matches_reference(dtype, variant, memory):
     g = torch.Generator().manual_seed(3)
     C = torch.rand(3, 50, 70, generator=g, dtype=F64) * 2
     xl, yl = torch.tensor([50, 31, 44]), torch.tensor([70, 70, 19])
     grad = torch.rand(3, generator=g, dtype=F64) + 0.5
     gamma = 0.4
-    opts = _opts(variant, F64, "cpu")
-    v, s = cpu.forward_cost(C, torch.tensor(gamma, dtype=F64), xl, yl, None, "store", **opts)
-    want = (v,) + tuple(cpu.backward_cost(grad, C, torch.tensor(gamma, dtype=F64), xl, yl, None, v, s, "store",
+    opts = _opts(variant, F64, "cuda")
+    gr = torch.tensor(gamma, dtype=F64, device="cuda")
+    v, s = ref.forward_cost(C.cuda(), gr, xl.cuda(), yl.cuda(), None, "store", **opts)
+    want = (v,) + tuple(ref.backward_cost(grad.cuda(), C.cuda(), gr, xl.cuda(), yl.cuda(), None, v, s, "store",
                                           **opts))
     be = cuda_backend()
     Cd, gd = C.cuda().to(dtype), torch.tensor(gamma, dtype=dtype, device="cuda")
@@ -190,11 +193,11 @@ def test_precomputed_cost_matches_cpu(dtype, variant, memory):
 
 @pytest.mark.parametrize("D,cost", [(40, "sqeuclidean"), (20, "l1")])
 @pytest.mark.parametrize("memory", ["store", "checkpoint"])
-def test_large_d_matches_cpu(D, cost, memory):
+def test_large_d_matches_reference(D, cost, memory):
     """The GEMM paths (the Gram cost in the cells; a precomputed cost; banded for memory="checkpoint")."""
     x, y, xl, yl, grad = _data(3, 60, 90, D, seed=D)
     variant = (True, True, 0.2)
-    want = _cpu_fused(x, y, 0.7, cost, xl, yl, grad, variant)
+    want = _ref_fused(x, y, 0.7, cost, xl, yl, grad, variant)
     got = _fused(cuda_backend(), x.cuda(), y.cuda(), 0.7, cost, xl.cuda(), yl.cuda(), grad.cuda(), memory, variant)
     _compare(got, want, F64, 0.7, memory)
 
@@ -211,7 +214,7 @@ def test_per_pair_penalty_equals_separate_calls():
     out = be.backward(grad.cuda(), xd, yd, g, "sqeuclidean", xld, yld, None, v, s, "store", open_end=True,
                       step_penalty=pens.cuda())
     for b in range(4):
-        want = _cpu_fused(x[b:b + 1], y[b:b + 1], 0.5, "sqeuclidean", xl[b:b + 1], yl[b:b + 1], grad[b:b + 1],
+        want = _ref_fused(x[b:b + 1], y[b:b + 1], 0.5, "sqeuclidean", xl[b:b + 1], yl[b:b + 1], grad[b:b + 1],
                           (False, True, float(pens[b])))
         n, m = int(xl[b]), int(yl[b])
         got = (v[b:b + 1], out[0][b:b + 1, :n], out[1][b:b + 1, :m], out[2][b:b + 1], out[3][b:b + 1])
@@ -231,16 +234,16 @@ def test_closed_end_penalty_is_a_cost_shift():
 
 @pytest.mark.parametrize("dtype", [F64, torch.float32], ids=["f64", "f32"])
 @pytest.mark.parametrize("layout", [(1, 1, False), (2, 2, True)])
-def test_penalty_with_a_band_matches_cpu(dtype, layout):
+def test_penalty_with_a_band_matches_reference(dtype, layout):
     """Penalties work with bands (closed ends): a Sakoe-Chiba band of radius 6, sequential and chained plans."""
     x, y, xl, yl, grad = _data(3, 60, 75, 1, seed=15)
     from softdtw._windows import build_window
     window = build_window(xl, yl, 60, 75, 6, None)
     pen = 0.3
-    v, s = cpu.forward(x, y, torch.tensor(0.4, dtype=F64), "sqeuclidean", xl, yl, window, "store",
-                       step_penalty=torch.tensor(pen, dtype=F64))
-    want = (v,) + tuple(cpu.backward(grad, x, y, torch.tensor(0.4, dtype=F64), "sqeuclidean", xl, yl, window, v, s,
-                                     "store", step_penalty=torch.tensor(pen, dtype=F64)))
+    gr, pr = torch.tensor(0.4, dtype=F64, device="cuda"), torch.tensor(pen, dtype=F64, device="cuda")
+    ra = (x.cuda(), y.cuda(), gr, "sqeuclidean", xl.cuda(), yl.cuda(), window.cuda())
+    v, s = ref.forward(*ra, "store", step_penalty=pr)
+    want = (v,) + tuple(ref.backward(grad.cuda(), *ra, v, s, "store", step_penalty=pr))
     be = cuda_backend()
     g, p = torch.tensor(0.4, dtype=dtype, device="cuda"), torch.tensor(pen, dtype=dtype, device="cuda")
     args = (x.cuda().to(dtype), y.cuda().to(dtype), g, "sqeuclidean", xl.cuda(), yl.cuda(), window.cuda())
@@ -254,20 +257,21 @@ def test_penalty_with_a_band_matches_cpu(dtype, layout):
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=_vid)
 @pytest.mark.parametrize("dtype", [F64, torch.float32], ids=["f64", "f32"])
-def test_dtw_path_equals_cpu(variant, dtype):
-    """float64: the same paths as the cpu backend (ties broken alike); float32 (whose cpu state is float64, so
-    near-ties may break apart): the same values."""
+def test_dtw_path_equals_reference(variant, dtype):
+    """float64: the same paths as the reference backend (ties broken alike, as the cpu backend's); float32 (whose
+    reference runs in float64, so near-ties may break apart): the same values."""
     ob, oe, pen = variant
     x, y, xl, yl, _ = _data(4, 40, 120, 2, seed=21)
     x, y = x.to(dtype), y.to(dtype)
     if dtype == F64:
-        want = softdtw.dtw_path(x, y, x_lengths=xl, y_lengths=yl, backend="cpu", open_begin=ob, open_end=oe,
+        want = softdtw.dtw_path(x, y, x_lengths=xl, y_lengths=yl, backend="reference", open_begin=ob, open_end=oe,
                                 step_penalty=pen)
         got = softdtw.dtw_path(x.cuda(), y.cuda(), x_lengths=xl.cuda(), y_lengths=yl.cuda(), open_begin=ob,
                                open_end=oe, step_penalty=pen)
         for a, b in zip(got, want):
             assert a.cpu().tolist() == b.tolist()
-    vc = softdtw.dtw(x, y, x_lengths=xl, y_lengths=yl, backend="cpu", open_begin=ob, open_end=oe, step_penalty=pen)
+    vc = softdtw.dtw(x, y, x_lengths=xl, y_lengths=yl, backend="reference", open_begin=ob, open_end=oe,
+                     step_penalty=pen)
     vg = softdtw.dtw(x.cuda(), y.cuda(), x_lengths=xl.cuda(), y_lengths=yl.cuda(), open_begin=ob, open_end=oe,
                      step_penalty=pen)
     assert rel_err(vg, vc) <= TOL[dtype]

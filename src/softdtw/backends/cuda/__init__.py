@@ -139,7 +139,8 @@ def saved_spec(kind, B, N, M, D, dtype, memory, open_end: bool = False):
     return spec
 
 
-# saved_spec per (kind, sizes, dtype, memory, device, open_end): asked by the memory mode and the fake kernels each call.
+# saved_spec per (kind, sizes, dtype, memory, device, open_end): asked by the memory mode and the fake kernels
+# each call.
 _SAVED_SPECS: dict = {}
 
 
@@ -406,10 +407,12 @@ def _run_forward(x, y, C, cost: str, D: int, gamma, x_lengths, y_lengths, window
             saved, table, endbuf = _with_end(data, spec.saved_numel, _saved_dtype(data.dtype), B, N, M,
                                              spec.plan.nch, what)
         else:
-            saved, endbuf = data.new_empty((0,)), data.new_empty((_end_numel(B, M, spec.plan.nch),), dtype=torch.float64)
+            saved = data.new_empty((0,))
+            endbuf = data.new_empty((_end_numel(B, M, spec.plan.nch),), dtype=torch.float64)
         tail = var.args() + (endbuf.data_ptr(),)
     else:
-        saved = _alloc(data, spec.saved_numel, _saved_dtype(data.dtype), what, B, N, M) if store else data.new_empty((0,))
+        saved = (_alloc(data, spec.saved_numel, _saved_dtype(data.dtype), what, B, N, M) if store
+                 else data.new_empty((0,)))
         if var is not None:
             tail = var.args() + (0,)
     if table is None:
