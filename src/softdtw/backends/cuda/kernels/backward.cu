@@ -198,7 +198,7 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
       for (int k = 0; k < K; ++k) {
         const int j = j0 + k;
         if (j < m) {
-          Eb[k] = HARD ? T(double(j) == arg ? 1.0 : 0.0) : T(exp2(v - a.endr[size_t(b) * M + j]));
+          Eb[k] = HARD ? T(double(j) == arg ? 1.0 : 0.0) : Num<T>::ex2(T(v - a.endr[size_t(b) * M + j]));
           if (!Link<T>::NEEDS_R) {
             Sb[k] = Link<T>::hard(1);
             if (PEN) pensum -= double(Eb[k] * Link<T>::w_up(Sb[k], T(0), HARD));

@@ -373,26 +373,34 @@ __device__ __forceinline__ double group_sum(double v, double* scratch) {
 //     p of each such edge: the terms E_s w(p -> s) that E_p itself is built of, one add per cell.
 enum Variant { VAR_OPEN_BEGIN = 1, VAR_OPEN_END = 2, VAR_PENALTY = 4 };
 
-// Open end: the soft-min (log2 units) of the last row in float64, as a running (min, sum of 2^(min - v)); hard DTW
-// keeps (min, first column holding it) instead.
-template <bool HARD>
+// Open end: the soft-min (log2 units) of the last row as a running (min, sum of 2^(min - v)); hard DTW keeps (min,
+// first column holding it) instead. The min is float64 (F + r, exact); the sum is T: a float sum's rounding moves the
+// value by ~1e-7 in log2 units, far below a float32 value's own, and ex2 on the MUFU pipe keeps the fold short (it sits
+// on every pair's critical path once per pass).
+template <bool C, typename A, typename B> struct Pick { using type = A; };
+template <typename A, typename B> struct Pick<false, A, B> { using type = B; };
+
+template <typename T, bool HARD>
 struct EndAcc {
-  double m = 1e300, s = HARD ? 1e300 : 0.0;
-  __device__ __forceinline__ void add(double v, double j) {
+  using S = typename Pick<HARD, double, T>::type;  // hard: the column, exact in float64 for any M
+  double m = 1e300;
+  S s = HARD ? S(1e300) : S(0);
+  static __device__ __forceinline__ S up(double d) { return Num<S>::ex2(S(d)); }  // 2^d for d <= 0 (0 at -inf)
+  __device__ __forceinline__ void add(double v, int j) {
     if (HARD) {
-      if (v < m || (v == m && j < s)) { m = v; s = j; }
+      if (v < m) { m = v; s = S(j); }  // columns come in increasing order: the first minimum stays
     } else {
       const double nm = fmin(m, v);
-      s = s * exp2(nm - m) + exp2(nm - v);
+      s = s * up(nm - m) + up(nm - v);
       m = nm;
     }
   }
-  __device__ __forceinline__ void merge(double om, double os) {
+  __device__ __forceinline__ void merge(double om, S os) {
     if (HARD) {
       if (om < m || (om == m && os < s)) { m = om; s = os; }
     } else {
       const double nm = fmin(m, om);
-      s = s * exp2(nm - m) + os * exp2(nm - om);
+      s = s * up(nm - m) + os * up(nm - om);
       m = nm;
     }
   }
@@ -401,7 +409,7 @@ struct EndAcc {
     for (int o = 16; o > 0; o >>= 1) merge(__shfl_xor_sync(FULL_MASK, m, o), __shfl_xor_sync(FULL_MASK, s, o));
   }
   // The value in log2 units (hard: natural units).
-  __device__ __forceinline__ double value() const { return HARD ? m : m - log2(s); }
+  __device__ __forceinline__ double value() const { return HARD ? m : m - log2(double(s)); }
 };
 
 // Flags between blocks: the writer's plain stores of bnd, then a release store of the row count; the

@@ -503,21 +503,22 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
     // Open end: the soft-min of the last row. Each lane folds the columns it wrote (its own stores: no barrier),
     // then the group; SEQ has every chunk of the pair, CHAIN publishes its chunk's partial, and the pair's last
     // chunk to finish folds them all.
-    EndAcc<HARD> acc;
+    using Acc = EndAcc<T, HARD>;
+    Acc acc;
     const double* er = a.endr + size_t(b) * M;
     for (int c = c_lo; c < c_hi; ++c)
 #pragma unroll
       for (int k = 0; k < K; ++k) {
         const int j = c * CW + L * K + k;
-        if (j < m) acc.add(er[j], double(j));
+        if (j < m) acc.add(er[j], j);
       }
     acc.warp_merge();
     if constexpr (W > 1) {
       __shared__ double scratch[2 * W];
       group_sync<W, BAR>();
-      if (lane == 0) { scratch[2 * wg] = acc.m; scratch[2 * wg + 1] = acc.s; }
+      if (lane == 0) { scratch[2 * wg] = acc.m; scratch[2 * wg + 1] = double(acc.s); }
       group_sync<W, BAR>();
-      for (int w = 0; w < W; ++w) acc.merge(scratch[2 * w], scratch[2 * w + 1]);
+      for (int w = 0; w < W; ++w) acc.merge(scratch[2 * w], typename Acc::S(scratch[2 * w + 1]));
     }
     bool fold = MODE == MODE_SEQ;
     if (MODE == MODE_CHAIN && wg == 0) {
@@ -525,16 +526,16 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
       if (lane == 0) {
         double* part = a.endp + (size_t(b) * a.nch + c0) * 2;
         part[0] = acc.m;
-        part[1] = acc.s;
+        part[1] = double(acc.s);
         __threadfence();
         last = atomicAdd(a.done + b, 1) == nch_b - 1;
       }
       fold = __shfl_sync(FULL_MASK, last, 0) != 0;
       if (fold) {  // warp 0 of the pair's last chunk
         __threadfence();
-        EndAcc<HARD> all;
+        Acc all;
         const double* part = a.endp + size_t(b) * a.nch * 2;
-        for (int q = lane; q < nch_b; q += 32) all.merge(__ldcg(part + 2 * q), __ldcg(part + 2 * q + 1));
+        for (int q = lane; q < nch_b; q += 32) all.merge(__ldcg(part + 2 * q), typename Acc::S(__ldcg(part + 2 * q + 1)));
         all.warp_merge();
         acc = all;
       }
@@ -542,7 +543,7 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
     if (fold && L == 0) {
       const double v = acc.value();
       a.endv[2 * b] = v;
-      a.endv[2 * b + 1] = acc.s;
+      a.endv[2 * b + 1] = double(acc.s);
       a.value[b] = T(v * double(unit));
     }
   }
