@@ -256,13 +256,17 @@ def test_opcheck_variant_schemas(backend):
     grad = torch.rand(2, dtype=F64)
     x, y, xl, yl, gamma, pen, grad = _on(backend, x, y, xl, yl, gamma, pen, grad)
     C = softdtw.costs.pairwise_cost("sqeuclidean", x, y)
+    # cuda: the stored table has padding slots the kernels never write, so AOT's bitwise comparison of the
+    # forward's outputs cannot hold for it (as in tests/test_cuda_integration.py).
+    utils = ("test_schema", "test_autograd_registration", "test_faketensor") if backend == "cuda" else \
+        torch.library._OPCHECK_DEFAULT_UTILS
     for opts in ((True, False, None), (False, True, pen), (True, True, pen)):
         rg = [t.clone().requires_grad_() for t in (x, y, gamma)]
         prg = None if opts[2] is None else pen.clone().requires_grad_()
         torch.library.opcheck(_ops.forward, (*rg, "sqeuclidean", xl, yl, None, "store", backend, opts[0], opts[1],
-                                             prg))
+                                             prg), test_utils=utils)
         torch.library.opcheck(_ops.forward_cost, (C.clone().requires_grad_(), rg[2], xl, yl, None, "store", backend,
-                                                  opts[0], opts[1], prg))
+                                                  opts[0], opts[1], prg), test_utils=utils)
         value, saved = _ops.forward(x, y, gamma, "sqeuclidean", xl, yl, None, "store", backend, *opts)
         out = _ops.backward(grad, x, y, gamma, "sqeuclidean", xl, yl, None, value, saved, "store", backend, *opts)
         assert out[3].shape == ((2,) if opts[2] is not None else (0,))

@@ -154,11 +154,12 @@ def _table_numel(plan, B: int, N: int, dtype: torch.dtype, memory: str) -> int:
 # --- alignment variants (issue 25) ------------------------------------------------------------------
 
 class _Var(NamedTuple):
-    """The alignment variants of a call as the kernels take them: the VAR bit mask (kernels/common.cuh, Variant)
-    and the step penalty (the data dtype, contiguous; stride 0: one for all pairs, 1: one per pair)."""
+    """The alignment variants of a call as the kernels take them: the VAR bit mask (kernels/common.cuh, Variant),
+    the step penalty (the data dtype, on the data's device; one value, or one per pair) and the kernels' penalty
+    arguments (pen, pen_stride: 0 for one value, 1 for one per pair)."""
     code: int
     pen: torch.Tensor | None
-    stride: int
+    args: tuple
 
     @property
     def open_end(self) -> bool:
@@ -168,32 +169,41 @@ class _Var(NamedTuple):
     def penalty(self) -> bool:
         return bool(self.code & 4)
 
-    def args(self) -> tuple:
-        """(pen, pen_stride): the kernels' penalty arguments."""
-        return (_launch.ptr(self.pen), _launch.i32(self.stride))
-
 
 def _variant(data: torch.Tensor, B: int, window, open_begin: bool, open_end: bool, step_penalty) -> "_Var | None":
     """The variant of a call, None for the plain DP. Refuses a band with an open end (ValueError) and a penalty
-    that is neither one value nor one per pair."""
+    that is neither one value nor one per pair. A penalty already in place (data's dtype and device, contiguous)
+    is used as it is: this runs before every launch of a variant, a few tensor calls cost more than a small
+    problem's kernels."""
     code = (1 if open_begin else 0) | (2 if open_end else 0) | (4 if step_penalty is not None else 0)
     if not code:
         return None
-    reference.check_variant(window, open_begin, open_end)
-    pen, stride = None, 0
+    if window is not None and (open_begin or open_end):
+        reference.check_variant(window, open_begin, open_end)
+    pen, args = None, _NO_PENALTY
     if step_penalty is not None:
-        pen = step_penalty.detach().to(device=data.device, dtype=data.dtype)
-        if pen.numel() != 1 and tuple(pen.shape) != (B,):
+        pen = step_penalty
+        if pen.dtype != data.dtype or pen.device != data.device:
+            pen = pen.detach().to(device=data.device, dtype=data.dtype)
+        n = pen.numel()
+        if n != 1 and tuple(pen.shape) != (B,):
             raise ValueError(
                 f"step_penalty must be one value (a float or a 0-d tensor) or one per pair, shape ({B},); got shape "
                 f"{tuple(pen.shape)}. Pass a scalar, or a tensor of the batch's size.")
-        pen = pen.reshape(-1).contiguous()
-        stride = 0 if pen.numel() == 1 else 1
-    return _Var(code, pen, stride)
+        if not pen.is_contiguous():
+            pen = pen.contiguous()
+        args = (pen.data_ptr(), _launch.i32(0 if n == 1 else 1))
+    return _Var(code, pen, args)
+
+
+def _addr(end) -> int:
+    """Device address of the open end's values: an int already, a tensor's data, or 0 (none)."""
+    return 0 if end is None else (end if isinstance(end, int) else end.data_ptr())
 
 
 #: The variant arguments of a plain launch: forward_kernel (pen, pen_stride, endbuf), forward_chain_kernel (... done),
 #: backward_kernel (pen, pen_stride, endbuf, dpen), backward_chain_kernel (... dpen, pensum).
+_NO_PENALTY = (0, _launch.i32(0))
 _PLAIN_FWD = (0, _launch.i32(0), 0)
 _PLAIN_FWD_CHAIN = (0, _launch.i32(0), 0, 0)
 _PLAIN_BWD = (0, _launch.i32(0), 0, 0)
@@ -213,18 +223,16 @@ def _end_offset(numel: int, dtype: torch.dtype) -> int:
 
 
 def _with_end(data, numel: int, dtype: torch.dtype, B: int, N: int, M: int, nch: int, what: str):
-    """A saved buffer of `numel` elements of dtype followed by the open end's float64 values: (whole buffer, the
-    table part, the end values)."""
+    """A saved buffer of `numel` elements of dtype (the table, at its start) followed by the open end's float64
+    values: (the buffer, the end values' address). Addresses, not views: views cost host time on every call."""
     off = _end_offset(numel, dtype)
-    n_end = _end_numel(B, M, nch)
-    saved = _alloc(data, off + n_end * 8 // dtype.itemsize, dtype, what, B, N, M)
-    return saved, saved[:numel], saved[off:].view(torch.float64)
+    saved = _alloc(data, off + _end_numel(B, M, nch) * 8 // dtype.itemsize, dtype, what, B, N, M)
+    return saved, saved.data_ptr() + off * dtype.itemsize
 
 
-def _split_end(saved: torch.Tensor, numel: int, B: int, M: int, nch: int):
-    """(table part, end values) of a saved buffer written by :func:`_with_end`."""
-    off = _end_offset(numel, saved.dtype)
-    return saved[:numel], saved[off:off + _end_numel(B, M, nch) * 8 // saved.dtype.itemsize].view(torch.float64)
+def _end_in(saved: torch.Tensor, numel: int) -> int:
+    """Address of the open end's values in a saved buffer of :func:`_with_end` whose table has `numel` elements."""
+    return saved.data_ptr() + _end_offset(numel, saved.dtype) * saved.dtype.itemsize
 
 
 # --- launches ---------------------------------------------------------------------------------------
@@ -401,25 +409,23 @@ def _run_forward(x, y, C, cost: str, D: int, gamma, x_lengths, y_lengths, window
         return _run_forward_chain(x, y, C, cost, D, gamma, x_lengths, y_lengths, window, store, spec.plan, var)
     value = data.new_empty((B,))
     what = "the stored backward table (memory='store')"
-    tail, table = _PLAIN_FWD, None
+    tail, keep = _PLAIN_FWD, None
     if var is not None and var.open_end:
         if store:
-            saved, table, endbuf = _with_end(data, spec.saved_numel, _saved_dtype(data.dtype), B, N, M,
-                                             spec.plan.nch, what)
-        else:
+            saved, end = _with_end(data, spec.saved_numel, _saved_dtype(data.dtype), B, N, M, spec.plan.nch, what)
+        else:  # values only: the end's values in a buffer of their own, held past the launch
             saved = data.new_empty((0,))
-            endbuf = data.new_empty((_end_numel(B, M, spec.plan.nch),), dtype=torch.float64)
-        tail = var.args() + (endbuf.data_ptr(),)
+            keep = data.new_empty((_end_numel(B, M, spec.plan.nch),), dtype=torch.float64)
+            end = keep.data_ptr()
+        tail = var.args + (end,)
     else:
         saved = (_alloc(data, spec.saved_numel, _saved_dtype(data.dtype), what, B, N, M) if store
                  else data.new_empty((0,)))
         if var is not None:
-            tail = var.args() + (0,)
-    if table is None:
-        table = saved
+            tail = var.args + (0,)
     bnd = data.new_empty(spec.bnd) if spec.bnd else None
     args = (_launch.ptr(x), _launch.ptr(y), _launch.ptr(C), gamma.data_ptr(), x_lengths.data_ptr(),
-            y_lengths.data_ptr(), _launch.ptr(window), value.data_ptr(), table.data_ptr() if store else 0,
+            y_lengths.data_ptr(), _launch.ptr(window), value.data_ptr(), saved.data_ptr() if store else 0,
             _launch.ptr(bnd), *spec.tail, *tail)
     _launch.launch("forward", spec.expr, dev, spec.grid, spec.block, args)
     return value, saved
@@ -433,38 +439,36 @@ def _run_forward_chain(x, y, C, cost, D, gamma, x_lengths, y_lengths, window, st
     value, saved, bufs = _forward_chain_buffers(data, B, N, M, plan, store, var)
     expr = _launch.expression("forward_chain_kernel", data.dtype, cost, D, plan, window is not None, store,
                               plan.TH > 0, var=var.code if var else 0)
-    table = _split_end(saved, _table_numel(plan, B, N, data.dtype, "store"), B, M, plan.nch)[0] \
-        if store and var is not None and var.open_end else saved
     _launch_forward_chain(expr, dev, plan, x, y, C, gamma, x_lengths, y_lengths, window, value,
-                          table if store else None, bufs, B, N, M, Band(0, plan.nch, 0, M, 0), var)
+                          saved if store else None, bufs, B, N, M, Band(0, plan.nch, 0, M, 0), var)
     return value, saved
 
 
 def _forward_chain_buffers(data, B, N, M, plan, store, var=None):
-    """value `(B,)`, what the forward saves, and (bnd, sync, ckpt, endbuf) of a chained forward (endbuf: the open
-    end's float64 values, else None; sync then also holds the pairs' done counters)."""
+    """value `(B,)`, what the forward saves, and (bnd, sync, ckpt, end) of a chained forward (end: the open end's
+    float64 values, an address or a tensor, else None; sync then also holds the pairs' done counters)."""
     value = torch.empty(B, dtype=data.dtype, device=data.device)
-    ckpt = endbuf = None
+    ckpt = end = None
     frames = _launch.chain_frames(data.dtype)
     oe = var is not None and var.open_end
     if plan.TH > 0:
         what, numel = "the checkpoints (memory='checkpoint')", B * plan.checkpoint_numel(N, frames)
         if oe:
-            saved, table, endbuf = _with_end(data, numel, data.dtype, B, N, M, plan.nch, what)
+            saved, end = _with_end(data, numel, data.dtype, B, N, M, plan.nch, what)
         else:
-            saved = table = _alloc(data, numel, data.dtype, what, B, N, M)
-        bnd, ckpt = _split_checkpoints(table, plan, B, N)
+            saved = _alloc(data, numel, data.dtype, what, B, N, M)
+        bnd, ckpt = _split_checkpoints(saved, plan, B, N)
     else:
         what, numel = "the stored backward table (memory='store')", B * plan.saved_numel(N)
         if store and oe:
-            saved, _, endbuf = _with_end(data, numel, _saved_dtype(data.dtype), B, N, M, plan.nch, what)
+            saved, end = _with_end(data, numel, _saved_dtype(data.dtype), B, N, M, plan.nch, what)
         else:
             saved = _alloc(data, numel, _saved_dtype(data.dtype), what, B, N, M) if store else data.new_empty((0,))
-            if oe:
-                endbuf = data.new_empty((_end_numel(B, M, plan.nch),), dtype=torch.float64)
+            if oe:  # values only: a buffer of their own (kept in bufs until the launches are queued)
+                end = data.new_empty((_end_numel(B, M, plan.nch),), dtype=torch.float64)
         bnd = data.new_empty((B * plan.column_numel(N, frames),)) if plan.nch > 1 else None
     sync = torch.zeros(1 + B * plan.nch + (B if oe else 0), dtype=torch.int32, device=data.device)  # ticket, flags
-    return value, saved, (bnd, sync, ckpt, endbuf)
+    return value, saved, (bnd, sync, ckpt, end)
 
 
 def _split_checkpoints(saved, plan, B, N):
@@ -478,10 +482,10 @@ def _split_checkpoints(saved, plan, B, N):
 def _launch_forward_chain(expr, dev, plan, x, y, C, gamma, x_lengths, y_lengths, window, value, saved, bufs,
                           B, N, M, band, var=None):
     """One launch of forward_chain_kernel over one :class:`Band` (Band(0, nch, 0, M, 0): the whole table)."""
-    bnd, sync, ckpt, endbuf = bufs
+    bnd, sync, ckpt, end = bufs
     tail = _PLAIN_FWD_CHAIN
     if var is not None:
-        tail = var.args() + (_launch.ptr(endbuf), sync.data_ptr() + 4 * (1 + B * plan.nch) if var.open_end else 0)
+        tail = var.args + (_addr(end), sync.data_ptr() + 4 * (1 + B * plan.nch) if var.open_end else 0)
     args = (_launch.ptr(x), _launch.ptr(y), _launch.ptr(C), gamma.data_ptr(), x_lengths.data_ptr(),
             y_lengths.data_ptr(), _launch.ptr(window), value.data_ptr(), _launch.ptr(saved), _launch.ptr(bnd),
             sync.data_ptr(), _launch.ptr(ckpt), _launch.i32(B), _launch.i32(N), _launch.i32(M),
@@ -532,7 +536,7 @@ def _launch_backward_chain(expr, dev, plan, grad, x, y, C, dC, gamma, x_lengths,
     if var is not None:
         ints = 1 + B * plan.nch + B
         pensum = ws.data_ptr() + 8 * (B + (ints + 1) // 2) if var.penalty else 0
-        tail = var.args() + (_launch.ptr(endbuf), _launch.ptr(dpen), pensum)
+        tail = var.args + (_addr(endbuf), _launch.ptr(dpen), pensum)
     args = (_launch.ptr(x), _launch.ptr(y), _launch.ptr(C), gamma.data_ptr(), x_lengths.data_ptr(),
             y_lengths.data_ptr(), _launch.ptr(window), grad.data_ptr(), 0 if checkpoint else saved.data_ptr(),
             _launch.ptr(dx), _launch.ptr(dy), _launch.ptr(dC), value.data_ptr(), dgamma.data_ptr(),
@@ -566,11 +570,10 @@ def _run_backward(grad, x, y, C, dC, cost: str, D: int, gamma, x_lengths, y_leng
         tail, endbuf, dpen = _PLAIN_BWD, None, None
     else:
         endbuf = None
-        if var.open_end:
-            numel = _table_numel(spec.plan, B, N, data.dtype, "checkpoint" if checkpoint else "store")
-            saved, endbuf = _split_end(saved, numel, B, M, spec.plan.nch)
+        if var.open_end:  # the table starts saved; the end's values follow it
+            endbuf = _end_in(saved, _table_numel(spec.plan, B, N, data.dtype, "checkpoint" if checkpoint else "store"))
         dpen = data.new_empty((B,)) if var.penalty else None
-        tail = var.args() + (_launch.ptr(endbuf), _launch.ptr(dpen))
+        tail = var.args + (_addr(endbuf), _launch.ptr(dpen))
     if not spec.expr:
         out = _run_backward_chain(grad, x, y, C, dC, cost, D, gamma, x_lengths, y_lengths, window, value, saved,
                                   spec.plan, needs, var, endbuf, dpen)
@@ -740,7 +743,7 @@ def _backward_banded(grad, x, y, gamma, cost, x_lengths, y_lengths, window, valu
     endbuf = dpen = None
     if var is not None:
         if var.open_end:
-            saved, endbuf = _split_end(saved, _table_numel(plan, B, N, x.dtype, "checkpoint"), B, M, plan.nch)
+            endbuf = _end_in(saved, _table_numel(plan, B, N, x.dtype, "checkpoint"))
         dpen = x.new_empty((B,)) if var.penalty else None
     bufs = _backward_chain_buffers(x, B, N, M, 0, plan, saved, nband, var)
     expr = _launch.expression("backward_chain_kernel", x.dtype, "precomputed", 0, plan, window is not None, True,

@@ -461,10 +461,12 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
           T e;
           if constexpr (PEN) {
             // This cell is the vertical / horizontal predecessor of the cells below and right: the E terms of
-            // those two edges are its share of d value / d p. (float64: the penalty is part of their weights.)
+            // those two edges are its share of d value / d p. (float64: the penalty is part of their weights,
+            // and a cell outside the pair or the band has no R to form them with: it adds nothing.)
             const T Rq = Link<T>::NEEDS_R ? Rp + pen : Rp;
             const T t = Eb[k] * Link<T>::w_up(Sb[k], Rq, HARD) + Er * Link<T>::w_left(Sr, Rq, HARD);
-            penrow += t;
+            const bool in = ((colok >> k) & 1u) && (!WINDOW || (j >= mine.lo && j < mine.hi));
+            penrow += in ? t : T(0);
             e = (t + Ed * Link<T>::w_diag(Sd, Rp, HARD)) * T(Link<T>::UNIT);
           } else {
             e = (Eb[k] * Link<T>::w_up(Sb[k], Rp, HARD) + Er * Link<T>::w_left(Sr, Rp, HARD) +

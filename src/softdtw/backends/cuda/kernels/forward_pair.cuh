@@ -518,6 +518,7 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
       group_sync<W, BAR>();
       if (lane == 0) { scratch[2 * wg] = acc.m; scratch[2 * wg + 1] = double(acc.s); }
       group_sync<W, BAR>();
+      acc = Acc();  // every warp's total, this one's included, from the scratch
       for (int w = 0; w < W; ++w) acc.merge(scratch[2 * w], typename Acc::S(scratch[2 * w + 1]));
     }
     bool fold = MODE == MODE_SEQ;
