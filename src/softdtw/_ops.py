@@ -13,8 +13,8 @@ Tensor? step_penalty=None`` (see softdtw/backends/reference.py), and the backwar
 per pair `(B,)` as their last output (an empty `(0,)` tensor without a penalty). With the defaults the
 kernels call the backends exactly as before; eagerly, calls with an option set go through their own
 autograd.Functions (_FusedVariant, _FromCostVariant), so the default path is unchanged. A backend whose
-functions lack the options (cuda, for now) raises a NotImplementedError naming them (:func:`variant_backend`),
-and so does a create_graph backward of a call with one (hvp_cost has no variants yet).
+functions lack the options (none of the built-in ones) raises a NotImplementedError naming them
+(:func:`variant_backend`), and so does a create_graph backward of a call with one (hvp_cost has no variants yet).
 
 Second order: with create_graph=True the first-order backward calls the backward ops under autograd, and
 they have their own autograd formulas (``register_autograd``), the Hessian-vector products of Mensch & Blondel
@@ -198,7 +198,7 @@ _HAS_VARIANTS: dict = {}
 
 def variant_backend(backend: str, open_begin: bool, open_end: bool, step_penalty):
     """The backend module, which must take the alignment-variant options that are set: a backend without them
-    (cuda, for now) raises a NotImplementedError naming the options, never a value without them."""
+    raises a NotImplementedError naming the options, never a value without them."""
     module = get_backend(backend)
     has = _HAS_VARIANTS.get(backend)
     if has is None:
@@ -208,7 +208,7 @@ def variant_backend(backend: str, open_begin: bool, open_end: bool, step_penalty
     if not has:
         names = " / ".join(variant_names(open_begin, open_end, step_penalty))
         raise NotImplementedError(
-            f"{names} is not available on the {backend} backend yet (only the reference and cpu backends have the "
+            f"{names} is not available on the {backend} backend yet (the reference, cpu and cuda backends have the "
             f"alignment variants). Move the inputs to the CPU with .cpu() (backend='cpu'), or pass "
             f"backend='reference' (exact, slow, runs on the inputs' device).")
     return module
