@@ -106,8 +106,9 @@ CASES = [
 ]
 
 
-# float64: every variant; float32: the open ends and the penalty, apart and together.
-DTYPE_VARIANTS = ([pytest.param(F64, v, id=f"f64-{_vid(v)}") for v in VARIANTS]
+# float64: every variant but the open end with a penalty (the float32 one has it, with its seeds taken back out of
+# the penalty sum); float32: the open ends and the penalty, apart and together.
+DTYPE_VARIANTS = ([pytest.param(F64, v, id=f"f64-{_vid(v)}") for v in VARIANTS if v != (False, True, 0.25)]
                   + [pytest.param(torch.float32, v, id=f"f32-{_vid(v)}") for v in VARIANTS if v in
                      ((True, True, None), (False, False, 0.3), (True, True, -0.2))])
 
