@@ -150,17 +150,24 @@ def main():
                              rounds_ms=[round(t, 4) for t in times[name]], peak_mb=peak_mb(fn)))
             print(f"B={B} N={N} M={M} {name:10s} {ms:9.4f} ms  x{ms / plain:.3f}  queued {qms:9.4f} ms "
                   f"x{qms / qplain:.3f}  rounds {[round(t, 4) for t in times[name]]}", flush=True)
+        write(args.out, rows, t0)
+    print(write(args.out, rows, t0))
+
+
+def write(out: Path, rows: list, t0: float) -> str:
+    """Write <out>.json and <out>.md from the rows so far (after every size: a cut-short run keeps its rows)."""
     props = torch.cuda.get_device_properties(0)
     meta = dict(device=props.name, torch=torch.__version__, git_sha=git_sha(), seconds=round(time.time() - t0, 1))
     target = [r for r in rows if r["variant"] == "open_ends" and r["mode"] == "forward_backward"]
     md = (f"# Alignment variants on {props.name}\n\ntorch {torch.__version__}, git {meta['git_sha']}, float32, "
           f"gamma = 1, D = 1, squared Euclidean, memory = store; backend forward + backward, median ms; ratio = "
-          f"time / plain at the same B, N, M (target for open_ends: <= 1.1).\n\n"
+          f"time / plain at the same B, N, M (target for open_ends: <= 1.1). ms: synchronised after each call; "
+          f"queued_ms: calls queued back to back.\n\n"
           + markdown_table(target, ["B", "N", "M", "ms", "ratio", "queued_ms", "queued_ratio"]) + "\n\n## All rows\n\n"
           + markdown_table(rows, ["mode", "variant", "B", "N", "M", "ms", "ratio", "queued_ms", "queued_ratio",
                                   "gcups", "peak_mb"]))
-    write_results(args.out.with_suffix(".json"), meta, rows, md)
-    print(md)
+    write_results(out.with_suffix(".json"), meta, rows, md)
+    return md
 
 
 if __name__ == "__main__":
