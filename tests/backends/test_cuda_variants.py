@@ -154,16 +154,21 @@ def test_checkpoint_equals_store_and_reference(dtype, variant, gamma):
     assert rel_err(none, want[0]) <= TOL[dtype]
 
 
+# (M, K, W): 16 chunks of 512 columns, and of 256 (two columns per lane)
+LONG = [pytest.param(8000, 4, 4, id="M8000-K4W4"), pytest.param(4000, 2, 4, id="M4000-K2W4")]
+
+
 @pytest.mark.parametrize("dtype", [F64, torch.float32], ids=["f64", "f32"])
 @pytest.mark.parametrize("variant", [(True, True, None), (True, True, 0.2), (False, False, 0.2)], ids=_vid)
-def test_long_chained_pair(dtype, variant):
-    """A short x against a long y, chained over 16 chunks of 256 columns (store, checkpoint), then the planner's
-    layout. (The reference's loop over 4000 anti-diagonals sets this test's time.)"""
-    x, y, xl, yl, grad = _data(1, 24, 4000, 1, seed=5)
+@pytest.mark.parametrize("M,K,W", LONG)
+def test_long_chained_pair(dtype, variant, M, K, W):
+    """A short x against a long y, chained over 16 chunks (store, checkpoint), then the planner's layout. (The
+    reference's loop over M anti-diagonals sets this test's time.)"""
+    x, y, xl, yl, grad = _data(1, 24, M, 1, seed=5)
     be = cuda_backend()
     want = _ref_fused(x, y, 0.2, "sqeuclidean", xl, yl, grad, variant)
     args = (x.cuda().to(dtype), y.cuda().to(dtype), 0.2, "sqeuclidean", xl.cuda(), yl.cuda(), grad.cuda().to(dtype))
-    with _layout(2, 4, True):
+    with _layout(K, W, True):
         got = _fused(be, *args, "store", variant)
         ckpt = _fused(be, *args, "checkpoint", variant)
     _compare(got, want, dtype, 0.2, "store")
@@ -264,11 +269,12 @@ def test_penalty_with_a_band_matches_reference(dtype, layout):
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=_vid)
 @pytest.mark.parametrize("dtype", [F64, torch.float32], ids=["f64", "f32"])
-def test_dtw_path_equals_reference(variant, dtype):
+@pytest.mark.parametrize("N,M", [(40, 120), (30, 80)])
+def test_dtw_path_equals_reference(variant, dtype, N, M):
     """float64: the same paths as the reference backend (ties broken alike, as the cpu backend's); float32 (whose
     reference runs in float64, so near-ties may break apart): the same values."""
     ob, oe, pen = variant
-    x, y, xl, yl, _ = _data(4, 30, 80, 2, seed=21)
+    x, y, xl, yl, _ = _data(4, N, M, 2, seed=21)
     x, y = x.to(dtype), y.to(dtype)
     if dtype == F64:
         want = softdtw.dtw_path(x, y, x_lengths=xl, y_lengths=yl, backend="reference", open_begin=ob, open_end=oe,
