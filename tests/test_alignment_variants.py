@@ -1,6 +1,6 @@
 """Alignment variants (issue 25) at the backend level: open_begin, open_end and step_penalty on the
-reference and cpu backends, against brute-force path enumeration (tests/_paths.py), tslearn's
-subsequence DTW, gradcheck, and each other (memory modes, plans, dtypes).
+reference, cpu and cuda backends (cuda: marked ``cuda``), against brute-force path enumeration (tests/_paths.py),
+tslearn's subsequence DTW, gradcheck, and each other (memory modes, plans, dtypes).
 
 Tiny sizes: every pair is small enough to enumerate its warping paths.
 """
@@ -20,6 +20,23 @@ F64 = torch.float64
 VARIANTS = [dict(open_begin=b, open_end=e) for b, e in itertools.product([False, True], repeat=2)]
 GAMMAS = [0.0, 0.1, 1.0]
 BACKENDS = {"reference": ref, "cpu": cpu}
+CUDA = pytest.param("cuda", marks=pytest.mark.cuda)
+
+
+class _OnCuda:
+    """The cuda backend with CPU tensors in and out: the tests build their data on the CPU."""
+
+    def __getattr__(self, fn):
+        from softdtw.backends import cuda as be
+
+        def call(*args, **kwargs):
+            move = lambda t: t.cuda() if isinstance(t, torch.Tensor) else t  # noqa: E731
+            out = getattr(be, fn)(*map(move, args), **{k: move(v) for k, v in kwargs.items()})
+            return tuple(t.cpu() for t in out)
+        return call
+
+
+BACKENDS["cuda"] = _OnCuda()
 
 
 @pytest.fixture(params=["lanes", "pairs"])
@@ -64,7 +81,7 @@ def _pen(value, dtype=F64):
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: f"b{int(v['open_begin'])}e{int(v['open_end'])}")
 @pytest.mark.parametrize("penalty", [None, 0.3, -0.2])
 @pytest.mark.parametrize("gamma", GAMMAS)
-@pytest.mark.parametrize("name", ["reference", "cpu"])
+@pytest.mark.parametrize("name", ["reference", "cpu", CUDA])
 def test_matches_path_enumeration_with_lengths(name, gamma, penalty, variant, plan):
     """Values, E, d/dgamma and d/dpenalty of every variant equal the soft-min over the enumerated paths
     (each counted once) of each pair's own (n_b, m_b) block; padded cells get E = 0."""
@@ -187,7 +204,7 @@ def test_zero_penalty_and_defaults_are_bitwise_the_plain_dp(plan):
 
 
 @pytest.mark.parametrize("option", ["open_begin", "open_end"])
-@pytest.mark.parametrize("name", ["reference", "cpu"])
+@pytest.mark.parametrize("name", ["reference", "cpu", CUDA])
 def test_bands_with_open_ends_are_refused(name, option):
     C = torch.rand(1, 4, 4, dtype=F64)
     one = torch.tensor([4])
@@ -216,7 +233,7 @@ def test_step_penalty_with_a_band_matches_enumeration():
 
 # --- subsequence DTW against tslearn --------------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["reference", "cpu"])
+@pytest.mark.parametrize("name", ["reference", "cpu", CUDA])
 @pytest.mark.parametrize("seed", range(4))
 def test_subsequence_hard_dtw_matches_tslearn(name, seed):
     """open_begin + open_end, gamma = 0: the value is tslearn's dtw_subsequence_path distance squared

@@ -32,7 +32,7 @@ gamma = torch.tensor(0.1, device="cuda")
 spec = be._seq("forward", 1, 16, 16, 1, torch.float32, 0, "sqeuclidean", False, False, False)
 value = torch.empty(1, device="cuda")
 args = (x.data_ptr(), y.data_ptr(), 0, gamma.data_ptr(), xl.data_ptr(), xl.data_ptr(), 0, value.data_ptr(), 0, 0,
-        *spec.tail)
+        *spec.tail, *be._PLAIN_FWD)
 
 
 def launch_with(direct):

@@ -14,11 +14,12 @@ Tensor? step_penalty=None`` (see softdtw/backends/reference.py), and the backwar
 per pair `(B,)` as their last output (an empty `(0,)` tensor without a penalty). With the defaults the
 kernels call the backends exactly as before; eagerly, calls with an option set go through their own
 autograd.Functions (_FusedVariant, _FromCostVariant), so the default path is unchanged. A backend whose
-functions lack the options (cuda, for now) raises a NotImplementedError naming them (:func:`variant_backend`),
-and so does a create_graph backward of a call with one on a backend whose hvp_cost lacks them (``HVP_VARIANTS``
-unset: cuda, for now). ``softdtw::hvp_cost`` takes the same options and a penalty direction ``penalty_dot``
-`(B,)`, and returns vpen = d value / d step_penalty and its directional derivative vpen_dot per pair (empty
-`(0,)` tensors without a penalty): the backward ops' double backward is differentiable in the penalty too.
+functions lack the options (none of the built-in ones) raises a NotImplementedError naming them
+(:func:`variant_backend`), and so does a create_graph backward of a call with one on a backend whose hvp_cost
+lacks them (``HVP_VARIANTS`` unset: cuda, for now). ``softdtw::hvp_cost`` takes the same options and a penalty
+direction ``penalty_dot`` `(B,)`, and returns vpen = d value / d step_penalty and its directional derivative
+vpen_dot per pair (empty `(0,)` tensors without a penalty): the backward ops' double backward is differentiable
+in the penalty too.
 
 Second order: with create_graph=True the first-order backward calls the backward ops under autograd, and
 they have their own autograd formulas (``register_autograd``), the Hessian-vector products of Mensch & Blondel
@@ -84,8 +85,12 @@ def _fake(name: str):
     return register
 
 
-def _saved_like(ref: Tensor, backend: str, kind: str, B: int, N: int, M: int, D: int, memory: str) -> Tensor:
-    shape, dtype = get_backend(backend).saved_spec(kind, B, N, M, D, ref.dtype, memory)
+def _saved_like(ref: Tensor, backend: str, kind: str, B: int, N: int, M: int, D: int, memory: str,
+                open_end: bool = False) -> Tensor:
+    # open_end: a backend that saves more with it (cuda: the last row) says so through saved_spec's open_end.
+    extra = {"open_end": True} if open_end and "open_end" in inspect.signature(
+        get_backend(backend).saved_spec).parameters else {}
+    shape, dtype = get_backend(backend).saved_spec(kind, B, N, M, D, ref.dtype, memory, **extra)
     if shape is None:  # a flat buffer whose length the backend plans at run time
         shape = (torch.library.get_ctx().new_dynamic_size(),)
     return ref.new_empty(shape, dtype=dtype)
@@ -115,7 +120,7 @@ def _forward_kernel(x: Tensor, y: Tensor, gamma: Tensor, cost: str, x_lengths: T
 def _(x, y, gamma, cost, x_lengths, y_lengths, window, memory, backend, open_begin=False, open_end=False,
       step_penalty=None):
     B, N, D = x.shape
-    return x.new_empty((B,)), _saved_like(x, backend, "fused", B, N, y.shape[1], D, memory)
+    return x.new_empty((B,)), _saved_like(x, backend, "fused", B, N, y.shape[1], D, memory, open_end)
 
 
 @_kernel("backward")
@@ -205,7 +210,7 @@ _HAS_VARIANTS: dict = {}
 
 def variant_backend(backend: str, open_begin: bool, open_end: bool, step_penalty):
     """The backend module, which must take the alignment-variant options that are set: a backend without them
-    (cuda, for now) raises a NotImplementedError naming the options, never a value without them."""
+    raises a NotImplementedError naming the options, never a value without them."""
     module = get_backend(backend)
     has = _HAS_VARIANTS.get(backend)
     if has is None:
@@ -215,7 +220,7 @@ def variant_backend(backend: str, open_begin: bool, open_end: bool, step_penalty
     if not has:
         names = " / ".join(variant_names(open_begin, open_end, step_penalty))
         raise NotImplementedError(
-            f"{names} is not available on the {backend} backend yet (only the reference and cpu backends have the "
+            f"{names} is not available on the {backend} backend yet (the reference, cpu and cuda backends have the "
             f"alignment variants). Move the inputs to the CPU with .cpu() (backend='cpu'), or pass "
             f"backend='reference' (exact, slow, runs on the inputs' device).")
     return module
@@ -269,7 +274,7 @@ def _forward_cost_kernel(C: Tensor, gamma: Tensor, x_lengths: Tensor, y_lengths:
 @_fake("forward_cost")
 def _(C, gamma, x_lengths, y_lengths, window, memory, backend, open_begin=False, open_end=False, step_penalty=None):
     B, N, M = C.shape
-    return C.new_empty((B,)), _saved_like(C, backend, "cost", B, N, M, 0, memory)
+    return C.new_empty((B,)), _saved_like(C, backend, "cost", B, N, M, 0, memory, open_end)
 
 
 @_kernel("backward_cost")

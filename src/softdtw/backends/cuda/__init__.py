@@ -35,6 +35,15 @@ instantiation of the same templates; float32 runs its DP in float32).
   per block, at most ``launch.TILE_BYTES`` in all.
 - gamma == 0 is hard DTW; its backward follows the argmin path (ties: diagonal, up, left). gamma is read
   on the device, so nothing here synchronises with the host (CUDA graphs capture every call).
+- Alignment variants (issue 25; keyword-only ``open_begin``, ``open_end``, ``step_penalty`` of the four
+  functions, the recursion of softdtw/backends/reference.py): a template flag VAR of the same kernels
+  (kernels/common.cuh, Variant), in every memory mode, plan (sequential, chained, checkpointed), cost path and
+  dtype; the plain instantiations compile to the code they always did. The penalty (0-d, or one per pair `(B,)`)
+  is read on the device. ``backward`` / ``backward_cost`` return d value / d step_penalty per pair `(B,)` as an
+  extra last output when step_penalty is not None. With open_end the forward keeps R of each pair's last row in
+  float64 and the end's (value, argmin) behind the saved table: ``saved_spec(..., open_end=True)`` counts them
+  (:func:`_end_numel`). Bands with an open end raise ValueError (reference.check_variant). Hard DTW with an open
+  end follows the first argmin of the last row, as the cpu backend.
 
 Devices: CUDA. Dtypes: float32, float64.
 """
@@ -45,6 +54,7 @@ from typing import NamedTuple
 import torch
 
 from ... import costs
+from .. import reference
 from . import launch as _launch
 from .compile import STATS as COMPILE_STATS  # noqa: F401  (re-exported for benchmarks)
 
@@ -102,8 +112,9 @@ def _saved_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.int32 if dtype == torch.float32 else dtype
 
 
-def saved_spec(kind, B, N, M, D, dtype, memory):
-    """Shape and dtype of what :func:`forward` / :func:`forward_cost` save (see the module docstring).
+def saved_spec(kind, B, N, M, D, dtype, memory, open_end: bool = False):
+    """Shape and dtype of what :func:`forward` / :func:`forward_cost` save (see the module docstring); open_end:
+    of a call with open_end=True (the table, then the end's float64 values, :func:`_end_numel`).
 
     A flat buffer of B · plan.saved_numel(N) words. Its length depends on the launch plan, which depends
     on the sizes' values; for symbolic sizes (torch.compile with dynamic shapes) the shape is None and
@@ -115,21 +126,113 @@ def saved_spec(kind, B, N, M, D, dtype, memory):
     if not all(isinstance(v, int) for v in (B, N, M, D)):
         return None, saved_dtype
     device = _launch._get_device()
-    key = (kind, B, N, M, D, dtype, memory, device)
+    key = (kind, B, N, M, D, dtype, memory, device, open_end)
     spec = _SAVED_SPECS.get(key)
     if spec is None or _launch._forced:
         plan = _plan(kind, B, N, M, D, dtype, device, memory)
-        if memory == "checkpoint":
-            spec = (B * plan.checkpoint_numel(N, _launch.has_frames(dtype, True)),), saved_dtype
-        else:
-            spec = (B * plan.saved_numel(N),), saved_dtype
+        numel = _table_numel(plan, B, N, dtype, memory)
+        if open_end:
+            numel = _end_offset(numel, saved_dtype) + _end_numel(B, M, plan.nch) * 8 // saved_dtype.itemsize
+        spec = (numel,), saved_dtype
         if not _launch._forced:
             _SAVED_SPECS[key] = spec
     return spec
 
 
-# saved_spec per (kind, sizes, dtype, memory, device): asked by the memory mode and the fake kernels each call.
+# saved_spec per (kind, sizes, dtype, memory, device, open_end): asked by the memory mode and the fake kernels
+# each call.
 _SAVED_SPECS: dict = {}
+
+
+def _table_numel(plan, B: int, N: int, dtype: torch.dtype, memory: str) -> int:
+    """Length of the saved buffer without the open end's values: the link table or the checkpoints."""
+    if memory == "checkpoint":
+        return B * plan.checkpoint_numel(N, _launch.has_frames(dtype, True))
+    return B * plan.saved_numel(N)
+
+
+# --- alignment variants (issue 25) ------------------------------------------------------------------
+
+class _Var(NamedTuple):
+    """The alignment variants of a call as the kernels take them: the VAR bit mask (kernels/common.cuh, Variant),
+    the step penalty (the data dtype, on the data's device; one value, or one per pair) and the kernels' penalty
+    arguments (pen, pen_stride: 0 for one value, 1 for one per pair)."""
+    code: int
+    pen: torch.Tensor | None
+    args: tuple
+
+    @property
+    def open_end(self) -> bool:
+        return bool(self.code & 2)
+
+    @property
+    def penalty(self) -> bool:
+        return bool(self.code & 4)
+
+
+def _variant(data: torch.Tensor, B: int, window, open_begin: bool, open_end: bool, step_penalty) -> "_Var | None":
+    """The variant of a call, None for the plain DP. Refuses a band with an open end (ValueError) and a penalty
+    that is neither one value nor one per pair. A penalty already in place (data's dtype and device, contiguous)
+    is used as it is: this runs before every launch of a variant, a few tensor calls cost more than a small
+    problem's kernels."""
+    code = (1 if open_begin else 0) | (2 if open_end else 0) | (4 if step_penalty is not None else 0)
+    if not code:
+        return None
+    if window is not None and (open_begin or open_end):
+        reference.check_variant(window, open_begin, open_end)
+    pen, args = None, _NO_PENALTY
+    if step_penalty is not None:
+        pen = step_penalty
+        if pen.dtype != data.dtype or pen.device != data.device:
+            pen = pen.detach().to(device=data.device, dtype=data.dtype)
+        n = pen.numel()
+        if n != 1 and tuple(pen.shape) != (B,):
+            raise ValueError(
+                f"step_penalty must be one value (a float or a 0-d tensor) or one per pair, shape ({B},); got shape "
+                f"{tuple(pen.shape)}. Pass a scalar, or a tensor of the batch's size.")
+        if not pen.is_contiguous():
+            pen = pen.contiguous()
+        args = (pen.data_ptr(), _launch.i32(0 if n == 1 else 1))
+    return _Var(code, pen, args)
+
+
+def _addr(end) -> int:
+    """Device address of the open end's values: an int already, a tensor's data, or 0 (none)."""
+    return 0 if end is None else (end if isinstance(end, int) else end.data_ptr())
+
+
+#: The variant arguments of a plain launch: forward_kernel (pen, pen_stride, endbuf), forward_chain_kernel (... done),
+#: backward_kernel (pen, pen_stride, endbuf, dpen), backward_chain_kernel (... dpen, pensum).
+_NO_PENALTY = (0, _launch.i32(0))
+_PLAIN_FWD = (0, _launch.i32(0), 0)
+_PLAIN_FWD_CHAIN = (0, _launch.i32(0), 0, 0)
+_PLAIN_BWD = (0, _launch.i32(0), 0, 0)
+_PLAIN_BWD_CHAIN = (0, _launch.i32(0), 0, 0, 0)
+
+
+def _end_numel(B: int, M: int, nch: int) -> int:
+    """float64 values an open end keeps: R of the last row `(B, M)`, (value, argmin) `(B, 2)`, and the chained
+    forward's per-chunk partials `(B, nch, 2)`."""
+    return B * M + 2 * B + 2 * B * nch
+
+
+def _end_offset(numel: int, dtype: torch.dtype) -> int:
+    """Where the float64 end values start in a saved buffer of `numel` elements of `dtype`: 8-byte aligned."""
+    per = 8 // dtype.itemsize
+    return -(-numel // per) * per
+
+
+def _with_end(data, numel: int, dtype: torch.dtype, B: int, N: int, M: int, nch: int, what: str):
+    """A saved buffer of `numel` elements of dtype (the table, at its start) followed by the open end's float64
+    values: (the buffer, the end values' address). Addresses, not views: views cost host time on every call."""
+    off = _end_offset(numel, dtype)
+    saved = _alloc(data, off + _end_numel(B, M, nch) * 8 // dtype.itemsize, dtype, what, B, N, M)
+    return saved, saved.data_ptr() + off * dtype.itemsize
+
+
+def _end_in(saved: torch.Tensor, numel: int) -> int:
+    """Address of the open end's values in a saved buffer of :func:`_with_end` whose table has `numel` elements."""
+    return saved.data_ptr() + _end_offset(numel, saved.dtype) * saved.dtype.itemsize
 
 
 # --- launches ---------------------------------------------------------------------------------------
@@ -264,10 +367,10 @@ _SEQ: dict = {}
 
 
 def _seq(kernel: str, B: int, N: int, M: int, D: int, dtype: torch.dtype, dev: int, cost: str, window: bool,
-         store: bool, checkpoint: bool) -> _Seq:
+         store: bool, checkpoint: bool, var: int = 0) -> _Seq:
     """The launch spec of forward_kernel (kernel "forward") or backward_kernel ("backward"), cached unless a plan
-    is forced (launch.forced_plan)."""
-    key = (kernel, B, N, M, D, dtype, dev, cost, window, store, checkpoint)
+    is forced (launch.forced_plan); var: the alignment variants' bit mask (0: the plain DP)."""
+    key = (kernel, B, N, M, D, dtype, dev, cost, window, store, checkpoint, var)
     spec = _SEQ.get(key)
     if spec is not None and not _launch._forced:
         return spec
@@ -278,11 +381,11 @@ def _seq(kernel: str, B: int, N: int, M: int, D: int, dtype: torch.dtype, dev: i
         long = _launch.seq_frames(dtype, store, N, M)
         # One column (with frames: value, frame per row), reused chunk after chunk.
         frames = long or _launch.has_frames(dtype, store)
-        spec = _Seq(plan, _launch.expression("forward_kernel", dtype, cost, D, plan, window, store, long),
+        spec = _Seq(plan, _launch.expression("forward_kernel", dtype, cost, D, plan, window, store, long, var=var),
                     plan.grid(B), plan.block(), B * plan.saved_numel(N),
                     (B, N * (2 if frames else 1)) if plan.nch > 1 else (), _ints(B, N, M, plan.nch))
     else:
-        spec = _Seq(plan, _launch.expression("backward_kernel", dtype, cost, D, plan, window), plan.grid(B),
+        spec = _Seq(plan, _launch.expression("backward_kernel", dtype, cost, D, plan, window, var=var), plan.grid(B),
                     plan.block(), 0, (B, N, 2 + _carried(cost, D)) if plan.nch > 1 else (), _ints(B, N, M, plan.nch))
     if not _launch._forced:
         if len(_SEQ) > 4096:  # sizes that vary forever: keep the cache bounded
@@ -296,91 +399,126 @@ def _ints(*values: int) -> tuple:
 
 
 def _run_forward(x, y, C, cost: str, D: int, gamma, x_lengths, y_lengths, window, store: bool,
-                 checkpoint: bool = False):
-    """Launch forward_kernel; x, y for fused costs (C None) or C for a precomputed one (x, y None)."""
+                 checkpoint: bool = False, var: "_Var | None" = None):
+    """Launch forward_kernel; x, y for fused costs (C None) or C for a precomputed one (x, y None). var: the
+    alignment variants (None: the plain DP)."""
     data, B, N, M, dev = _sizes(x, y, C)
-    spec = _seq("forward", B, N, M, D, data.dtype, dev, cost, window is not None, store, checkpoint)
+    spec = _seq("forward", B, N, M, D, data.dtype, dev, cost, window is not None, store, checkpoint,
+                var.code if var else 0)
     if not spec.expr:
-        return _run_forward_chain(x, y, C, cost, D, gamma, x_lengths, y_lengths, window, store, spec.plan)
+        return _run_forward_chain(x, y, C, cost, D, gamma, x_lengths, y_lengths, window, store, spec.plan, var)
     value = data.new_empty((B,))
-    saved = (_alloc(data, spec.saved_numel, _saved_dtype(data.dtype), "the stored backward table (memory='store')",
-                    B, N, M) if store else data.new_empty((0,)))
+    what = "the stored backward table (memory='store')"
+    tail, keep = _PLAIN_FWD, None
+    if var is not None and var.open_end:
+        if store:
+            saved, end = _with_end(data, spec.saved_numel, _saved_dtype(data.dtype), B, N, M, spec.plan.nch, what)
+        else:  # values only: the end's values in a buffer of their own, held past the launch
+            saved = data.new_empty((0,))
+            keep = data.new_empty((_end_numel(B, M, spec.plan.nch),), dtype=torch.float64)
+            end = keep.data_ptr()
+        tail = var.args + (end,)
+    else:
+        saved = (_alloc(data, spec.saved_numel, _saved_dtype(data.dtype), what, B, N, M) if store
+                 else data.new_empty((0,)))
+        if var is not None:
+            tail = var.args + (0,)
     bnd = data.new_empty(spec.bnd) if spec.bnd else None
     args = (_launch.ptr(x), _launch.ptr(y), _launch.ptr(C), gamma.data_ptr(), x_lengths.data_ptr(),
             y_lengths.data_ptr(), _launch.ptr(window), value.data_ptr(), saved.data_ptr() if store else 0,
-            _launch.ptr(bnd), *spec.tail)
+            _launch.ptr(bnd), *spec.tail, *tail)
     _launch.launch("forward", spec.expr, dev, spec.grid, spec.block, args)
     return value, saved
 
 
-def _run_forward_chain(x, y, C, cost, D, gamma, x_lengths, y_lengths, window, store, plan):
+def _run_forward_chain(x, y, C, cost, D, gamma, x_lengths, y_lengths, window, store, plan, var=None):
     """forward_chain_kernel: B·nch blocks, one per (pair, chunk). Saves the link table (store), the
-    checkpoints (plan.TH > 0: column checkpoints then row checkpoints, flat) or nothing."""
+    checkpoints (plan.TH > 0: column checkpoints then row checkpoints, flat) or nothing; with an open end
+    the end's float64 values after them."""
     data, B, N, M, dev = _sizes(x, y, C)
-    value, saved, bufs = _forward_chain_buffers(data, B, N, M, plan, store)
+    value, saved, bufs = _forward_chain_buffers(data, B, N, M, plan, store, var)
     expr = _launch.expression("forward_chain_kernel", data.dtype, cost, D, plan, window is not None, store,
-                              plan.TH > 0)
+                              plan.TH > 0, var=var.code if var else 0)
     _launch_forward_chain(expr, dev, plan, x, y, C, gamma, x_lengths, y_lengths, window, value,
-                          saved if store else None, bufs, B, N, M, Band(0, plan.nch, 0, M, 0))
+                          saved if store else None, bufs, B, N, M, Band(0, plan.nch, 0, M, 0), var)
     return value, saved
 
 
-def _forward_chain_buffers(data, B, N, M, plan, store):
-    """value `(B,)`, what the forward saves, and (bnd, sync, ckpt) of a chained forward."""
+def _forward_chain_buffers(data, B, N, M, plan, store, var=None):
+    """value `(B,)`, what the forward saves, and (bnd, sync, ckpt, end) of a chained forward (end: the open end's
+    float64 values, an address or a tensor, else None; sync then also holds the pairs' done counters)."""
     value = torch.empty(B, dtype=data.dtype, device=data.device)
-    ckpt = None
+    ckpt = end = None
     frames = _launch.chain_frames(data.dtype)
+    oe = var is not None and var.open_end
     if plan.TH > 0:
-        saved = _alloc(data, B * plan.checkpoint_numel(N, frames), data.dtype,
-                       "the checkpoints (memory='checkpoint')", B, N, M)
+        what, numel = "the checkpoints (memory='checkpoint')", B * plan.checkpoint_numel(N, frames)
+        if oe:
+            saved, end = _with_end(data, numel, data.dtype, B, N, M, plan.nch, what)
+        else:
+            saved = _alloc(data, numel, data.dtype, what, B, N, M)
         bnd, ckpt = _split_checkpoints(saved, plan, B, N)
     else:
-        saved = (_alloc(data, B * plan.saved_numel(N), _saved_dtype(data.dtype),
-                        "the stored backward table (memory='store')", B, N, M) if store
-                 else data.new_empty((0,)))
+        what, numel = "the stored backward table (memory='store')", B * plan.saved_numel(N)
+        if store and oe:
+            saved, end = _with_end(data, numel, _saved_dtype(data.dtype), B, N, M, plan.nch, what)
+        else:
+            saved = _alloc(data, numel, _saved_dtype(data.dtype), what, B, N, M) if store else data.new_empty((0,))
+            if oe:  # values only: a buffer of their own (kept in bufs until the launches are queued)
+                end = data.new_empty((_end_numel(B, M, plan.nch),), dtype=torch.float64)
         bnd = data.new_empty((B * plan.column_numel(N, frames),)) if plan.nch > 1 else None
-    sync = torch.zeros(1 + B * plan.nch, dtype=torch.int32, device=data.device)  # ticket, flags
-    return value, saved, (bnd, sync, ckpt)
+    sync = torch.zeros(1 + B * plan.nch + (B if oe else 0), dtype=torch.int32, device=data.device)  # ticket, flags
+    return value, saved, (bnd, sync, ckpt, end)
 
 
 def _split_checkpoints(saved, plan, B, N):
-    """(column checkpoints, row checkpoints): the two parts of memory="checkpoint"'s saved buffer."""
-    ncol = B * plan.column_numel(N, _launch.has_frames(saved.dtype, True))
-    return saved[:ncol], saved[ncol:]
+    """(column checkpoints, row checkpoints): the two parts of memory="checkpoint"'s saved buffer (without the
+    open end's values after them)."""
+    frames = _launch.has_frames(saved.dtype, True)
+    ncol = B * plan.column_numel(N, frames)
+    return saved[:ncol], saved[ncol:B * plan.checkpoint_numel(N, frames)]
 
 
 def _launch_forward_chain(expr, dev, plan, x, y, C, gamma, x_lengths, y_lengths, window, value, saved, bufs,
-                          B, N, M, band):
+                          B, N, M, band, var=None):
     """One launch of forward_chain_kernel over one :class:`Band` (Band(0, nch, 0, M, 0): the whole table)."""
-    bnd, sync, ckpt = bufs
+    bnd, sync, ckpt, end = bufs
+    tail = _PLAIN_FWD_CHAIN
+    if var is not None:
+        tail = var.args + (_addr(end), sync.data_ptr() + 4 * (1 + B * plan.nch) if var.open_end else 0)
     args = (_launch.ptr(x), _launch.ptr(y), _launch.ptr(C), gamma.data_ptr(), x_lengths.data_ptr(),
             y_lengths.data_ptr(), _launch.ptr(window), value.data_ptr(), _launch.ptr(saved), _launch.ptr(bnd),
             sync.data_ptr(), _launch.ptr(ckpt), _launch.i32(B), _launch.i32(N), _launch.i32(M),
             _launch.i32(plan.nch), _launch.i32(max(plan.TH, 1)), _launch.i32(_launch.tile_stagger(plan.W)),
-            *(_launch.i32(v) for v in band))
+            *(_launch.i32(v) for v in band), *tail)
     _launch.launch("forward", expr, dev, B * band.nb, plan.block(), args)
 
 
 def _run_backward_chain(grad, x, y, C, dC, cost, D, gamma, x_lengths, y_lengths, window, value, saved, plan,
-                        needs=None):
+                        needs=None, var=None, endbuf=None, dpen=None):
     """backward_chain_kernel: one block per (pair, chunk), chunks right to left; with plan.TH > 0 saved
-    holds the checkpoints and each block recomputes its tiles into its own two tile buffers."""
+    holds the checkpoints and each block recomputes its tiles into its own two tile buffers. var, endbuf,
+    dpen: the alignment variants (:func:`_run_backward`)."""
     data, B, N, M, dev = _sizes(x, y, C)
     dx, dy, dgamma = _backward_outputs(x, y, data, B, needs)
-    bufs = _backward_chain_buffers(data, B, N, M, _carried(cost, D), plan, saved, plan.nch)
-    expr = _launch.expression("backward_chain_kernel", data.dtype, cost, D, plan, window is not None, plan.TH > 0)
+    bufs = _backward_chain_buffers(data, B, N, M, _carried(cost, D), plan, saved, plan.nch, var)
+    expr = _launch.expression("backward_chain_kernel", data.dtype, cost, D, plan, window is not None, plan.TH > 0,
+                              var=var.code if var else 0)
     _launch_backward_chain(expr, dev, plan, _like(grad, data), x, y, C, dC, gamma, x_lengths, y_lengths, window,
-                           value, saved, dx, dy, dgamma, bufs, B, N, M, Band(0, plan.nch, 0, M, 0))
+                           value, saved, dx, dy, dgamma, bufs, B, N, M, Band(0, plan.nch, 0, M, 0), var, endbuf,
+                           dpen)
     return dx, dy, dgamma
 
 
-def _backward_chain_buffers(data, B, N, M, DX, plan, saved, nband):
+def _backward_chain_buffers(data, B, N, M, DX, plan, saved, nband, var=None):
     """(bnd, ws, fbnd, ckpt, tiles) of a chained backward: the hand-over column between chunks (E, link and
     DX dx values per row), one zeroed buffer for <E, C> per pair (float64) and the int32 ticket, flags
-    (B, nch) and done (B), and with checkpoints their two halves and the tile buffers of B·nband blocks."""
+    (B, nch) and done (B), with a step penalty a zeroed float64 sum per pair after them, and with
+    checkpoints their two halves and the tile buffers of B·nband blocks."""
     bnd = data.new_empty((B * plan.nch * N * (2 + DX),)) if plan.nch > 1 else None
     ints = 1 + B * plan.nch + B
-    ws = torch.zeros(B + (ints + 1) // 2, dtype=torch.int64, device=data.device)
+    pens = B if var is not None and var.penalty else 0
+    ws = torch.zeros(B + (ints + 1) // 2 + pens, dtype=torch.int64, device=data.device)
     fbnd = ckpt = tiles = None
     if plan.TH > 0:
         fbnd, ckpt = _split_checkpoints(saved, plan, B, N)
@@ -390,17 +528,22 @@ def _backward_chain_buffers(data, B, N, M, DX, plan, saved, nband):
 
 
 def _launch_backward_chain(expr, dev, plan, grad, x, y, C, dC, gamma, x_lengths, y_lengths, window, value, saved,
-                           dx, dy, dgamma, bufs, B, N, M, band):
+                           dx, dy, dgamma, bufs, B, N, M, band, var=None, endbuf=None, dpen=None):
     """One launch of backward_chain_kernel over one :class:`Band` (see the kernel)."""
     bnd, ws, fbnd, ckpt, tiles = bufs
     checkpoint = plan.TH > 0
+    tail = _PLAIN_BWD_CHAIN
+    if var is not None:
+        ints = 1 + B * plan.nch + B
+        pensum = ws.data_ptr() + 8 * (B + (ints + 1) // 2) if var.penalty else 0
+        tail = var.args + (_addr(endbuf), _launch.ptr(dpen), pensum)
     args = (_launch.ptr(x), _launch.ptr(y), _launch.ptr(C), gamma.data_ptr(), x_lengths.data_ptr(),
             y_lengths.data_ptr(), _launch.ptr(window), grad.data_ptr(), 0 if checkpoint else saved.data_ptr(),
             _launch.ptr(dx), _launch.ptr(dy), _launch.ptr(dC), value.data_ptr(), dgamma.data_ptr(),
             _launch.ptr(bnd), ws.data_ptr() + 8 * B, ws.data_ptr(), _launch.ptr(fbnd), _launch.ptr(ckpt),
             _launch.ptr(tiles), _launch.i32(B), _launch.i32(N), _launch.i32(M), _launch.i32(plan.nch),
             _launch.i32(max(plan.TH, 1)), _launch.i32(_launch.tile_stagger(plan.W)),
-            *(_launch.i32(v) for v in band))
+            *(_launch.i32(v) for v in band), *tail)
     # memory="checkpoint": twice the warps, the second group recomputing tiles (kernels/backward.cu).
     _launch.launch("backward", expr, dev, B * band.nb, plan.block() * (2 if checkpoint else 1), args)
 
@@ -411,26 +554,39 @@ def _carried(cost: str, D: int) -> int:
 
 
 def _run_backward(grad, x, y, C, dC, cost: str, D: int, gamma, x_lengths, y_lengths, window, value, saved,
-                  checkpoint: bool = False, needs=None):
+                  checkpoint: bool = False, needs=None, var: "_Var | None" = None):
     """Launch backward_kernel. Fused: returns (dx, dy, dgamma). Precomputed: fills dC, returns (None, None, dgamma).
     "gram" (x, y: the norms, C: x·yᵀ): fills dC and returns (E's row sums, column sums, dgamma), times grad.
+    With var (the alignment variants) a fourth output: grad_b d value_b / d step_penalty `(B,)` (None without
+    a penalty); saved then holds the open end's values after the table (:func:`_with_end`).
 
     The kernel writes every element of dx, dy, dC and dgamma (zeros past the lengths and outside the
     window, dgamma = 0 at gamma = 0); dC may be C itself (overwritten in place).
     """
     data, B, N, M, dev = _sizes(x, y, C)
-    spec = _seq("backward", B, N, M, D, data.dtype, dev, cost, window is not None, True, checkpoint)
+    spec = _seq("backward", B, N, M, D, data.dtype, dev, cost, window is not None, True, checkpoint,
+                var.code if var else 0)
+    if var is None:
+        tail, endbuf, dpen = _PLAIN_BWD, None, None
+    else:
+        endbuf = None
+        if var.open_end:  # the table starts saved; the end's values follow it
+            endbuf = _end_in(saved, _table_numel(spec.plan, B, N, data.dtype, "checkpoint" if checkpoint else "store"))
+        dpen = data.new_empty((B,)) if var.penalty else None
+        tail = var.args + (_addr(endbuf), _launch.ptr(dpen))
     if not spec.expr:
-        return _run_backward_chain(grad, x, y, C, dC, cost, D, gamma, x_lengths, y_lengths, window, value, saved,
-                                   spec.plan, needs)
+        out = _run_backward_chain(grad, x, y, C, dC, cost, D, gamma, x_lengths, y_lengths, window, value, saved,
+                                  spec.plan, needs, var, endbuf, dpen)
+        return out if var is None else out + (dpen,)
     dx, dy, dgamma = _backward_outputs(x, y, data, B, needs)
     bnd = data.new_empty(spec.bnd) if spec.bnd else None
     grad = _like(grad, data)
     args = (_launch.ptr(x), _launch.ptr(y), _launch.ptr(C), gamma.data_ptr(), x_lengths.data_ptr(),
             y_lengths.data_ptr(), _launch.ptr(window), grad.data_ptr(), saved.data_ptr(), _launch.ptr(dx),
-            _launch.ptr(dy), _launch.ptr(dC), value.data_ptr(), dgamma.data_ptr(), _launch.ptr(bnd), *spec.tail)
+            _launch.ptr(dy), _launch.ptr(dC), value.data_ptr(), dgamma.data_ptr(), _launch.ptr(bnd), *spec.tail,
+            *tail)
     _launch.launch("backward", spec.expr, dev, spec.grid, spec.block, args)
-    return dx, dy, dgamma
+    return (dx, dy, dgamma) if var is None else (dx, dy, dgamma, dpen)
 
 
 def _window(window):
@@ -439,89 +595,111 @@ def _window(window):
 
 # --- the contract -----------------------------------------------------------------------------------
 
-def forward_cost(C, gamma, x_lengths, y_lengths, window, memory):
-    """Values `(B,)` and saved S from a precomputed cost C `(B, N, M)`."""
+def forward_cost(C, gamma, x_lengths, y_lengths, window, memory, *, open_begin=False, open_end=False,
+                 step_penalty=None):
+    """Values `(B,)` and saved S from a precomputed cost C `(B, N, M)`. open_begin, open_end, step_penalty (None,
+    a 0-d tensor, or one per pair `(B,)`): the alignment variants (softdtw/backends/reference.py)."""
     store = memory == "store"  # save the whole table of links
+    var = _variant(C, C.shape[0], window, open_begin, open_end, step_penalty)
     return _run_forward(None, None, C.contiguous(), "precomputed", 0, gamma, x_lengths, y_lengths,
-                        _window(window), store, memory == "checkpoint")
+                        _window(window), store, memory == "checkpoint", var)
 
 
-def backward_cost(grad, C, gamma, x_lengths, y_lengths, window, value, saved, memory):
-    """(dC `(B, N, M)` = grad_b · E_b, dgamma `(B,)`)."""
+def backward_cost(grad, C, gamma, x_lengths, y_lengths, window, value, saved, memory, *, open_begin=False,
+                  open_end=False, step_penalty=None):
+    """(dC `(B, N, M)` = grad_b · E_b, dgamma `(B,)`), and dpenalty `(B,)` = grad_b d value_b / d step_penalty as a
+    third output when step_penalty is not None."""
     C = C.contiguous()
+    var = _variant(C, C.shape[0], window, open_begin, open_end, step_penalty)
     window = _window(window)
     if saved.numel() == 0:  # nothing was kept: run the forward again, storing
-        _, saved = _run_forward(None, None, C, "precomputed", 0, gamma, x_lengths, y_lengths, window, True)
+        _, saved = _run_forward(None, None, C, "precomputed", 0, gamma, x_lengths, y_lengths, window, True, False, var)
     dC = torch.empty_like(C)  # the kernel writes every element
-    _, _, dgamma = _run_backward(grad, None, None, C, dC, "precomputed", 0, gamma, x_lengths, y_lengths, window,
-                                 value, saved, memory == "checkpoint")
-    return dC, dgamma
+    out = _run_backward(grad, None, None, C, dC, "precomputed", 0, gamma, x_lengths, y_lengths, window,
+                        value, saved, memory == "checkpoint", None, var)
+    return _outputs((dC, out[2]), out, step_penalty)
 
 
-def forward(x, y, gamma, cost, x_lengths, y_lengths, window, memory):
-    """Values `(B,)` and saved S for x `(B, N, D)`, y `(B, M, D)` under a fused cost."""
+def _outputs(first: tuple, out: tuple, step_penalty) -> tuple:
+    """A backward's outputs, with d value / d step_penalty (the kernels' fourth output) after them when there
+    is a penalty."""
+    return first if step_penalty is None else first + (out[3],)
+
+
+def forward(x, y, gamma, cost, x_lengths, y_lengths, window, memory, *, open_begin=False, open_end=False,
+            step_penalty=None):
+    """Values `(B,)` and saved S for x `(B, N, D)`, y `(B, M, D)` under a fused cost; options as
+    :func:`forward_cost`."""
     store = memory == "store"  # save the whole table of links
+    var = _variant(x, x.shape[0], window, open_begin, open_end, step_penalty)
     window = _window(window)
     D = x.shape[2]
     if _banded("fused", D, memory, x.shape[0], x.shape[1], y.shape[1], x.dtype):
-        return _forward_banded(x, y, gamma, cost, x_lengths, y_lengths, window, memory)
+        return _forward_banded(x, y, gamma, cost, x_lengths, y_lengths, window, memory, var)
     if D > FUSED_D_MAX and cost == "sqeuclidean":
         xn, yn, G = _gram_checked(x, y)
-        return _run_forward(xn, yn, G, "gram", 0, gamma, x_lengths, y_lengths, window, store)
+        return _run_forward(xn, yn, G, "gram", 0, gamma, x_lengths, y_lengths, window, store, False, var)
     if D > FUSED_D_MAX:
         C = _cost_checked(cost, x, y)
-        return _run_forward(None, None, C, "precomputed", 0, gamma, x_lengths, y_lengths, window, store)
+        return _run_forward(None, None, C, "precomputed", 0, gamma, x_lengths, y_lengths, window, store, False, var)
     return _run_forward(x.contiguous(), y.contiguous(), None, cost, D, gamma, x_lengths, y_lengths, window, store,
-                        memory == "checkpoint")
+                        memory == "checkpoint", var)
 
 
-def backward(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved, memory, needs=None):
-    """(dx `(B, N, D)`, dy `(B, M, D)`, dgamma `(B,)`) of sum_b grad_b · value_b.
+def backward(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved, memory, needs=None, *,
+             open_begin=False, open_end=False, step_penalty=None):
+    """(dx `(B, N, D)`, dy `(B, M, D)`, dgamma `(B,)`) of sum_b grad_b · value_b, and dpenalty `(B,)` (grad_b
+    d value_b / d step_penalty) as a fourth output when step_penalty is not None.
 
     needs: which of the three the caller will use (None: all). With fused costs the others come back as scratch
     buffers shared between calls (their values are garbage): a target y and a float gamma need no fresh
     tensors, which cost more host time than a tiny problem's kernels (issue 27)."""
+    var = _variant(x, x.shape[0], window, open_begin, open_end, step_penalty)
     window = _window(window)
     x, y = x.contiguous(), y.contiguous()
     D = x.shape[2]
     if D > FUSED_D_MAX and memory == "checkpoint":
-        return _backward_banded(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved)
-    if D > FUSED_D_MAX:
-        return _backward_gemm(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved)
-    if saved.numel() == 0:
-        _, saved = _run_forward(x, y, None, cost, D, gamma, x_lengths, y_lengths, window, True)
-    return _run_backward(grad, x, y, None, None, cost, D, gamma, x_lengths, y_lengths, window, value, saved,
-                         memory == "checkpoint", needs)
+        out = _backward_banded(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved, var)
+    elif D > FUSED_D_MAX:
+        out = _backward_gemm(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved, var)
+    else:
+        if saved.numel() == 0:
+            _, saved = _run_forward(x, y, None, cost, D, gamma, x_lengths, y_lengths, window, True, False, var)
+        out = _run_backward(grad, x, y, None, None, cost, D, gamma, x_lengths, y_lengths, window, value, saved,
+                            memory == "checkpoint", needs, var)
+    return _outputs(tuple(out[:3]), out, step_penalty)
 
 
-def _backward_gemm(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved):
-    """Large D: the cost again by GEMM, E written over it in place (grad_b · E_b), then dx, dy by GEMMs."""
+def _backward_gemm(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved, var=None):
+    """Large D: the cost again by GEMM, E written over it in place (grad_b · E_b), then dx, dy by GEMMs. With var
+    a fourth output, as :func:`_run_backward`."""
     if cost == "sqeuclidean":
-        return _backward_gram(grad, x, y, gamma, x_lengths, y_lengths, window, value, saved)
+        return _backward_gram(grad, x, y, gamma, x_lengths, y_lengths, window, value, saved, var)
     C = _cost_checked(cost, x, y)
     if saved.numel() == 0:
-        _, saved = _run_forward(None, None, C, "precomputed", 0, gamma, x_lengths, y_lengths, window, True)
+        _, saved = _run_forward(None, None, C, "precomputed", 0, gamma, x_lengths, y_lengths, window, True, False, var)
     # grad_b · E_b overwrites C in place (each cell is read, then written, by the same lane; the kernel
     # also zeroes the cells past the lengths), so the backward holds one (B, N, M) buffer besides S.
-    _, _, dgamma = _run_backward(grad, None, None, C, C, "precomputed", 0, gamma, x_lengths, y_lengths, window,
-                                 value, saved)
+    out = _run_backward(grad, None, None, C, C, "precomputed", 0, gamma, x_lengths, y_lengths, window,
+                        value, saved, False, None, var)
     dx, dy = _cost_vjp(cost, x, y, C)
-    return dx, dy, dgamma
+    return (dx, dy) + tuple(out[2:])
 
 
-def _backward_gram(grad, x, y, gamma, x_lengths, y_lengths, window, value, saved):
+def _backward_gram(grad, x, y, gamma, x_lengths, y_lengths, window, value, saved, var=None):
     """Squared Euclidean, large D: G = x·yᵀ by one GEMM, the kernel (cost "gram") writing grad_b · E_b over G
     and returning its row sums rs and column sums cs; then dx = 2 (rs x - E y), dy = 2 (cs y - Eᵀ x), each one
     GEMM with the scaled input as its addend. A forward + backward launches 14 kernels; the elementwise form of
     the cost took 31 (benchmarks/OPTIMIZATION_LOG.md, "Large D: the Gram cost in the cells")."""
     xn, yn, G = _gram_checked(x, y)
     if saved.numel() == 0:
-        _, saved = _run_forward(xn, yn, G, "gram", 0, gamma, x_lengths, y_lengths, window, True)
-    rs, cs, dgamma = _run_backward(grad, xn, yn, G, G, "gram", 0, gamma, x_lengths, y_lengths, window, value,
-                                   saved)
+        _, saved = _run_forward(xn, yn, G, "gram", 0, gamma, x_lengths, y_lengths, window, True, False, var)
+    out = _run_backward(grad, xn, yn, G, G, "gram", 0, gamma, x_lengths, y_lengths, window, value, saved, False,
+                        None, var)
+    rs, cs = out[0], out[1]
     dx = torch.baddbmm(x * rs.unsqueeze(-1), G, y, beta=2.0, alpha=-2.0)
     dy = torch.baddbmm(y * cs.unsqueeze(-1), G.transpose(1, 2), x, beta=2.0, alpha=-2.0)
-    return dx, dy, dgamma
+    return (dx, dy) + tuple(out[2:])
 
 
 def _bands(plan, nband, B, M, right_to_left=False):
@@ -535,7 +713,7 @@ def _bands(plan, nband, B, M, right_to_left=False):
         tbase += B * nb
 
 
-def _forward_banded(x, y, gamma, cost, x_lengths, y_lengths, window, memory):
+def _forward_banded(x, y, gamma, cost, x_lengths, y_lengths, window, memory, var=None):
     """Large D with bounded memory (memory="checkpoint", or a value-only pass over a large table): the cost
     of one band of column chunks at a time (``_gemm_cost`` of y's band), each band's forward_chain_kernel
     after the band on its left, which published its last column (kernels/forward.cu)."""
@@ -543,26 +721,33 @@ def _forward_banded(x, y, gamma, cost, x_lengths, y_lengths, window, memory):
     plan, nband = _band_plan(B, N, M, x.dtype, dev)
     if memory != "checkpoint":
         plan = _launch.Plan(plan.K, plan.W, plan.nch, True, 0)  # no row checkpoints
-    value, saved, bufs = _forward_chain_buffers(x, B, N, M, plan, False)
+    value, saved, bufs = _forward_chain_buffers(x, B, N, M, plan, False, var)
     expr = _launch.expression("forward_chain_kernel", x.dtype, "precomputed", 0, plan, window is not None, False,
-                              plan.TH > 0)
+                              plan.TH > 0, var=var.code if var else 0)
     xx = _row_norms(cost, x)
     for band in _bands(plan, nband, B, M):
         C = _cost_checked(cost, x, y[:, band.cols], xx, M)
         _launch_forward_chain(expr, dev, plan, None, None, C, gamma, x_lengths, y_lengths, window, value, None,
-                              bufs, B, N, M, band)
+                              bufs, B, N, M, band, var)
         del C  # the caching allocator hands it to the next band's GEMM, after this launch on the same stream
     return value, saved
 
 
-def _backward_banded(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved):
+def _backward_banded(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved, var=None):
     """memory="checkpoint" for large D: bands right to left, each its cost by GEMM, the checkpointed
-    backward_chain_kernel writing grad_b · E_b over it, then the band's share of dx and its dy by GEMMs."""
+    backward_chain_kernel writing grad_b · E_b over it, then the band's share of dx and its dy by GEMMs. With
+    var a fourth output, as :func:`_run_backward`."""
     B, N, M, dev = x.shape[0], x.shape[1], y.shape[1], x.device.index
     plan, nband = _band_plan(B, N, M, x.dtype, dev)
     dgamma = torch.empty(B, dtype=x.dtype, device=x.device)
-    bufs = _backward_chain_buffers(x, B, N, M, 0, plan, saved, nband)
-    expr = _launch.expression("backward_chain_kernel", x.dtype, "precomputed", 0, plan, window is not None, True)
+    endbuf = dpen = None
+    if var is not None:
+        if var.open_end:
+            endbuf = _end_in(saved, _table_numel(plan, B, N, x.dtype, "checkpoint"))
+        dpen = x.new_empty((B,)) if var.penalty else None
+    bufs = _backward_chain_buffers(x, B, N, M, 0, plan, saved, nband, var)
+    expr = _launch.expression("backward_chain_kernel", x.dtype, "precomputed", 0, plan, window is not None, True,
+                              var=var.code if var else 0)
     grad = _like(grad, x)
     dx, dy = None, torch.empty_like(y)
     xx = _row_norms(cost, x)
@@ -570,12 +755,12 @@ def _backward_banded(grad, x, y, gamma, cost, x_lengths, y_lengths, window, valu
         yb = y[:, band.cols]
         C = _cost_checked(cost, x, yb, xx, M)
         _launch_backward_chain(expr, dev, plan, grad, None, None, C, C, gamma, x_lengths, y_lengths, window, value,
-                               saved, None, None, dgamma, bufs, B, N, M, band)
+                               saved, None, None, dgamma, bufs, B, N, M, band, var, endbuf, dpen)
         gx, gy = _cost_vjp(cost, x, yb, C)
         dx = gx if dx is None else dx.add_(gx)
         dy[:, band.cols] = gy
         del C, gx, gy
-    return dx, dy, dgamma
+    return (dx, dy, dgamma) if var is None else (dx, dy, dgamma, dpen)
 
 
 def _row_norms(cost, x):

@@ -299,12 +299,15 @@ def _planned(B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index: i
 
 @lru_cache(maxsize=4096)  # a string built per launch otherwise
 def expression(kernel: str, dtype: torch.dtype, cost: str, D: int, plan: Plan, window: bool,
-               *flags: bool) -> str:
+               *flags: bool, var: int = 0) -> str:
     """The C++ name expression of one instantiation, e.g. ``sdtw::forward_kernel<float, 0, 1, 16, 1, false, true>``;
-    flags: the kernel's trailing bool parameters (STORE, LONG or STORE, CKPT)."""
+    flags: the kernel's trailing bool parameters (STORE, LONG or STORE, CKPT), all of them when var is set; var:
+    the alignment variants' bit mask (kernels/common.cuh, Variant), left out when 0 (the plain DP)."""
     args = [_CTYPE[dtype], str(COST_IDS[cost]), str(max(D, 1)), str(plan.K), str(plan.W),
             "true" if window else "false"]
     args += ["true" if f else "false" for f in flags]
+    if var:
+        args.append(str(var))
     return f"sdtw::{kernel}<{', '.join(args)}>"
 
 

@@ -47,6 +47,13 @@ struct BackwardArgs {
   int N, M, nch, TH;
   int stagger;            // CKPT: tile stagger between chunks, as in the forward (tile_shift)
   int ldc, cbase;         // C's and dC's row stride and first column: (M, 0) for the whole table
+  // Alignment variants (VAR, common.cuh); unused (null) in the plain DP.
+  const T* pen;           // VAR_PENALTY: pair b's step penalty at pen[b * pen_stride] (natural units)
+  int pen_stride;
+  const double* endr;     // VAR_OPEN_END: (B, M) R of the last row and (B, 2) (value, argmin) from the forward
+  const double* endv;
+  T* dpen;                // VAR_PENALTY: (B,) grad_b d value_b / d p
+  double* pensum;         // VAR_PENALTY, CHAIN: (B,) d value / d p summed over the chunks (zeroed by the caller)
 };
 
 // SEQ: one group walks the chunks of a pair right to left, links from the stored table. CHAIN: one block
@@ -78,7 +85,7 @@ struct BwdRow {
 };
 
 template <typename T, int COST, int DT, int K, int W, bool WINDOW, bool HARD, int P, int MODE = BWD_SEQ,
-          int BAR = 0>
+          int BAR = 0, int VAR = 0>
 __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const int b, const T scale,
                                               const T gamma, const T xs, T (*hand)[W][Carry<COST, DT>::NB], double* red,
                                               typename Link<T>::Word* wring, T* cring, const int c0 = 0) {
@@ -91,6 +98,7 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
   constexpr bool XY = reads_xy<COST>();
   using Word = typename Link<T>::Word;
   const Word BORDER = Link<T>::border();
+  constexpr bool OE = (VAR & VAR_OPEN_END) != 0, PEN = (VAR & VAR_PENALTY) != 0;
   const int lane = threadIdx.x & 31;
   const unsigned tid = group_tid<W, BAR>(), nthreads = group_threads<W, BAR>();
   const int wg = (W == 1) ? 0 : int(tid >> 5);
@@ -118,6 +126,10 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
   Word* my_wring = wring + size_t(tid) * K;
   T* my_cring = cring + size_t(tid) * K;
   double ec = 0.0;
+  // Penalty: in log2 units (the float64 weights add it to R of the vertical and horizontal predecessor), and
+  // d value / d p summed over the pair (units of Link<T>::UNIT).
+  const T pen = PEN ? a.pen[size_t(b) * a.pen_stride] * scale : T(0);
+  double pensum = 0.0;
   if (MODE != BWD_SEQ) {  // this block zeroes what lies outside the pair in its own columns (and dx: chunk 0)
     const int cbeg = c0 * CW, cend = min(M, cbeg + CW);
     if (XY) {
@@ -175,6 +187,25 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
     Word Sb[K];  // E and link of this lane's columns on the row below (processed one step ago)
 #pragma unroll
     for (int k = 0; k < K; ++k) { Eb[k] = T(0); Sb[k] = BORDER; }
+    if constexpr (OE) {
+      // Open end: the last row's E starts from the end's soft-min weights 2^(v - R[n-1, j]) (hard: one-hot on the
+      // first argmin). They wait in Eb, the row "below" the last: float links Sb = one-hot "up" (w_up = 1, w_diag
+      // = 0) carry them into the last row's E with no extra instruction per cell; float64 weights depend on R, so
+      // Sb keeps the border (weights 0) and the cell adds Eb itself (endrow, below). The penalty sum, which adds
+      // every w_up E term, takes the float seeds back out.
+      const double v = a.endv[2 * b], arg = a.endv[2 * b + 1];
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        const int j = j0 + k;
+        if (j < m) {
+          Eb[k] = HARD ? T(double(j) == arg ? 1.0 : 0.0) : Num<T>::ex2(T(v - a.endr[size_t(b) * M + j]));
+          if (!Link<T>::NEEDS_R) {
+            Sb[k] = Link<T>::hard(1);
+            if (PEN) pensum -= double(Eb[k] * Link<T>::w_up(Sb[k], T(0), HARD));
+          }
+        }
+      }
+    }
     T Efirst = T(0);
     Word Sfirst = BORDER;  // (E, link) of column j0 on the row just processed -> lane L - 1
     T dxout[DX > 0 ? DX : 1];        // dx of that row accumulated from column j0 rightwards
@@ -411,6 +442,7 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
       if (live) {
         const bool endrow = i == n - 1;
         T ecrow = T(0);
+        T penrow = T(0);
 #pragma unroll
         for (int k = K - 1; k >= 0; --k) {
           const int j = j0 + k;
@@ -426,9 +458,25 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
           }
           T Rp = T(0);
           if constexpr (Link<T>::NEEDS_R) Rp = s[k] + (XY ? cst : cst * scale);
-          T e = (Eb[k] * Link<T>::w_up(Sb[k], Rp, HARD) + Er * Link<T>::w_left(Sr, Rp, HARD) +
+          T e;
+          if constexpr (PEN) {
+            // This cell is the vertical / horizontal predecessor of the cells below and right: the E terms of
+            // those two edges are its share of d value / d p. (float64: the penalty is part of their weights,
+            // and a cell outside the pair or the band has no R to form them with: it adds nothing.)
+            const T Rq = Link<T>::NEEDS_R ? Rp + pen : Rp;
+            const T t = Eb[k] * Link<T>::w_up(Sb[k], Rq, HARD) + Er * Link<T>::w_left(Sr, Rq, HARD);
+            const bool in = ((colok >> k) & 1u) && (!WINDOW || (j >= mine.lo && j < mine.hi));
+            penrow += in ? t : T(0);
+            e = (t + Ed * Link<T>::w_diag(Sd, Rp, HARD)) * T(Link<T>::UNIT);
+          } else {
+            e = (Eb[k] * Link<T>::w_up(Sb[k], Rp, HARD) + Er * Link<T>::w_left(Sr, Rp, HARD) +
                  Ed * Link<T>::w_diag(Sd, Rp, HARD)) * T(Link<T>::UNIT);
-          if (endrow && ((colend >> k) & 1u)) e = T(1);
+          }
+          if constexpr (OE) {
+            if (Link<T>::NEEDS_R && endrow) e += Eb[k];
+          } else if (endrow && ((colend >> k) & 1u)) {
+            e = T(1);
+          }
           bool valid = (colok >> k) & 1u;
           if (WINDOW) valid = valid && j >= mine.lo && j < mine.hi;
           if (!valid) e = T(0);
@@ -455,6 +503,7 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
           }
         }
         ec += double(ecrow);
+        if (PEN) pensum += double(penrow);
         Efirst = Er;
         Sfirst = Sr;
 #pragma unroll
@@ -503,31 +552,45 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
     group_sync<W, BAR>();  // bnd written by this chunk is read by the next
   }
   ec = group_sum<W, BAR>(ec, red);
+  if (PEN) pensum = group_sum<W, BAR>(pensum, red);
   if (MODE != BWD_SEQ) {  // the chunk that finishes last adds up <E, C> of all chunks
     if (L != 0) return;
     atomicAdd(a.ecsum + b, ec);
+    if (PEN) atomicAdd(a.pensum + b, pensum);
     __threadfence();
     if (atomicAdd(a.done + b, 1) != nch_b - 1) return;
     __threadfence();
     ec = atomicAdd(a.ecsum + b, 0.0);  // read through L2
+    if (PEN) pensum = atomicAdd(a.pensum + b, 0.0);
   }
   if (XY) ec /= double(scale);  // back to natural units
   if (L == 0) {
-    const double dg = HARD ? 0.0 : double(g) * (double(a.value[b]) - ec) / double(gamma);
-    a.dgamma[b] = T(dg);
+    if constexpr (PEN) {
+      // value = <E, C> + p dv/dp + gamma dv/dgamma (soft-DTW is homogeneous of degree 1 in (C, p, gamma)).
+      const double dp = pensum * double(Link<T>::UNIT), p = double(a.pen[size_t(b) * a.pen_stride]);
+      const double dg = HARD ? 0.0 : double(g) * (double(a.value[b]) - ec - p * dp) / double(gamma);
+      a.dgamma[b] = T(dg);
+      a.dpen[b] = T(double(g) * dp);
+    } else {
+      const double dg = HARD ? 0.0 : double(g) * (double(a.value[b]) - ec) / double(gamma);
+      a.dgamma[b] = T(dg);
+    }
   }
 }
 
 // Grid as the forward: W == 1: ceil(B / 4) blocks of 4 warps; W > 1: B blocks of W warps.
 // Register cap (float, small D): 16 warps per SM keep enough loads of the links in flight.
-template <typename T, int COST, int DT, int K, int W, bool WINDOW>
+// VAR: alignment variants (common.cuh, Variant): pen, endbuf (the forward's endr (B, M) and endv (B, 2)) and dpen
+// are read or written only by their instantiations.
+template <typename T, int COST, int DT, int K, int W, bool WINDOW, int VAR = 0>
 __global__ void __launch_bounds__(W == 1 ? 128 : 32 * W, (W == 1 && sizeof(T) == 4 && DT == 1) ? 4 : 1)
 backward_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* C, const T* __restrict__ gamma,
                 const long long* __restrict__ xlen, const long long* __restrict__ ylen,
                 const int* __restrict__ window, const T* __restrict__ grad,
                 const typename Link<T>::Word* __restrict__ saved,
                 T* __restrict__ dx, T* __restrict__ dy, T* dC, const T* __restrict__ value,
-                T* __restrict__ dgamma, T* __restrict__ bnd, int B, int N, int M, int nch) {
+                T* __restrict__ dgamma, T* __restrict__ bnd, int B, int N, int M, int nch,
+                const T* __restrict__ pen, int pen_stride, const double* __restrict__ endbuf, T* __restrict__ dpen) {
   using Word = typename Link<T>::Word;
   constexpr int THREADS = W == 1 ? 128 : 32 * W;
   constexpr int STAGE = THREADS * K * int(sizeof(Word) + (fused_cost<COST>() ? 0 : sizeof(T)));
@@ -540,20 +603,21 @@ backward_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* C, co
   const int b = (W == 1) ? int(blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) : int(blockIdx.x);
   if (b >= B) return;
   const BackwardArgs<T> a{x, y, C, xlen, ylen, window, grad, saved, dx, dy, dC, value, dgamma, bnd,
-                          nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, N, M, nch, N, 0, M, 0};
+                          nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, N, M, nch, N, 0, M, 0,
+                          pen, pen_stride, endbuf, endbuf + size_t(B) * M, dpen, nullptr};
   const T g = *gamma;  // scales as in the forward (inputs pre-scaled for fused costs)
   if (g == T(0)) {
-    backward_pair<T, COST, DT, K, W, WINDOW, true, P>(a, b, T(1), g, T(1), hand, red, wring, cring);
+    backward_pair<T, COST, DT, K, W, WINDOW, true, P, BWD_SEQ, 0, VAR>(a, b, T(1), g, T(1), hand, red, wring, cring);
   } else {
     const T scale = T(1) / (g * T(LN2));
     const T xs = COST == COST_SQEUCLIDEAN ? sqrt(scale) : scale;
-    backward_pair<T, COST, DT, K, W, WINDOW, false, P>(a, b, scale, g, xs, hand, red, wring, cring);
+    backward_pair<T, COST, DT, K, W, WINDOW, false, P, BWD_SEQ, 0, VAR>(a, b, scale, g, xs, hand, red, wring, cring);
   }
 }
 
 // The recompute group of the checkpointed backward: tiles from the bottom up, each into buffer r & 1 once
 // the backward group has handed that buffer back (it held tile r + 2), then "tile r ready".
-template <typename T, int COST, int DT, int K, int W, bool WINDOW, bool HARD>
+template <typename T, int COST, int DT, int K, int W, bool WINDOW, bool HARD, int VAR = 0>
 __device__ __forceinline__ void recompute_tiles(const ForwardArgs<T>& fa, const int b, const int c, const T scale,
                                                 const T xs, T (*fhand)[W], typename Link<T>::Word* tile) {
   constexpr int CW = 32 * W * K;
@@ -563,7 +627,7 @@ __device__ __forceinline__ void recompute_tiles(const ForwardArgs<T>& fa, const 
   const int bottom = tiles.of(n - 1);
   for (int r = bottom; r >= 0; --r) {
     if (r <= bottom - 2) bar_wait(BAR_FREE + (r & 1), 64 * W);
-    forward_pair<T, COST, DT, K, W, WINDOW, true, HARD, 0, MODE_RECOMP, BAR_RECOMP>(
+    forward_pair<T, COST, DT, K, W, WINDOW, true, HARD, 0, MODE_RECOMP, BAR_RECOMP, false, false, VAR>(
         fa, b, scale, T(1), xs, fhand, nullptr, c, tiles.first(r), min(n, tiles.first(r + 1)),
         tile + size_t(r & 1) * fa.TH * CW, r);
     __threadfence_block();  // the tile's stores before the backward group's reads (the barrier orders them too)
@@ -578,7 +642,8 @@ __device__ __forceinline__ void recompute_tiles(const ForwardArgs<T>& fa, const 
 // sync: [ticket, flags (B, nch), done (B)], ecsum (B,), zeroed by the caller. Banded cost (large D): one launch
 // per band of chunks [c_lo, c_lo + nband), right to left, as in forward_chain_kernel; ecsum, done and the
 // flags carry over from launch to launch, so the last chunk of a pair still adds up <E, C>.
-template <typename T, int COST, int DT, int K, int W, bool WINDOW, bool CKPT>
+// VAR: as backward_kernel; pensum (B,) float64 zeroed by the caller (VAR_PENALTY).
+template <typename T, int COST, int DT, int K, int W, bool WINDOW, bool CKPT, int VAR = 0>
 __global__ void __launch_bounds__(CKPT ? 64 * W : 32 * W)
 backward_chain_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* C, const T* __restrict__ gamma,
                       const long long* __restrict__ xlen, const long long* __restrict__ ylen,
@@ -587,7 +652,8 @@ backward_chain_kernel(const T* __restrict__ x, const T* __restrict__ y, const T*
                       T* __restrict__ dx, T* __restrict__ dy, T* dC, const T* __restrict__ value,
                       T* __restrict__ dgamma, T* bnd, int* sync, double* ecsum, T* fbnd, T* ckpt,
                       typename Link<T>::Word* tiles, int B, int N, int M, int nch, int TH, int stagger, int c_lo,
-                      int nband, int tbase, int ldc, int cbase) {
+                      int nband, int tbase, int ldc, int cbase, const T* __restrict__ pen, int pen_stride,
+                      const double* endbuf, T* dpen, double* pensum) {
   using Word = typename Link<T>::Word;
   constexpr int THREADS = 32 * W;  // one group
   constexpr int STAGE = THREADS * K * int(sizeof(Word) + (fused_cost<COST>() ? 0 : sizeof(T)));
@@ -606,7 +672,8 @@ backward_chain_kernel(const T* __restrict__ x, const T* __restrict__ y, const T*
   // Tile buffers for the blocks of one launch: (B, nband) of them.
   Word* tile = CKPT ? tiles + (size_t(b) * nband + (c - c_lo)) * 2 * size_t(TH) * (THREADS * K) : nullptr;
   const BackwardArgs<T> a{x, y, C, xlen, ylen, window, grad, saved, dx, dy, dC, value, dgamma, bnd,
-                          sync + 1, fbnd, ckpt, tile, ecsum, sync + 1 + B * nch, N, M, nch, TH, stagger, ldc, cbase};
+                          sync + 1, fbnd, ckpt, tile, ecsum, sync + 1 + B * nch, N, M, nch, TH, stagger, ldc, cbase,
+                          pen, pen_stride, endbuf, endbuf + size_t(B) * M, dpen, pensum};
   constexpr int MODE = CKPT ? BWD_CKPT : BWD_CHAIN;
   constexpr int BAR = CKPT ? BAR_BWD : 0;
   const T g = *gamma;
@@ -615,18 +682,19 @@ backward_chain_kernel(const T* __restrict__ x, const T* __restrict__ y, const T*
   if (CKPT && threadIdx.x >= THREADS) {  // the recompute group
     if (c * THREADS * K >= int(ylen[b])) return;  // no chunk of this pair here: the backward group only zeroes
     const ForwardArgs<T> fa{x, y, C, xlen, ylen, window, nullptr, nullptr, fbnd, nullptr, ckpt, N, M, nch, TH, stagger,
-                            ldc, cbase};
+                            ldc, cbase, pen, pen_stride};
     if (g == T(0)) {
-      recompute_tiles<T, COST, DT, K, W, WINDOW, true>(fa, b, c, scale, xs, fhand, tile);
+      recompute_tiles<T, COST, DT, K, W, WINDOW, true, VAR>(fa, b, c, scale, xs, fhand, tile);
     } else {
-      recompute_tiles<T, COST, DT, K, W, WINDOW, false>(fa, b, c, scale, xs, fhand, tile);
+      recompute_tiles<T, COST, DT, K, W, WINDOW, false, VAR>(fa, b, c, scale, xs, fhand, tile);
     }
     return;
   }
   if (g == T(0)) {
-    backward_pair<T, COST, DT, K, W, WINDOW, true, P, MODE, BAR>(a, b, scale, g, xs, hand, red, wring, cring, c);
+    backward_pair<T, COST, DT, K, W, WINDOW, true, P, MODE, BAR, VAR>(a, b, scale, g, xs, hand, red, wring, cring, c);
   } else {
-    backward_pair<T, COST, DT, K, W, WINDOW, false, P, MODE, BAR>(a, b, scale, g, xs, hand, red, wring, cring, c);
+    backward_pair<T, COST, DT, K, W, WINDOW, false, P, MODE, BAR, VAR>(a, b, scale, g, xs, hand, red, wring, cring,
+                                                                        c);
   }
 }
 

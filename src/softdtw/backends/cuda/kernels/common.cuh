@@ -353,6 +353,65 @@ __device__ __forceinline__ double group_sum(double v, double* scratch) {
   return s;
 }
 
+// ---- Alignment variants (issue 25; softdtw/backends/reference.py derives the recursion) ----------------
+//
+// VAR, the last template argument of the forward and backward kernels, is a bit mask; VAR = 0 is the plain DP
+// and compiles to the code it always did (every variant branch is `if constexpr` or folds away):
+//   * VAR_OPEN_BEGIN: a path may start at any (0, j). Row 0's diagonal predecessor is 0 for every column and its
+//     vertical one +inf. Without a penalty the kernels reach that at no cost per cell: the row above row 0 (r, the
+//     left neighbours, the hand-over slots) holds v0 = 1 (log2 units) instead of +inf, used as diagonal AND vertical
+//     predecessor: 2^-1 + 2^-1 = 2^0, so smin(1, 1, left) = smin(0, left) exactly, each start counted once. Hard
+//     DTW takes v0 = 0: min(0, 0, left) = min(0, left), the tie going to the diagonal as in the reference.
+//     With a penalty the vertical predecessor gets a per-step addend instead (+inf on row 0, the penalty elsewhere),
+//     and v0 = 0.
+//   * VAR_OPEN_END: the value is the soft-min (hard: the min, first column on ties) over the last row's columns.
+//     The forward writes R of the last row (log2 units, float64: F + r is exact there) to `endr`, reduces it per
+//     pair (EndAcc) and keeps (v, argmin) in `endv`; the backward seeds E on the last row with 2^(v - R[n-1, j])
+//     (hard: one-hot on the argmin) instead of the 1 at (n-1, m-1).
+//   * VAR_PENALTY: p (per pair, read on the device) is added to the vertical and horizontal predecessors of every
+//     cell. The backward's d value / d p = sum over cells of E_s (w_up(s) + w_left(s)), summed at the predecessor
+//     p of each such edge: the terms E_s w(p -> s) that E_p itself is built of, one add per cell.
+enum Variant { VAR_OPEN_BEGIN = 1, VAR_OPEN_END = 2, VAR_PENALTY = 4 };
+
+// Open end: the soft-min (log2 units) of the last row as a running (min, sum of 2^(min - v)); hard DTW keeps (min,
+// first column holding it) instead. The min is float64 (F + r, exact); the sum is T: a float sum's rounding moves the
+// value by ~1e-7 in log2 units, far below a float32 value's own, and ex2 on the MUFU pipe keeps the fold short (it sits
+// on every pair's critical path once per pass).
+template <bool C, typename A, typename B> struct Pick { using type = A; };
+template <typename A, typename B> struct Pick<false, A, B> { using type = B; };
+
+template <typename T, bool HARD>
+struct EndAcc {
+  using S = typename Pick<HARD, double, T>::type;  // hard: the column, exact in float64 for any M
+  double m = 1e300;
+  S s = HARD ? S(1e300) : S(0);
+  static __device__ __forceinline__ S up(double d) { return Num<S>::ex2(S(d)); }  // 2^d for d <= 0 (0 at -inf)
+  __device__ __forceinline__ void add(double v, int j) {
+    if (HARD) {
+      if (v < m) { m = v; s = S(j); }  // columns come in increasing order: the first minimum stays
+    } else {
+      const double nm = fmin(m, v);
+      s = s * up(nm - m) + up(nm - v);
+      m = nm;
+    }
+  }
+  __device__ __forceinline__ void merge(double om, S os) {
+    if (HARD) {
+      if (om < m || (om == m && os < s)) { m = om; s = os; }
+    } else {
+      const double nm = fmin(m, om);
+      s = s * up(nm - m) + os * up(nm - om);
+      m = nm;
+    }
+  }
+  __device__ __forceinline__ void warp_merge() {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) merge(__shfl_xor_sync(FULL_MASK, m, o), __shfl_xor_sync(FULL_MASK, s, o));
+  }
+  // The value in log2 units (hard: natural units).
+  __device__ __forceinline__ double value() const { return HARD ? m : m - log2(double(s)); }
+};
+
 // Flags between blocks: the writer's plain stores of bnd, then a release store of the row count; the
 // reader acquires the count (every lane, so each lane's later loads are ordered after it) and reads bnd
 // through L2 (__ldcg), never a stale L1 line.

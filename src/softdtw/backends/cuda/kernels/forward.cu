@@ -12,13 +12,16 @@ namespace sdtw {
 // float64; with frames 2.5e-7, and no slower). launch.seq_frames picks it; the many-pair throughput passes of
 // short pairs stay frameless. It keeps the 5-block cap: ptxas spills 8 words at K = 16 under it, yet 4 blocks
 // per SM without spills ran 4 % slower (4096 x 8192^2; OPTIMIZATION_LOG.md, "Frames in long sequential passes").
-template <typename T, int COST, int DT, int K, int W, bool WINDOW, bool STORE, bool LONG = false>
+// VAR: alignment variants (common.cuh, Variant); pen, pen_stride, endbuf are read only by their instantiations:
+// endbuf (VAR_OPEN_END) holds endr (B, M), then endv (B, 2) (ForwardArgs).
+template <typename T, int COST, int DT, int K, int W, bool WINDOW, bool STORE, bool LONG = false, int VAR = 0>
 __global__ void __launch_bounds__(W == 1 ? 128 : 32 * W,
                                   W == 1 ? (sizeof(T) == 4 && DT <= 4 ? 5 : 4) : (W < 16 ? 16 / W : 1))
 forward_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* __restrict__ C,
                const T* __restrict__ gamma, const long long* __restrict__ xlen,
                const long long* __restrict__ ylen, const int* __restrict__ window, T* __restrict__ value,
-               typename Link<T>::Word* __restrict__ saved, T* __restrict__ bnd, int B, int N, int M, int nch) {
+               typename Link<T>::Word* __restrict__ saved, T* __restrict__ bnd, int B, int N, int M, int nch,
+               const T* __restrict__ pen, int pen_stride, double* __restrict__ endbuf) {
   constexpr int THREADS = W == 1 ? 128 : 32 * W;
   constexpr int STAGE = fused_cost<COST>() ? 0 : THREADS * K * int(sizeof(T));
   constexpr int P = ring_depth(STAGE);
@@ -27,20 +30,21 @@ forward_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* __rest
   __shared__ __align__(16) T ring[STAGE > 0 ? P * THREADS * K : 1];
   const int b = (W == 1) ? int(blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) : int(blockIdx.x);
   if (b >= B) return;  // only the last block of a W == 1 grid; W > 1 grids have exactly B blocks
-  const ForwardArgs<T> a{x, y, C, xlen, ylen, window, value, saved, bnd, nullptr, nullptr, N, M, nch, N, 0, M, 0};
+  const ForwardArgs<T> a{x, y, C, xlen, ylen, window, value, saved, bnd, nullptr, nullptr, N, M, nch, N, 0, M, 0,
+                        pen, pen_stride, endbuf, endbuf + size_t(B) * M, nullptr, nullptr};
   // gamma is read on the device: no host sync, and CUDA-graph replays see its current value.
   // Soft: values in log2 units, scale = 1 / (gamma ln 2). Fused costs scale their inputs instead of each
   // cell's cost (one multiply per loaded value, none per cell): by sqrt(scale) for the squared
   // Euclidean cost, by scale for L1.
   const T g = *gamma;
   if (g == T(0)) {
-    forward_pair<T, COST, DT, K, W, WINDOW, STORE, true, P, MODE_SEQ, 0, false, LONG>(a, b, T(1), T(1), T(1), hand,
-                                                                                     ring);
+    forward_pair<T, COST, DT, K, W, WINDOW, STORE, true, P, MODE_SEQ, 0, false, LONG, VAR>(a, b, T(1), T(1), T(1),
+                                                                                          hand, ring);
   } else {
     const T scale = T(1) / (g * T(LN2));
     const T xs = COST == COST_SQEUCLIDEAN ? sqrt(scale) : scale;
-    forward_pair<T, COST, DT, K, W, WINDOW, STORE, false, P, MODE_SEQ, 0, false, LONG>(a, b, scale, g * T(LN2), xs,
-                                                                                      hand, ring);
+    forward_pair<T, COST, DT, K, W, WINDOW, STORE, false, P, MODE_SEQ, 0, false, LONG, VAR>(a, b, scale, g * T(LN2),
+                                                                                           xs, hand, ring);
   }
 }
 
@@ -62,13 +66,16 @@ template <typename T, int COST, int K, int W, bool STORE, bool CKPT>
 __host__ __device__ constexpr int chain_min_blocks() {
   return sizeof(T) == 4 && fused_cost<COST>() && !STORE && !CKPT && W <= 8 ? (K <= 4 ? 32 / W : 36 / W) : 0;
 }
-template <typename T, int COST, int DT, int K, int W, bool WINDOW, bool STORE, bool CKPT>
+// VAR: as forward_kernel; endbuf holds endr (B, M), endv (B, 2), then the chunks' partials (B, nch, 2), and done
+// (B,) counts the chunks of each pair that have published theirs (zeroed by the caller).
+template <typename T, int COST, int DT, int K, int W, bool WINDOW, bool STORE, bool CKPT, int VAR = 0>
 __global__ void __launch_bounds__(32 * W, chain_min_blocks<T, COST, K, W, STORE, CKPT>())
 forward_chain_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* __restrict__ C,
                      const T* __restrict__ gamma, const long long* __restrict__ xlen,
                      const long long* __restrict__ ylen, const int* __restrict__ window, T* __restrict__ value,
                      typename Link<T>::Word* __restrict__ saved, T* bnd, int* sync, T* ckpt, int B, int N,
-                     int M, int nch, int TH, int stagger, int c_lo, int nband, int tbase, int ldc, int cbase) {
+                     int M, int nch, int TH, int stagger, int c_lo, int nband, int tbase, int ldc, int cbase,
+                     const T* __restrict__ pen, int pen_stride, double* endbuf, int* done) {
   constexpr int THREADS = 32 * W;
   constexpr int STAGE = fused_cost<COST>() ? 0 : THREADS * K * int(sizeof(T));
   constexpr int P = ring_depth(STAGE);
@@ -83,15 +90,17 @@ forward_chain_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* 
   const int m = int(ylen[b]);
   if (c * THREADS * K >= m) return;  // past this pair's columns: nobody waits on this chunk
   const ForwardArgs<T> a{x, y, C, xlen, ylen, window, value, saved, bnd, sync + 1, ckpt, N, M, nch, TH, stagger,
-                        ldc, cbase};
+                        ldc, cbase, pen, pen_stride, endbuf, endbuf + size_t(B) * M,
+                        endbuf + size_t(B) * M + 2 * size_t(B), done};
   const T g = *gamma;
   if (g == T(0)) {
-    forward_pair<T, COST, DT, K, W, WINDOW, STORE, true, P, MODE_CHAIN, 0, CKPT>(a, b, T(1), T(1), T(1), hand, ring, c);
+    forward_pair<T, COST, DT, K, W, WINDOW, STORE, true, P, MODE_CHAIN, 0, CKPT, false, VAR>(a, b, T(1), T(1), T(1),
+                                                                                            hand, ring, c);
   } else {
     const T scale = T(1) / (g * T(LN2));
     const T xs = COST == COST_SQEUCLIDEAN ? sqrt(scale) : scale;
-    forward_pair<T, COST, DT, K, W, WINDOW, STORE, false, P, MODE_CHAIN, 0, CKPT>(a, b, scale, g * T(LN2), xs, hand,
-                                                                                 ring, c);
+    forward_pair<T, COST, DT, K, W, WINDOW, STORE, false, P, MODE_CHAIN, 0, CKPT, false, VAR>(a, b, scale, g * T(LN2),
+                                                                                             xs, hand, ring, c);
   }
 }
 

@@ -38,6 +38,13 @@ struct ForwardArgs {
   int N, M, nch, TH;
   int stagger;              // rows between the tile boundaries of neighbouring chunks (tile_shift)
   int ldc, cbase;           // C's row stride and first column: (M, 0) for the whole table
+  // Alignment variants (VAR, common.cuh); unused (null) in the plain DP.
+  const T* pen;             // VAR_PENALTY: the step penalty of pair b at pen[b * pen_stride] (natural units)
+  int pen_stride;           // 0: one penalty for all pairs, 1: one per pair
+  double* endr;             // VAR_OPEN_END: (B, M) R of each pair's last row, log2 units (hard: natural)
+  double* endv;             // VAR_OPEN_END: (B, 2) (value in log2 units, first argmin column)
+  double* endp;             // VAR_OPEN_END, CHAIN: (B, nch, 2) per-chunk EndAcc partials
+  int* done;                // VAR_OPEN_END, CHAIN: (B,) chunks that have published their partial (zeroed)
 };
 
 // memory="checkpoint" cuts each chunk's rows into tiles of TH rows: tile r of chunk c is rows
@@ -129,7 +136,7 @@ struct FwdRow {
 // SEQ value-only pass that keeps frames all the same (long pairs, forward.cu).
 // hand: [3][W], R of each warp's last lane one step ago (double-buffered) and, with frames, its frame.
 template <typename T, int COST, int DT, int K, int W, bool WINDOW, bool STORE, bool HARD, int P, int MODE = MODE_SEQ,
-          int BAR = 0, bool CKPT = false, bool LONG = false>
+          int BAR = 0, bool CKPT = false, bool LONG = false, int VAR = 0>
 __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int b, const T scale,
                                              const T unit, const T xs, T (*hand)[W], T* ring, const int c0 = 0,
                                              const int r0 = 0, int r1 = 0,
@@ -150,6 +157,7 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
   // (OPTIMIZATION_LOG.md, "Two-stage soft-min in the value-only chained forward").
   constexpr bool SPLIT_PASS = MODE == MODE_CHAIN && !STORE && !CKPT && sizeof(T) == 4 && K <= 4;
   constexpr bool SPLIT = SPLIT_PASS && !HARD;
+  constexpr bool OB = (VAR & VAR_OPEN_BEGIN) != 0, OE = (VAR & VAR_OPEN_END) != 0, PEN = (VAR & VAR_PENALTY) != 0;
   const int lane = threadIdx.x & 31;
   const unsigned tid = group_tid<W, BAR>(), nthreads = group_threads<W, BAR>();
   const int wg = (W == 1) ? 0 : int(tid >> 5);
@@ -166,6 +174,10 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
   const int cb = a.cbase;
   const int* wb = a.window + size_t(b) * N * 2;
   T* my_ring = ring + size_t(tid) * K;  // stage s at my_ring + s * nthreads * K
+  // Variants (common.cuh, Variant): the penalty in the DP's units, and R of the row above row 0 (v0 with an
+  // open begin, else the border).
+  const T pen = PEN ? a.pen[size_t(b) * a.pen_stride] * scale : T(0);
+  const T above = (OB && r0 == 0) ? ((PEN || HARD) ? T(0) : T(1)) : BIG;
 
   const int c_lo = MODE == MODE_SEQ ? 0 : c0, c_hi = MODE == MODE_SEQ ? nch_b : c0 + 1;
   for (int c = c_lo; c < c_hi; ++c) {
@@ -206,17 +218,17 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
     // 3-8 % faster without it (OPTIMIZATION_LOG.md, "Two-stage soft-min in the value-only chained forward").
     constexpr bool ckpt_test = keeps_ckpt || (MODE == MODE_CHAIN && !STORE && !SPLIT_PASS);
 #pragma unroll
-    for (int k = 0; k < K; ++k) r[k] = top ? top[L * K + k] : BIG;
+    for (int k = 0; k < K; ++k) r[k] = top ? top[L * K + k] : above;
     if (FR && top) F = top[CW + L];
     T last = r[K - 1];  // what lane L + 1 reads as its left neighbour
     // Left neighbour received one step ago = diagonal neighbour now; lane 0 of a later chunk starting
     // below row 0 begins with R[r0 - 1, c CW - 1] from the saved column.
-    T prevleft = (L == 0 && c == 0 && r0 == 0) ? T(0) : BIG;
+    T prevleft = OB ? above : ((L == 0 && c == 0 && r0 == 0) ? T(0) : BIG);
     if (MODE == MODE_RECOMP && r0 > 0 && c > 0 && L == 0)
       prevleft = bnd_in[size_t(r0 - 1) * BS] + (FR ? bnd_in[size_t(r0 - 1) * BS + 1] - F : T(0));
     if (W > 1) {
       if (lane == 31) {
-        hand[0][wg] = BIG; hand[1][wg] = BIG;
+        hand[0][wg] = above; hand[1][wg] = above;
         if (REBASE) hand[2][wg] = F;
       }
       group_sync<W, BAR>();
@@ -226,7 +238,7 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
     // the row whose value this lane writes (R[n-1, m-1], else -1), and the rows below which it hands its
     // last column to the next chunk (all, else none).
     const bool owns_end = (c == nch_b - 1) && (j0 <= m - 1) && (m - 1 < j0 + K);
-    const int end_row = (MODE != MODE_RECOMP && owns_end) ? n - 1 : -1;
+    const int end_row = (MODE != MODE_RECOMP && owns_end && !OE) ? n - 1 : -1;
     const int bnd_rows = (MODE != MODE_RECOMP && L == NL - 1 && c + 1 < nch_b) ? n : 0;
 
     // Row stream: lane l of warp wg holds row (32 * floor(t / 32) - 32 * wg + l) in `cur`, the next
@@ -384,13 +396,15 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
           if (live) {
             T left = leftin;
             Word sv[K];
+            // Penalty: added to the vertical predecessor (+inf on row 0 with an open begin) and the horizontal one.
+            const T uadd = (OB && i == 0) ? BIG : pen;
             // SPLIT: the diag-up half of every cell's soft-min first; only the left half stays serial.
             T u[K];
             if constexpr (SPLIT) {
               T dg = diag;
 #pragma unroll
               for (int k = 0; k < K; ++k) {
-                u[k] = soft_min2(dg, r[k]);
+                u[k] = soft_min2(dg, PEN ? r[k] + uadd : r[k]);
                 dg = r[k];
               }
             }
@@ -409,7 +423,20 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
               const T up = r[k];
               Word w = Word(0);
               T v;
-              if (HARD) {
+              if constexpr (PEN) {
+                const T pu = up + uadd, pl = left + pen;
+                if (HARD) {
+                  int choice;
+                  v = hard_min3(diag, pu, pl, choice) + cst;
+                  w = Link<T>::hard(choice);
+                } else if (STORE) {
+                  v = Link<T>::soft(diag, pu, pl, w) + cst;
+                } else if constexpr (SPLIT) {
+                  v = soft_min2(u[k], pl, cst);
+                } else {
+                  v = Link<T>::value(diag, pu, pl) + cst;
+                }
+              } else if (HARD) {
                 int choice;
                 v = hard_min3(diag, up, left, choice) + cst;
                 w = Link<T>::hard(choice);
@@ -461,8 +488,65 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
       }
     }
     if (MODE == MODE_CHAIN && bnd_rows > 0) st_release(flag_out, n);  // the rows since the last block
+    if constexpr (OE && MODE != MODE_RECOMP) {
+      // The last row, for the end's soft-min and the backward: after the pass every lane holds R[n - 1, j] of its
+      // columns (F + r; later frame moves shift F and r by the same exact difference), so nothing in the step
+      // tests for the row (a test and K stores in the step cost the K = 16, W = 8 long pair 4 % of its forward).
+#pragma unroll
+      for (int k = 0; k < K; ++k)
+        if (j0 + k < m) a.endr[size_t(b) * M + j0 + k] = double(F) + double(r[k]);
+    }
     if (!FUSED && P > 0) cp_async_wait<0>();
     group_sync<W, BAR>();  // bnd written by this chunk is read by the next
+  }
+  if constexpr (OE && MODE != MODE_RECOMP) {
+    // Open end: the soft-min of the last row. Each lane folds the columns it wrote (its own stores: no barrier),
+    // then the group; SEQ has every chunk of the pair, CHAIN publishes its chunk's partial, and the pair's last
+    // chunk to finish folds them all.
+    using Acc = EndAcc<T, HARD>;
+    Acc acc;
+    const double* er = a.endr + size_t(b) * M;
+    for (int c = c_lo; c < c_hi; ++c)
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        const int j = c * CW + L * K + k;
+        if (j < m) acc.add(er[j], j);
+      }
+    acc.warp_merge();
+    if constexpr (W > 1) {
+      __shared__ double scratch[2 * W];
+      group_sync<W, BAR>();
+      if (lane == 0) { scratch[2 * wg] = acc.m; scratch[2 * wg + 1] = double(acc.s); }
+      group_sync<W, BAR>();
+      acc = Acc();  // every warp's total, this one's included, from the scratch
+      for (int w = 0; w < W; ++w) acc.merge(scratch[2 * w], typename Acc::S(scratch[2 * w + 1]));
+    }
+    bool fold = MODE == MODE_SEQ;
+    if (MODE == MODE_CHAIN && wg == 0) {
+      int last = 0;
+      if (lane == 0) {
+        double* part = a.endp + (size_t(b) * a.nch + c0) * 2;
+        part[0] = acc.m;
+        part[1] = double(acc.s);
+        __threadfence();
+        last = atomicAdd(a.done + b, 1) == nch_b - 1;
+      }
+      fold = __shfl_sync(FULL_MASK, last, 0) != 0;
+      if (fold) {  // warp 0 of the pair's last chunk
+        __threadfence();
+        Acc all;
+        const double* part = a.endp + size_t(b) * a.nch * 2;
+        for (int q = lane; q < nch_b; q += 32) all.merge(__ldcg(part + 2 * q), typename Acc::S(__ldcg(part + 2 * q + 1)));
+        all.warp_merge();
+        acc = all;
+      }
+    }
+    if (fold && L == 0) {
+      const double v = acc.value();
+      a.endv[2 * b] = v;
+      a.endv[2 * b + 1] = double(acc.s);
+      a.value[b] = T(v * double(unit));
+    }
   }
 }
 
