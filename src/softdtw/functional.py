@@ -51,7 +51,7 @@ def _run_cost(C: torch.Tensor, p: Problem, memory: str, variant=None) -> torch.T
 
 def _variant(p: Problem, open_begin, open_end, step_penalty, bandwidth, itakura_max_slope):
     """The validated alignment-variant options of a prepared problem (None when none is set); refuses a backend
-    without them (cuda, for now) before anything runs."""
+    without them (a third-party backend; the built-in ones have them) before anything runs."""
     variant = as_variant(open_begin, open_end, step_penalty, bandwidth, itakura_max_slope, p.x.device, p.x.dtype)
     if variant is not None:
         _ops.variant_backend(p.backend, *variant)
@@ -134,9 +134,9 @@ def soft_dtw(x, y, gamma: Union[float, torch.Tensor] = 1.0, *, cost="sqeuclidean
             (i, j - 1) -> (i, j) move of a path, never for a diagonal one; any sign. With closed ends a path
             makes 2|A| - n - m such moves, so a penalty p equals adding 2p to every cost and subtracting
             p(n + m).
-            The three options run on the reference and cpu backends (cuda raises a NotImplementedError:
-            use .cpu()), and have first-order gradients only: a backward with create_graph=True raises a
-            NotImplementedError naming the option.
+            The three options run on every backend. Their second order (a backward with
+            create_graph=True) runs on the reference and cpu backends; cuda raises a NotImplementedError
+            naming the option there (use .cpu()).
 
     Returns:
         `(B,)` soft-DTW values, same dtype as x (a 0-d tensor for unbatched inputs). Not normalised
