@@ -48,19 +48,30 @@ VARIANTS = {
 }
 
 
-def closures(B, N, M, dtype, gamma):
+def _problem(B, N, M, dtype, gamma):
+    """One size's inputs on the GPU: x `(B, N, 1)`, y `(B, M, 1)`, gamma, full lengths, an upstream gradient of ones."""
     g = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(B, N, 1, device="cuda", dtype=dtype, generator=g)
     y = torch.randn(B, M, 1, device="cuda", dtype=dtype, generator=g)
     gam = torch.tensor(gamma, device="cuda", dtype=dtype)
     xl = torch.full((B,), N, device="cuda", dtype=torch.int64)
     yl = torch.full((B,), M, device="cuda", dtype=torch.int64)
-    grad = torch.ones(B, device="cuda", dtype=dtype)
+    return x, y, gam, xl, yl, torch.ones(B, device="cuda", dtype=dtype)
+
+
+def _device_options(opts, dtype):
+    """A variant's options, its step penalty as a 0-d tensor of the data dtype on the GPU."""
+    opts = dict(opts)
+    if "step_penalty" in opts:
+        opts["step_penalty"] = torch.tensor(opts["step_penalty"], device="cuda", dtype=dtype)
+    return opts
+
+
+def closures(B, N, M, dtype, gamma):
+    x, y, gam, xl, yl, grad = _problem(B, N, M, dtype, gamma)
     fns = {}
     for name, opts in VARIANTS.items():
-        opts = dict(opts)
-        if "step_penalty" in opts:
-            opts["step_penalty"] = torch.tensor(opts["step_penalty"], device="cuda", dtype=dtype)
+        opts = _device_options(opts, dtype)
 
         def step(opts=opts):
             v, saved = backend.forward(x, y, gam, "sqeuclidean", xl, yl, None, "store", **opts)
@@ -85,16 +96,8 @@ def queued_ms(fn, calls: int) -> float:
 
 def halves(B, N, M, dtype, gamma, opts):
     """(forward storing, backward alone from one saved forward) of one variant."""
-    g = torch.Generator(device="cuda").manual_seed(0)
-    x = torch.randn(B, N, 1, device="cuda", dtype=dtype, generator=g)
-    y = torch.randn(B, M, 1, device="cuda", dtype=dtype, generator=g)
-    gam = torch.tensor(gamma, device="cuda", dtype=dtype)
-    xl = torch.full((B,), N, device="cuda", dtype=torch.int64)
-    yl = torch.full((B,), M, device="cuda", dtype=torch.int64)
-    grad = torch.ones(B, device="cuda", dtype=dtype)
-    opts = dict(opts)
-    if "step_penalty" in opts:
-        opts["step_penalty"] = torch.tensor(opts["step_penalty"], device="cuda", dtype=dtype)
+    x, y, gam, xl, yl, grad = _problem(B, N, M, dtype, gamma)
+    opts = _device_options(opts, dtype)
     v, saved = backend.forward(x, y, gam, "sqeuclidean", xl, yl, None, "store", **opts)
 
     def fwd():

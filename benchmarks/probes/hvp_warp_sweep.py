@@ -15,25 +15,13 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from gpu import median_ms  # noqa: E402  (benchmarks/gpu.py: CUDA-event timing)
 from softdtw.backends import cuda as backend  # noqa: E402
 from softdtw.backends.cuda import hvp as mod  # noqa: E402
 
 SIZES = [(64, 256, 256, torch.float32), (1024, 256, 256, torch.float32), (256, 256, 256, torch.float64),
          (32, 512, 512, torch.float32), (64, 96, 96, torch.float32)]
-
-
-def median_ms(fn, reps):
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return sorted(times)[len(times) // 2]
 
 
 def main():
@@ -65,7 +53,7 @@ def main():
             else:
                 mod.force_plan = plan
             try:
-                ms = median_ms(lambda: backend.hvp_cost(C, gam, xl, yl, None, Cd, gd), args.reps)
+                ms = median_ms(lambda: backend.hvp_cost(C, gam, xl, yl, None, Cd, gd), args.reps, warmup=1)
             finally:
                 mod.force_plan = None
                 mod._warp_k = saved_k
