@@ -220,6 +220,20 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
 #pragma unroll
     for (int k = 0; k < K; ++k) r[k] = top ? top[L * K + k] : above;
     if (FR && top) F = top[CW + L];
+    // A later chunk starting at row 0 takes R[0, c CW - 1], the chunk column's first row, as every lane's frame
+    // rather than 0: frames move only every 32 steps, and a lane whose rows all fall between two moves (any x
+    // of fewer than 32 rows against a long y: 24 x 4000 closed-end) kept R itself, |R| ~ 3e4 in log2 units at
+    // ulp 4e-3, in every weight (dy 2e-4 relative, benchmarks/probes/short_x_precision.py). Equal frames keep
+    // dr = dl = 0 until the first move. Only where links are made (storing forward, recompute): a value needs
+    // no more than it has (its rounding stays relative to |R|), and the checkpointing forward's schedule moved
+    // (ptxas serialised one more ex2). Not with an open begin (R of row -1 is 0 in every lane's frame).
+    if constexpr (REBASE && !OB && (STORE || MODE == MODE_RECOMP)) {
+      if (c > 0 && !top) {
+        if (MODE == MODE_CHAIN) wait_rows(flag_in, 1);  // every warp, before warp 0's wait for its first block
+        const T v0 = __ldcg(bnd_in + size_t(r0) * BS), f0 = __ldcg(bnd_in + size_t(r0) * BS + 1);
+        if (v0 < T(1e29)) F = v0 + f0;
+      }
+    }
     T last = r[K - 1];  // what lane L + 1 reads as its left neighbour
     // Left neighbour received one step ago = diagonal neighbour now; lane 0 of a later chunk starting
     // below row 0 begins with R[r0 - 1, c CW - 1] from the saved column.
