@@ -167,19 +167,39 @@ def test_soft_starts_are_the_hard_paths_starts():
         assert a == starts[0][0, e]
 
 
-@pytest.mark.parametrize("n, cost_kind", [(1, 0), (16, 1), (37, 0), (64, 1), (130, 0)])
-def test_hard_wavefront_equals_the_column_order(n, cost_kind):
-    """The hard-DTW wavefront (strips of up to 64 rows: one strip of 8, 16, 40, 64 lanes, three of 64) gives the column-order DP's values and starts, bit for bit,
-    including ties (integer-valued data)."""
+@pytest.mark.parametrize("n, cost_kind, L, D", [(1, 0, 90, 2), (2, 1, 90, 1), (16, 1, 90, 2), (37, 0, 2500, 1),
+                                               (47, 1, 1100, 3), (48, 0, 90, 1), (64, 1, 4200, 2), (130, 0, 2100, 1)])
+def test_hard_wavefront_equals_the_column_order(n, cost_kind, L, D):
+    """The hard-DTW wavefront over column blocks (16 lanes below 48 rows, 32 from 48; chunks of lanes x 64
+    columns, so L = 1100 ... 4200 spans several chunks and ends in a narrower one; D = 1 computes the cost in the
+    step, D > 1 before it) gives the column-order DP's values and starts, bit for bit, including ties
+    (integer-valued data)."""
     from softdtw.backends import _cpu_search as kern
     rng = np.random.default_rng(n)
-    q = rng.integers(0, 3, size=(n, 2)).astype(np.float64)
-    s = rng.integers(0, 3, size=(90, 2)).astype(np.float64)
-    v1, s1 = np.empty(90), np.empty(90, np.int64)
-    v2, s2 = np.empty(90), np.empty(90, np.int64)
+    q = rng.integers(0, 3, size=(n, D)).astype(np.float64)
+    s = rng.integers(0, 3, size=(L, D)).astype(np.float64)
+    v1, s1 = np.empty(L), np.empty(L, np.int64)
+    v2, s2 = np.empty(L), np.empty(L, np.int64)
     kern._search_one(q, s, cost_kind, 0.0, v1, s1)
     kern._search_one_hard_wave(q, s, cost_kind, v2, s2)
     assert np.array_equal(v1, v2) and np.array_equal(s1, s2)
+
+
+@pytest.mark.parametrize("n, L", [(5, 3000), (60, 2049), (200, 700)])
+def test_hard_wavefront_equals_the_column_order_on_real_data(n, L):
+    """Random real data (no ties): the same bits as the column order (D = 1: the cost is rounded before it is
+    added in both), and the path's cost is its value."""
+    from softdtw.backends import _cpu_search as kern
+    rng = np.random.default_rng(L)
+    q, s = rng.normal(size=(n, 1)), rng.normal(size=(L, 1))
+    v1, s1 = np.empty(L), np.empty(L, np.int64)
+    v2, s2 = np.empty(L), np.empty(L, np.int64)
+    kern._search_one(q, s, 0, 0.0, v1, s1)
+    kern._search_one_hard_wave(q, s, 0, v2, s2)
+    assert np.array_equal(v1, v2) and np.array_equal(s1, s2)
+    path, value = kern.hard_path(q, s, 0, True, True)
+    assert value == v1.min() and path[-1, 1] == int(v1.argmin()) and path[0, 1] == s1[v1.argmin()]
+    assert value == pytest.approx(float(((q[path[:, 0], 0] - s[path[:, 1], 0]) ** 2).sum()), rel=1e-12)
 
 
 @pytest.mark.parametrize("open_begin, open_end", [(False, False), (True, False), (False, True), (True, True)])
@@ -198,6 +218,17 @@ def test_cpu_dtw_path_backtrack_equals_the_path_of_E(open_begin, open_end, cost)
     assert len(ours) == 3
     for a, b in zip(ours, ref):
         assert a.dtype == torch.int64 and torch.equal(a, b)
+
+
+@pytest.mark.parametrize("open_begin, open_end", [(False, False), (True, True)])
+def test_cpu_dtw_path_backtrack_across_chunks(open_begin, open_end):
+    """The backtrack's cell -> (chunk, step, column, lane) map across chunks of 16 x 64 columns and a narrower last
+    one (y of 1500 steps, 20 rows: 16 lanes) gives the reference backend's path, ties included."""
+    rng = np.random.default_rng(9)
+    x = torch.tensor(rng.integers(0, 3, size=(20, 1)).astype(np.float64))
+    y = torch.tensor(rng.integers(0, 3, size=(1500, 1)).astype(np.float64))
+    kw = dict(open_begin=open_begin, open_end=open_end)
+    assert torch.equal(softdtw.dtw_path(x, y, backend="cpu", **kw), softdtw.dtw_path(x, y, backend="reference", **kw))
 
 
 def test_cpu_subsequence_path_equals_tslearn():
