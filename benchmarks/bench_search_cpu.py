@@ -7,9 +7,10 @@ Section "subsequence" (one query x one long series, hard DTW, float64, D = 1):
   over the full (n, L) table, then a backtrack).
 - ours value: the cpu backend's forward with open_begin = open_end = True, gamma = 0, memory="none"
   (fused cost, the value only).
-- ours value+path: ``softdtw.dtw_path(q, s, open_begin=True, open_end=True)`` and the sum of the costs along it
-  (the path and the value: tslearn's outputs). On the cpu backend dtw_path is a hard-DTW wavefront that
-  keeps one predecessor byte per cell, then a backtrack.
+- ours value+path: ``softdtw.dtw_path(q, s, open_begin=True, open_end=True, return_value=True)``: the path and
+  its value (the cost summed along it: tslearn's outputs; checked against the path's cost before timing). On the
+  cpu backend dtw_path is a hard-DTW wavefront over column blocks that keeps one predecessor byte per cell, then
+  a backtrack.
 - ours search k=1: softdtw.dtw_search(q, s, k=1): (start, end, value) of the best match.
 
 Section "search": dtw_search throughput, hard DTW, k = 10, Q queries of n steps in one series of L
@@ -55,8 +56,8 @@ def subsequence_section(reps, sizes):
             return cpu.forward(x, y, g, "sqeuclidean", xl, yl, None, "none", **opts)[0]
 
         def value_path():
-            path = softdtw.dtw_path(x[0], y[0], open_begin=True, open_end=True, backend="cpu")
-            return (x[0, path[:, 0]] - y[0, path[:, 1]]).square().sum(), path  # the value: the path's cost
+            path, v = softdtw.dtw_path(x[0], y[0], open_begin=True, open_end=True, backend="cpu", return_value=True)
+            return v, path
 
         fns = {"tslearn": lambda: dtw_subsequence_path(q, s), "ours value": value,
                "ours value+path": value_path, "ours search k=1": lambda: dtw_search(x[0], y[0], k=1)}
@@ -64,6 +65,8 @@ def subsequence_section(reps, sizes):
         path, dist = dtw_subsequence_path(q, s)
         v, p = value_path()
         assert abs(float(v) - dist ** 2) <= 1e-9 * max(1.0, dist ** 2), (float(v), dist ** 2)
+        cost = float((x[0, p[:, 0]] - y[0, p[:, 1]]).square().sum())  # the value is the path's cost
+        assert abs(float(v) - cost) <= 1e-9 * max(1.0, cost), (float(v), cost)
         assert [tuple(r) for r in p.tolist()] == [tuple(r) for r in path]
         assert abs(float(value()) - dist ** 2) <= 1e-9 * max(1.0, dist ** 2)
         found = dtw_search(x[0], y[0], k=1)
@@ -100,8 +103,8 @@ def markdown(meta, rows):
         "",
         "- subsequence: one query of n steps against one series of L steps (open begin and open end). tslearn: "
         "`dtw_subsequence_path` (path and distance). ours value: cpu backend forward, value only. ours "
-        "value+path: softdtw.dtw_path (open ends; the cpu backend's wavefront with a predecessor byte per cell and a backtrack), and the path's cost "
-        "(the same outputs as tslearn). ours search k=1: `softdtw.dtw_search(q, s, k=1)` (start, end, value). "
+        "value+path: softdtw.dtw_path(open ends, return_value=True) (the cpu backend's wavefront with a predecessor "
+        "byte per cell and a backtrack): the path and its cost (the same outputs as tslearn). ours search k=1: `softdtw.dtw_search(q, s, k=1)` (start, end, value). "
         "Every implementation's answer is checked against tslearn's before timing.",
         "- search: `softdtw.dtw_search(queries, series, k=10)`, Q queries (parallel over queries).",
         "",

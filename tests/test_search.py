@@ -240,3 +240,70 @@ def test_cpu_subsequence_path_equals_tslearn():
     assert ours.tolist() == [list(p) for p in path]
     value = softdtw.dtw(torch.tensor(q), torch.tensor(s), open_begin=True, open_end=True, backend="cpu")
     assert float(value) == pytest.approx(dist ** 2, rel=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("cost", ["sqeuclidean", "l1"])
+@pytest.mark.parametrize("open_begin, open_end", [(False, False), (True, True), (True, False)])
+def test_dtw_path_fast_path_equals_the_validated_path(dtype, cost, open_begin, open_end):
+    """An unbatched CPU pair with no other option skips the validation layer (functional._cpu_path_fast): the
+    same path as the validated route (a batch of one) and the reference backend, and with return_value the value
+    of softdtw.dtw, in x's dtype."""
+    rng = np.random.default_rng(12)
+    x = torch.tensor(rng.integers(0, 3, size=(9, 2)), dtype=dtype)
+    y = torch.tensor(rng.integers(0, 3, size=(40, 2)), dtype=dtype)
+    kw = dict(cost=cost, open_begin=open_begin, open_end=open_end)
+    path, value = softdtw.dtw_path(x, y, return_value=True, **kw)
+    assert torch.equal(path, softdtw.dtw_path(x, y, **kw))
+    batched, values = softdtw.dtw_path(x[None], y[None], return_value=True, **kw)
+    assert torch.equal(path, batched[0]) and values.shape == (1,) and values.dtype == dtype
+    assert torch.equal(path, softdtw.dtw_path(x, y, backend="reference", **kw))
+    assert value.dtype == dtype and value.shape == ()
+    assert float(value) == float(softdtw.dtw(x.double(), y.double(), backend="reference", **kw))
+    assert float(value) == float(values[0])
+
+
+def test_dtw_path_return_value_on_the_reference_and_with_a_penalty():
+    rng = np.random.default_rng(13)
+    x, y = torch.tensor(rng.normal(size=(2, 6, 1))), torch.tensor(rng.normal(size=(2, 8, 1)))
+    for kw in (dict(backend="reference"), dict(step_penalty=0.3), dict(bandwidth=2)):
+        paths, values = softdtw.dtw_path(x, y, return_value=True, **kw)
+        assert len(paths) == 2 and values.shape == (2,)
+        want = softdtw.dtw(x, y, **kw)
+        assert torch.allclose(values, want, rtol=1e-12, atol=0)
+        for b, path in enumerate(paths):
+            assert torch.equal(path, softdtw.dtw_path(x[b], y[b], **kw))
+
+
+def test_dtw_path_fast_path_leaves_non_finite_inputs_to_the_validation():
+    """NaN padding is read (the trailing NaN step is padding), Inf raises the validation's error, and a value that
+    overflows float64 raises dtw_path's error, as without the fast path."""
+    rng = np.random.default_rng(14)
+    x, y = torch.tensor(rng.normal(size=(6, 1))), torch.tensor(rng.normal(size=(30, 1)))
+    padded = torch.cat([x, torch.full((2, 1), math.nan, dtype=F64)])
+    assert torch.equal(softdtw.dtw_path(padded, y, open_end=True), softdtw.dtw_path(x, y, open_end=True))
+    with pytest.raises(ValueError, match="x"):
+        softdtw.dtw_path(torch.cat([x, torch.full((1, 1), math.inf, dtype=F64)]), y)
+    with pytest.raises(ValueError, match="no warping path of finite cost"):
+        softdtw.dtw_path(x * 1e200, y)
+
+
+def test_search_one_query_fast_path_shapes_and_float_k():
+    """One query runs the DP and the pick in one call: the same matches as the batched loop (progress=True takes
+    it), shapes `(k,)` / `(1, k)`, an integral float k accepted, float32 values for float32 inputs."""
+    rng = np.random.default_rng(15)
+    q, s = torch.tensor(rng.normal(size=(7, 1))), torch.tensor(rng.normal(size=(400, 1)))
+    one = search.dtw_search(q, s, k=3.0)
+    loop = search.dtw_search(q[None], s, k=3, progress=True)
+    assert one.start.shape == (3,) and loop.start.shape == (1, 3)
+    for a, b in zip(one, search.dtw_search(q[None], s, k=3)):
+        assert torch.equal(a, b[0])
+    for a, b in zip(one, loop):
+        assert torch.equal(a, b[0])
+    f32 = search.dtw_search(q.float(), s.float(), k=3)
+    assert f32.value.dtype == torch.float32 and torch.equal(f32.end, search.dtw_search(q.float().double(),
+                                                                                       s.float().double(), k=3).end)
+    soft = search.dtw_search(q, s, k=2, gamma=0.5)
+    soft_loop = search.dtw_search(q[None], s, k=2, gamma=0.5, progress=True)
+    for a, b in zip(soft, soft_loop):
+        assert torch.equal(a, b[0])

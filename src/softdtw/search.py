@@ -167,13 +167,20 @@ def dtw_search(query, series, k: int = 1, gamma: float = 0.0, exclusion: Optiona
     from .backends._cpu_loading import prepare
 
     prepare(kern, kern.ENTRY_POINTS)
+    show = (Q > 64) if progress is None else bool(progress)
+    if Q == 1 and not show:  # one call: the DP and the pick (at n = 32, L = 2000 the DP takes ~55 us)
+        st, en, va = np.empty(int(k), np.int64), np.empty(int(k), np.int64), np.empty(int(k))
+        kern.search_one(qn[0], sn, _COSTS[cost], gamma, int(k), exclusion, st, en, va)
+        value = torch.from_numpy(va) if dtype == torch.float64 else torch.from_numpy(va).to(dtype)
+        if single:
+            return SearchResult(torch.from_numpy(st), torch.from_numpy(en), value)
+        return SearchResult(torch.from_numpy(st)[None], torch.from_numpy(en)[None], value[None])
     starts = torch.full((Q, k), -1, dtype=torch.int64)
     ends = torch.full((Q, k), -1, dtype=torch.int64)
     values = torch.full((Q, k), float("inf"), dtype=torch.float64)
     import numba
     chunk = max(1, numba.get_num_threads())
     chunk = max(chunk, min(Q, max(1, (1 << 24) // max(L, 1))))  # end rows `(chunk, L)` within ~200 MB
-    show = (Q > 64) if progress is None else bool(progress)
     bar = None
     if show:
         from tqdm import tqdm

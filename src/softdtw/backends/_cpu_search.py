@@ -32,7 +32,8 @@ import numpy as np
 from numba import njit, prange
 
 #: the kernels called from outside (softdtw.search, functional.dtw_path), for _cpu_loading.prepare
-ENTRY_POINTS = ("search_kernel", "search_serial", "select_matches", "hard_path")
+ENTRY_POINTS = ("search_kernel", "search_serial", "select_matches", "hard_path", "hard_path_checked",
+                "search_one")
 
 _JIT = dict(cache=True, error_model="numpy", fastmath={"nsz", "arcp", "contract", "afn"})
 #: the hard wavefront: no contraction, so a cost is rounded before it is added, as in :func:`_search_one` with D = 1
@@ -407,3 +408,40 @@ def search_serial(queries, series, cost_kind, gamma, values, starts):
             _search_one_hard_wave(queries[b], series, cost_kind, values[b], starts[b])
         else:
             _search_one(queries[b], series, cost_kind, gamma, values[b], starts[b])
+
+
+@njit(**_JIT)
+def _all_finite(a):
+    """True when every entry of a 2-D array is finite."""
+    for i in range(a.shape[0]):
+        for d in range(a.shape[1]):
+            if not np.isfinite(a[i, d]):
+                return False
+    return True
+
+
+@njit(**_JIT)
+def hard_path_checked(q, series, cost_kind, open_begin, open_end):
+    """:func:`hard_path` for ``dtw_path``'s fast path, when q and series are finite and the value too: (True, path,
+    value); else (False, an empty path, nan), and the caller takes the validating path (NaN padding, the
+    errors). One call: at q `(32, 1)`, series `(2000, 1)` the kernel takes ~60 us."""
+    if not (_all_finite(q) and _all_finite(series)):
+        return False, np.empty((0, 2), np.int64), np.nan
+    path, value = hard_path(q, series, cost_kind, open_begin, open_end)
+    if not np.isfinite(value):
+        return False, path, value
+    return True, path, value
+
+
+@njit(**_JIT)
+def search_one(q, series, cost_kind, gamma, k, exclusion, out_start, out_end, out_value):
+    """One query q `(n, D)` in series `(L, D)` (float64): :func:`search_serial` then :func:`select_matches`
+    into out_start / out_end / out_value `(k,)`, in one call (``dtw_search``'s path for one query)."""
+    L = series.shape[0]
+    values = np.empty(L)
+    starts = np.empty(L, np.int64)
+    if gamma == 0.0:
+        _search_one_hard_wave(q, series, cost_kind, values, starts)
+    else:
+        _search_one(q, series, cost_kind, gamma, values, starts)
+    select_matches(values, starts, k, exclusion, out_start, out_end, out_value)
