@@ -307,3 +307,29 @@ def test_search_one_query_fast_path_shapes_and_float_k():
     soft_loop = search.dtw_search(q[None], s, k=2, gamma=0.5, progress=True)
     for a, b in zip(soft, soft_loop):
         assert torch.equal(a, b[0])
+
+
+@pytest.mark.parametrize("case", ["1d", "2d", "grad", "f32_query", "soft", "l1_excl"])
+def test_search_cpu_one_query_fast_path_equals_the_general_route(case):
+    """search._search_cpu_one (tensors, one query, few torch calls) against the general route (the same data as
+    NumPy arrays, which it does not take): the same starts, ends, values and dtypes."""
+    rng = np.random.default_rng(16)
+    q, s = rng.normal(size=(6, 2)), rng.normal(size=(300, 2))
+    kw = dict(k=4)
+    if case == "1d":
+        q, s = q[:, 0], s[:, 0]
+    tq, ts = torch.tensor(q), torch.tensor(s)
+    if case == "grad":
+        tq.requires_grad_(True)
+    if case == "f32_query":
+        tq = tq.float()
+    if case == "soft":
+        kw.update(gamma=0.7)
+    if case == "l1_excl":
+        kw.update(cost="l1", exclusion=0)
+    assert search._search_cpu_one(tq, ts, kw["k"], kw.get("gamma", 0.0), kw.get("exclusion"),
+                                  kw.get("cost", "sqeuclidean")) is not None
+    fast = search.dtw_search(tq, ts, **kw)
+    slow = search.dtw_search(tq.detach().numpy(), s, **kw)
+    for a, b in zip(fast, slow):
+        assert a.dtype == b.dtype and a.shape == (4,) and torch.equal(a, b)
