@@ -369,10 +369,7 @@ def _cpu_hard_paths(p: Problem, cost: str, open_begin: bool, open_end: bool
     byte per cell, then a backtrack (backends/_cpu_search.hard_path), in float64. The same path as E's
     (tests/test_search.py), ~30x faster than the store + backward that E takes. Returns the paths and the values
     `(B,)` (float64)."""
-    from .backends import _cpu_search as kern
-    from .backends._cpu_loading import prepare as load
-
-    load(kern, kern.ENTRY_POINTS)
+    kern = _search_kernels()
     x, y = p.x.detach().to(torch.float64), p.y.detach().to(torch.float64)
     paths, values = [], []
     for b, (n, m) in enumerate(zip(p.x_lengths.tolist(), p.y_lengths.tolist())):
