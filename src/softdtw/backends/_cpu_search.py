@@ -102,9 +102,10 @@ def _search_one(q, series, cost_kind, gamma, values, starts):
 # compile time (H, W constants, the two row buffers swapped by the step's parity), so the vector loop needs no
 # alias checks. Row 0 is written before the steps: with an open begin R[0, j] = C[0, j] (the costs are >= 0,
 # so starting, value 0, wins against coming from the left), else the running sum.
-# Measured (2-core EPYC, one thread, D = 1, against the former strips of up to 64 lanes with the series
-# reversed): n = 32, L = 2000: 0.055-0.062 ms (0.104); 128 x 10^4: 0.69 ms (1.6); 128 x 10^5: 6.7 ms (18);
-# H in {16, 32, 64} x W in {32, 64, 128}: W = 64 was best or within 10 % at every size.
+# Measured (2-core EPYC, one thread, D = 1, values and starts, against the former strips of up to 64 lanes with
+# the series reversed): n = 32, L = 2000: 0.050 ms (0.104); 128 x 10^4: 0.69 ms (1.6); 128 x 10^5: 6.9 ms (18);
+# with the predecessor codes instead of the starts (dtw_path): 0.048 / 0.56 / 5.8 ms. H in {16, 32, 64} x W in
+# {32, 64, 128}: W = 64 was best or within 10 % at every size (benchmarks/OPTIMIZATION_LOG.md).
 _COLS = 64  # W: columns per lane and chunk
 
 
@@ -295,11 +296,13 @@ def _col_wave(q, series, cost_kind, open_begin, values, starts, dirs, H):
 
 @njit(**_JIT_EXACT)
 def _col_wave16(q, series, cost_kind, open_begin, values, starts, dirs):
+    """:func:`_col_wave` with 16 lanes (chunks of 16 x 64 columns)."""
     _col_wave(q, series, cost_kind, open_begin, values, starts, dirs, 16)
 
 
 @njit(**_JIT_EXACT)
 def _col_wave32(q, series, cost_kind, open_begin, values, starts, dirs):
+    """:func:`_col_wave` with 32 lanes (chunks of 32 x 64 columns)."""
     _col_wave(q, series, cost_kind, open_begin, values, starts, dirs, 32)
 
 
