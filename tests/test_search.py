@@ -333,3 +333,18 @@ def test_search_cpu_one_query_fast_path_equals_the_general_route(case):
     slow = search.dtw_search(tq.detach().numpy(), s, **kw)
     for a, b in zip(fast, slow):
         assert a.dtype == b.dtype and a.shape == (4,) and torch.equal(a, b)
+
+
+@pytest.mark.parametrize("n, L", [(1, 1), (1, 7), (5, 1), (3, 3), (40, 1030)])
+def test_dtw_path_fast_path_edge_sizes(n, L):
+    """One row (no predecessor bytes), one column, and 40 rows over two chunks of 16 x 64 columns: the fast route's
+    path and value are the reference backend's for every pair of open ends."""
+    rng = np.random.default_rng(n * 1000 + L)
+    x = torch.tensor(rng.integers(0, 3, size=(n, 2)).astype(np.float64))
+    y = torch.tensor(rng.integers(0, 3, size=(L, 2)).astype(np.float64))
+    for open_begin in (False, True):
+        for open_end in (False, True):
+            kw = dict(open_begin=open_begin, open_end=open_end, return_value=True)
+            path, value = softdtw.dtw_path(x, y, **kw)
+            ref_path, ref_value = softdtw.dtw_path(x, y, backend="reference", **kw)
+            assert torch.equal(path, ref_path) and float(value) == float(ref_value)
