@@ -167,19 +167,39 @@ def test_soft_starts_are_the_hard_paths_starts():
         assert a == starts[0][0, e]
 
 
-@pytest.mark.parametrize("n, cost_kind", [(1, 0), (16, 1), (37, 0), (64, 1), (130, 0)])
-def test_hard_wavefront_equals_the_column_order(n, cost_kind):
-    """The hard-DTW wavefront (strips of up to 64 rows: one strip of 8, 16, 40, 64 lanes, three of 64) gives the column-order DP's values and starts, bit for bit,
-    including ties (integer-valued data)."""
+@pytest.mark.parametrize("n, cost_kind, L, D", [(1, 0, 90, 2), (2, 1, 90, 1), (16, 1, 90, 2), (37, 0, 2500, 1),
+                                               (47, 1, 1100, 3), (48, 0, 90, 1), (64, 1, 4200, 2), (130, 0, 2100, 1)])
+def test_hard_wavefront_equals_the_column_order(n, cost_kind, L, D):
+    """The hard-DTW wavefront over column blocks (16 lanes below 48 rows, 32 from 48; chunks of lanes x 64
+    columns, so L = 1100 ... 4200 spans several chunks and ends in a narrower one; D = 1 computes the cost in the
+    step, D > 1 before it) gives the column-order DP's values and starts, bit for bit, including ties
+    (integer-valued data)."""
     from softdtw.backends import _cpu_search as kern
     rng = np.random.default_rng(n)
-    q = rng.integers(0, 3, size=(n, 2)).astype(np.float64)
-    s = rng.integers(0, 3, size=(90, 2)).astype(np.float64)
-    v1, s1 = np.empty(90), np.empty(90, np.int64)
-    v2, s2 = np.empty(90), np.empty(90, np.int64)
+    q = rng.integers(0, 3, size=(n, D)).astype(np.float64)
+    s = rng.integers(0, 3, size=(L, D)).astype(np.float64)
+    v1, s1 = np.empty(L), np.empty(L, np.int64)
+    v2, s2 = np.empty(L), np.empty(L, np.int64)
     kern._search_one(q, s, cost_kind, 0.0, v1, s1)
     kern._search_one_hard_wave(q, s, cost_kind, v2, s2)
     assert np.array_equal(v1, v2) and np.array_equal(s1, s2)
+
+
+@pytest.mark.parametrize("n, L", [(5, 3000), (60, 2049), (200, 700)])
+def test_hard_wavefront_equals_the_column_order_on_real_data(n, L):
+    """Random real data (no ties): the same bits as the column order (D = 1: the cost is rounded before it is
+    added in both), and the path's cost is its value."""
+    from softdtw.backends import _cpu_search as kern
+    rng = np.random.default_rng(L)
+    q, s = rng.normal(size=(n, 1)), rng.normal(size=(L, 1))
+    v1, s1 = np.empty(L), np.empty(L, np.int64)
+    v2, s2 = np.empty(L), np.empty(L, np.int64)
+    kern._search_one(q, s, 0, 0.0, v1, s1)
+    kern._search_one_hard_wave(q, s, 0, v2, s2)
+    assert np.array_equal(v1, v2) and np.array_equal(s1, s2)
+    path, value = kern.hard_path(q, s, 0, True, True)
+    assert value == v1.min() and path[-1, 1] == int(v1.argmin()) and path[0, 1] == s1[v1.argmin()]
+    assert value == pytest.approx(float(((q[path[:, 0], 0] - s[path[:, 1], 0]) ** 2).sum()), rel=1e-12)
 
 
 @pytest.mark.parametrize("open_begin, open_end", [(False, False), (True, False), (False, True), (True, True)])
@@ -200,6 +220,17 @@ def test_cpu_dtw_path_backtrack_equals_the_path_of_E(open_begin, open_end, cost)
         assert a.dtype == torch.int64 and torch.equal(a, b)
 
 
+@pytest.mark.parametrize("open_begin, open_end", [(False, False), (True, True)])
+def test_cpu_dtw_path_backtrack_across_chunks(open_begin, open_end):
+    """The backtrack's cell -> (chunk, step, column, lane) map across chunks of 16 x 64 columns and a narrower last
+    one (y of 1500 steps, 20 rows: 16 lanes) gives the reference backend's path, ties included."""
+    rng = np.random.default_rng(9)
+    x = torch.tensor(rng.integers(0, 3, size=(20, 1)).astype(np.float64))
+    y = torch.tensor(rng.integers(0, 3, size=(1500, 1)).astype(np.float64))
+    kw = dict(open_begin=open_begin, open_end=open_end)
+    assert torch.equal(softdtw.dtw_path(x, y, backend="cpu", **kw), softdtw.dtw_path(x, y, backend="reference", **kw))
+
+
 def test_cpu_subsequence_path_equals_tslearn():
     tslearn_metrics = pytest.importorskip("tslearn.metrics")
     rng = np.random.default_rng(4)
@@ -209,3 +240,111 @@ def test_cpu_subsequence_path_equals_tslearn():
     assert ours.tolist() == [list(p) for p in path]
     value = softdtw.dtw(torch.tensor(q), torch.tensor(s), open_begin=True, open_end=True, backend="cpu")
     assert float(value) == pytest.approx(dist ** 2, rel=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("cost", ["sqeuclidean", "l1"])
+@pytest.mark.parametrize("open_begin, open_end", [(False, False), (True, True), (True, False)])
+def test_dtw_path_fast_path_equals_the_validated_path(dtype, cost, open_begin, open_end):
+    """An unbatched CPU pair with no other option skips the validation layer (functional._cpu_path_fast): the
+    same path as the validated route (a batch of one) and the reference backend, and with return_value the value
+    of softdtw.dtw, in x's dtype."""
+    rng = np.random.default_rng(12)
+    x = torch.tensor(rng.integers(0, 3, size=(9, 2)), dtype=dtype)
+    y = torch.tensor(rng.integers(0, 3, size=(40, 2)), dtype=dtype)
+    kw = dict(cost=cost, open_begin=open_begin, open_end=open_end)
+    path, value = softdtw.dtw_path(x, y, return_value=True, **kw)
+    assert torch.equal(path, softdtw.dtw_path(x, y, **kw))
+    batched, values = softdtw.dtw_path(x[None], y[None], return_value=True, **kw)
+    assert torch.equal(path, batched[0]) and values.shape == (1,) and values.dtype == dtype
+    assert torch.equal(path, softdtw.dtw_path(x, y, backend="reference", **kw))
+    assert value.dtype == dtype and value.shape == ()
+    assert float(value) == float(softdtw.dtw(x.double(), y.double(), backend="reference", **kw))
+    assert float(value) == float(values[0])
+
+
+def test_dtw_path_return_value_on_the_reference_and_with_a_penalty():
+    rng = np.random.default_rng(13)
+    x, y = torch.tensor(rng.normal(size=(2, 6, 1))), torch.tensor(rng.normal(size=(2, 8, 1)))
+    for kw in (dict(backend="reference"), dict(step_penalty=0.3), dict(bandwidth=2)):
+        paths, values = softdtw.dtw_path(x, y, return_value=True, **kw)
+        assert len(paths) == 2 and values.shape == (2,)
+        want = softdtw.dtw(x, y, **kw)
+        assert torch.allclose(values, want, rtol=1e-12, atol=0)
+        for b, path in enumerate(paths):
+            assert torch.equal(path, softdtw.dtw_path(x[b], y[b], **kw))
+
+
+def test_dtw_path_fast_path_leaves_non_finite_inputs_to_the_validation():
+    """NaN padding is read (the trailing NaN step is padding), Inf raises the validation's error, and a value that
+    overflows float64 raises dtw_path's error, as without the fast path."""
+    rng = np.random.default_rng(14)
+    x, y = torch.tensor(rng.normal(size=(6, 1))), torch.tensor(rng.normal(size=(30, 1)))
+    padded = torch.cat([x, torch.full((2, 1), math.nan, dtype=F64)])
+    assert torch.equal(softdtw.dtw_path(padded, y, open_end=True), softdtw.dtw_path(x, y, open_end=True))
+    with pytest.raises(ValueError, match="x"):
+        softdtw.dtw_path(torch.cat([x, torch.full((1, 1), math.inf, dtype=F64)]), y)
+    with pytest.raises(ValueError, match="no warping path of finite cost"):
+        softdtw.dtw_path(x * 1e200, y)
+
+
+def test_search_one_query_fast_path_shapes_and_float_k():
+    """One query runs the DP and the pick in one call: the same matches as the batched loop (progress=True takes
+    it), shapes `(k,)` / `(1, k)`, an integral float k accepted, float32 values for float32 inputs."""
+    rng = np.random.default_rng(15)
+    q, s = torch.tensor(rng.normal(size=(7, 1))), torch.tensor(rng.normal(size=(400, 1)))
+    one = search.dtw_search(q, s, k=3.0)
+    loop = search.dtw_search(q[None], s, k=3, progress=True)
+    assert one.start.shape == (3,) and loop.start.shape == (1, 3)
+    for a, b in zip(one, search.dtw_search(q[None], s, k=3)):
+        assert torch.equal(a, b[0])
+    for a, b in zip(one, loop):
+        assert torch.equal(a, b[0])
+    f32 = search.dtw_search(q.float(), s.float(), k=3)
+    assert f32.value.dtype == torch.float32 and torch.equal(f32.end, search.dtw_search(q.float().double(),
+                                                                                       s.float().double(), k=3).end)
+    soft = search.dtw_search(q, s, k=2, gamma=0.5)
+    soft_loop = search.dtw_search(q[None], s, k=2, gamma=0.5, progress=True)
+    for a, b in zip(soft, soft_loop):
+        assert torch.equal(a, b[0])
+
+
+@pytest.mark.parametrize("case", ["1d", "2d", "grad", "f32_query", "soft", "l1_excl"])
+def test_search_cpu_one_query_fast_path_equals_the_general_route(case):
+    """search._search_cpu_one (tensors, one query, few torch calls) against the general route (the same data as
+    NumPy arrays, which it does not take): the same starts, ends, values and dtypes."""
+    rng = np.random.default_rng(16)
+    q, s = rng.normal(size=(6, 2)), rng.normal(size=(300, 2))
+    kw = dict(k=4)
+    if case == "1d":
+        q, s = q[:, 0], s[:, 0]
+    tq, ts = torch.tensor(q), torch.tensor(s)
+    if case == "grad":
+        tq.requires_grad_(True)
+    if case == "f32_query":
+        tq = tq.float()
+    if case == "soft":
+        kw.update(gamma=0.7)
+    if case == "l1_excl":
+        kw.update(cost="l1", exclusion=0)
+    assert search._search_cpu_one(tq, ts, kw["k"], kw.get("gamma", 0.0), kw.get("exclusion"),
+                                  kw.get("cost", "sqeuclidean")) is not None
+    fast = search.dtw_search(tq, ts, **kw)
+    slow = search.dtw_search(tq.detach().numpy(), s, **kw)
+    for a, b in zip(fast, slow):
+        assert a.dtype == b.dtype and a.shape == (4,) and torch.equal(a, b)
+
+
+@pytest.mark.parametrize("n, L", [(1, 1), (1, 7), (5, 1), (3, 3), (40, 1030)])
+def test_dtw_path_fast_path_edge_sizes(n, L):
+    """One row (no predecessor bytes), one column, and 40 rows over two chunks of 16 x 64 columns: the fast route's
+    path and value are the reference backend's for every pair of open ends."""
+    rng = np.random.default_rng(n * 1000 + L)
+    x = torch.tensor(rng.integers(0, 3, size=(n, 2)).astype(np.float64))
+    y = torch.tensor(rng.integers(0, 3, size=(L, 2)).astype(np.float64))
+    for open_begin in (False, True):
+        for open_end in (False, True):
+            kw = dict(open_begin=open_begin, open_end=open_end, return_value=True)
+            path, value = softdtw.dtw_path(x, y, **kw)
+            ref_path, ref_value = softdtw.dtw_path(x, y, backend="reference", **kw)
+            assert torch.equal(path, ref_path) and float(value) == float(ref_value)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from typing import List, Union
 
+import numpy as np
 import torch
 
 from . import _ops, costs
@@ -362,51 +363,111 @@ def dtw(x, y, *, cost="sqeuclidean", bandwidth=None, itakura_max_slope=None, x_l
                     open_end=open_end, step_penalty=step_penalty)
 
 
-def _cpu_hard_paths(p: Problem, cost: str, open_begin: bool, open_end: bool) -> List[torch.Tensor]:
+def _cpu_hard_paths(p: Problem, cost: str, open_begin: bool, open_end: bool
+                    ) -> tuple[List[torch.Tensor], torch.Tensor]:
     """dtw_path on the cpu backend without a band or penalty: a hard-DTW wavefront that keeps one predecessor
     byte per cell, then a backtrack (backends/_cpu_search.hard_path), in float64. The same path as E's
-    (tests/test_search.py), ~30x faster than the store + backward that E takes."""
-    from .backends import _cpu_search as kern
-    from .backends._cpu_loading import prepare as load
-
-    load(kern, kern.ENTRY_POINTS)
+    (tests/test_search.py), ~30x faster than the store + backward that E takes. Returns the paths and the values
+    `(B,)` (float64)."""
+    kern = _search_kernels()
     x, y = p.x.detach().to(torch.float64), p.y.detach().to(torch.float64)
-    paths = []
+    paths, values = [], []
     for b, (n, m) in enumerate(zip(p.x_lengths.tolist(), p.y_lengths.tolist())):
-        path, value = kern.hard_path(x[b, :n].numpy(), y[b, :m].numpy(), 0 if cost == "sqeuclidean" else 1,
-                                     open_begin, open_end)
+        path, value = kern.hard_path_into(x[b, :n].numpy(), y[b, :m].numpy(), 0 if cost == "sqeuclidean" else 1,
+                                          open_begin, open_end, kern.scratch("values", m, np.float64),
+                                          kern.scratch("starts", m, np.int64),
+                                          kern.scratch("dirs", kern.dirs_size(n, m), np.uint8))
         if not math.isfinite(value):
             raise ValueError(f"pair {b} has no warping path of finite cost: its DTW cost overflows float64. "
                              f"Rescale the inputs.")
         paths.append(torch.from_numpy(path))
-    return paths
+        values.append(value)
+    return paths, torch.tensor(values, dtype=torch.float64)
+
+
+def _cpu_path_fast(x, y, cost, open_begin, open_end):
+    """dtw_path of one unbatched pair of finite float32 / float64 CPU tensors with a named cost and no other option,
+    without the validation layer: (path, value) or None (anything else, or a non-finite input or value: the
+    caller takes the validating path, which reads NaN padding and raises the errors). At n = 32, L = 2000 the
+    DP takes ~55 us, the validation as much again, and every torch call 2-20 us when it runs cold (as between
+    other work): this path makes two (``numpy``) on the way in and two (``from_numpy``) on the way out."""
+    if not (type(x) is torch.Tensor and type(y) is torch.Tensor and type(open_begin) is bool
+            and type(open_end) is bool):
+        return None
+    dt = x.dtype
+    if dt is not y.dtype or (dt is not torch.float64 and dt is not torch.float32):
+        return None
+    try:  # a CPU tensor without a negative bit (else the validating route)
+        try:
+            xn, yn = x.numpy(), y.numpy()
+        except RuntimeError:  # requires grad
+            xn, yn = x.detach().numpy(), y.detach().numpy()
+    except (RuntimeError, TypeError):
+        return None
+    if xn.ndim != 2 or yn.ndim != 2 or xn.shape[1] != yn.shape[1] or 0 in xn.shape or 0 in yn.shape:
+        return None
+    kern = _search_kernels()
+    n, L = xn.shape[0], yn.shape[0]
+    value = np.empty(1)
+    path = kern.hard_path_checked(np.ascontiguousarray(xn, np.float64), np.ascontiguousarray(yn, np.float64),
+                                  0 if cost == "sqeuclidean" else 1, open_begin, open_end,
+                                  kern.scratch("values", L, np.float64), kern.scratch("starts", L, np.int64),
+                                  kern.scratch("dirs", kern.dirs_size(n, L), np.uint8), value)
+    if path.shape[0] == 0:
+        return None
+    if dt is torch.float32:
+        value = value.astype(np.float32)
+    return torch.from_numpy(path), torch.from_numpy(value.reshape(()))
+
+
+def _search_kernels():
+    """backends/_cpu_search, loaded (its compile notice and cached helpers) on first use."""
+    from .backends import _cpu_search as kern
+    from .backends._cpu_loading import prepare as load
+
+    load(kern, kern.ENTRY_POINTS)
+    return kern
 
 
 def dtw_path(x, y, *, cost="sqeuclidean", bandwidth=None, itakura_max_slope=None, x_lengths=None,
              y_lengths=None, backend=None, open_begin: bool = False, open_end: bool = False,
-             step_penalty: Union[None, float, torch.Tensor] = None) -> Union[torch.Tensor, List[torch.Tensor]]:
+             step_penalty: Union[None, float, torch.Tensor] = None, return_value: bool = False):
     """The optimal warping path of each pair (ties broken as tslearn: diagonal, then up, then left).
 
     open_begin, open_end, step_penalty: as :func:`soft_dtw` (the path minimises the cost plus the penalty per
     non-diagonal move; with open ends it starts at some (0, j0) / ends at some (n_b - 1, j1): subsequence DTW).
+    return_value: also return the DTW value of each path (:func:`dtw`'s: the cost summed along it, plus the
+    penalty of its moves), as tslearn's ``dtw_path`` and ``dtw_subsequence_path`` return the path and its
+    distance (theirs is the square root of ours for the squared Euclidean cost).
 
     Returns:
         For batched inputs a list of B int64 tensors `(L_b, 2)` of (i, j) index pairs from (0, 0) to
         (n_b - 1, m_b - 1) (or the open ends' start and end); for unbatched inputs one `(L, 2)` tensor. On
-        the inputs' device.
+        the inputs' device. With return_value=True a pair (paths, values): values `(B,)` (0-d for unbatched
+        inputs) in x's dtype.
 
     Example:
         >>> import torch, softdtw
         >>> softdtw.dtw_path(torch.tensor([[0.], [1.], [2.]]), torch.tensor([[0.], [2.]])).tolist()
         [[0, 0], [1, 0], [2, 1]]
+        >>> path, value = softdtw.dtw_path(torch.tensor([[0.], [1.], [2.]]), torch.tensor([[0.], [2.]]),
+        ...                                return_value=True)
+        >>> value
+        tensor(1.)
     """
+    if (backend is None or backend == "cpu") and bandwidth is None and itakura_max_slope is None \
+            and x_lengths is None and y_lengths is None and step_penalty is None and isinstance(cost, str) \
+            and cost in ("sqeuclidean", "l1"):
+        fast = _cpu_path_fast(x, y, cost, open_begin, open_end)
+        if fast is not None:
+            return fast if return_value else fast[0]
     p = prepare(x, y, 0.0, cost=cost, bandwidth=bandwidth, itakura_max_slope=itakura_max_slope,
                 x_lengths=x_lengths, y_lengths=y_lengths, memory="auto", backend=backend)
     variant = _variant(p, open_begin, open_end, step_penalty, bandwidth, itakura_max_slope)
     if p.backend == "cpu" and p.window is None and cost in ("sqeuclidean", "l1") and (
             variant is None or variant[2] is None):
-        paths = _cpu_hard_paths(p, cost, *((False, False) if variant is None else variant[:2]))
-        return paths[0] if p.unbatched else paths
+        paths, value = _cpu_hard_paths(p, cost, *((False, False) if variant is None else variant[:2]))
+        return _paths_out(paths, value, p, return_value)
     with torch.no_grad():
         E, value = _alignment(p, cost, variant)
     blocked = torch.isinf(value)
@@ -419,4 +480,12 @@ def dtw_path(x, y, *, cost="sqeuclidean", bandwidth=None, itakura_max_slope=None
         )
     on_path = E > 0.5
     paths = [torch.nonzero(on_path[b]) for b in range(on_path.shape[0])]  # row-major = path order
-    return paths[0] if p.unbatched else paths
+    return _paths_out(paths, value, p, return_value)
+
+
+def _paths_out(paths: List[torch.Tensor], value: torch.Tensor, p: Problem, return_value: bool):
+    """dtw_path's return: the paths (one tensor for unbatched inputs), with the values in x's dtype if asked."""
+    paths = paths[0] if p.unbatched else paths
+    if not return_value:
+        return paths
+    return paths, _finish(value.to(p.x.device), p)
