@@ -227,6 +227,16 @@ def test_gram_cost_across_layouts(K, W, chain, gamma):
         _check(f32, want, torch.float32, gamma)
 
 
+def test_gram_cost_long_pairs_planned():
+    """Pairs of 1000+ steps with a Gram cost take the chained K = 4, W = 2 plan (launch.choose_plan): values and
+    gradients against the float64 reference, with lengths."""
+    x, y, xl, yl, w = _problem(2, 1100, 1030, 40, seed=4, lengths=True)
+    assert cuda_backend()._plan("fused", 2, 1100, 1030, 40, torch.float64, 0, "store").chain
+    want = reference_fused(x, y, _gamma(0.5, torch.float64), "sqeuclidean", xl, yl, w, _grad(2, torch.float64))
+    got = cuda_fused(x, y, _gamma(0.5, torch.float64), "sqeuclidean", xl, yl, w, _grad(2, torch.float64))
+    _check(got, want, torch.float64, 0.5)
+
+
 def test_gram_backward_without_saved_recomputes():
     be = cuda_backend()
     x, y, xl, yl, w = _problem(2, 40, 50, 40, lengths=True)
@@ -598,3 +608,16 @@ def test_missing_cuda_core_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "cuda.core.experimental", None)
     with pytest.raises(ImportError, match=r'pip install "softdtw\[cuda1[23]\]"'):
         comp.cuda_core()
+
+
+def test_long_precomputed_cost_pairs_run_chained():
+    """A precomputed or Gram cost of long pairs, up to 128 of them: chained K = 4, W = 2 (launch.choose_plan;
+    the fused-cost model's one block per pair left most SMs idle); short pairs and fused costs keep the model."""
+    lm = launch_module()
+    p = lm.choose_plan(32, 2048, 2048, 16, 132, (), False, 4, False)
+    assert (p.K, p.W, p.nch, p.chain) == (4, 2, 8, True)
+    q = lm.choose_plan(32, 2048, 2000, 16, 132, (4, 2, 2, 1, 1), False, 4, False)  # the ring allows K = 2 at W = 2
+    assert (q.K, q.W, q.nch, q.chain) == (2, 2, 16, True)
+    assert not lm.choose_plan(256, 512, 512, 16, 132, (), False, 4, False).chain
+    assert lm.choose_plan(32, 2048, 2048, 16, 132, (), False, 4, True) != p
+    assert lm.choose_plan(32, 2048, 2048, 16, 132, (), True, 4, False).TH > 0  # checkpoint: the model's tiles

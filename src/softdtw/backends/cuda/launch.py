@@ -112,6 +112,9 @@ def sm_count(device_index: int) -> int:
 #: chunk runs behind the one on its left (a chunk reads the left column 32 rows at a time, a block ahead).
 CHAIN_K_MAX = 8
 _CHAIN_LAG_ROWS = 64
+#: Precomputed and Gram costs (large D) of pairs at least this long, in batches of at most COST_CHAIN_MAX_B
+#: pairs (the range the sweep covered), run chained K = 4, W = 2 (choose_plan).
+COST_CHAIN_MIN_N, COST_CHAIN_MAX_B = 1024, 128
 #: Budget for the checkpointed backward's tile buffers, bytes (all blocks of one call together).
 TILE_BYTES = 1 << 30
 #: Rows between the checkpoint tile boundaries of neighbouring chunks, per warp of a chunk and fixed
@@ -161,6 +164,15 @@ def choose_plan(B: int, N: int, M: int, kmax: int, sms: int, kring: tuple = (), 
     not N + 32W - 1 (the passes end at the last lane holding a column), so a one-warp layout wider than
     the pair is no loss: a 16-column pair runs K = 2 on 8 lanes in 23 steps instead of 31.
     """
+    if not fused and not checkpoint and min(N, M) >= COST_CHAIN_MIN_N and B <= COST_CHAIN_MAX_B:
+        # A precomputed / Gram cost of long pairs: chained K = 4, W = 2. The model below was fitted to
+        # fused-cost kernels; with a cost ring its pick (one block per pair, K = 4..8 and W = 8) left most SMs
+        # idle: B = 32, N = M = 2048, D = 64 forward + backward 10.2 -> 6.4 ms, B = 16 9.0 -> 4.4, B = 32,
+        # N = 1024 2.98 -> 2.32, B = 128, N = 1024 6.39 -> 5.72, B = 4, N = 4096 8.44 -> 7.49 (H100,
+        # benchmarks/probes/large_d_sweep.py, OPTIMIZATION_LOG "Large D: chained layouts for the cost ring").
+        # Pairs of 512 steps or fewer stay with the model (its pick was 1-13 % ahead there).
+        K = min(4, kmax, kring[1] if kring else 4)
+        return Plan(K, 2, -(-M // (64 * K)), True, 0)
     resident = sms * _RESIDENT_WARPS_PER_SM
     best, best_time = None, math.inf
     best_chain, chain_time, chain_seq_units = None, math.inf, math.inf
