@@ -283,6 +283,24 @@ def test_memory_modes_agree_and_saved_spec_describes_saved():
             assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_store_table_written_into_a_given_buffer(dtype):
+    """forward(..., saved_out=buf) writes every cell of buf (NaN garbage, lengths and a band) and returns it
+    as saved: the same bits as a fresh table; a buffer of another shape or dtype is not used."""
+    B, N, M, D = 5, 11, 9, 2
+    x, y = case(B, N, M, D, dtype=dtype, seed=4)
+    xl, yl = _lengths(11, 6, 11, 3, 8), _lengths(9, 9, 4, 7, 9)
+    window = build_window(xl, yl, N, M, 3.0, None)
+    g = _gamma(0.5, dtype)
+    v, saved = cpu.forward(x, y, g, "sqeuclidean", xl, yl, window, "store")
+    buf = torch.full((B, N, M), math.nan, dtype=torch.float64)
+    v2, saved2 = cpu.forward(x, y, g, "sqeuclidean", xl, yl, window, "store", saved_out=buf)
+    assert saved2 is buf and torch.equal(v, v2) and torch.equal(saved, buf)
+    other = torch.full((B, N, M + 1), math.nan, dtype=torch.float64)
+    _, saved3 = cpu.forward(x, y, g, "sqeuclidean", xl, yl, window, "store", saved_out=other)
+    assert saved3 is not other and torch.equal(saved3, saved)
+
+
 def test_outputs_are_fresh_and_inputs_untouched():
     x, y = case(2, 5, 6, 2, seed=3)
     x0, y0 = x.clone(), y.clone()

@@ -305,14 +305,19 @@ def _allocate(shape, dtype, what: str, B: int, N: int, M: int):
 
 
 def _run_forward(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, memory, B, N, M, D, dtype,
-                 narrow_state: bool = True, variant=(False, False, 0.0)):
+                 narrow_state: bool = True, variant=(False, False, 0.0), saved_out=None):
     """The forward kernel over all rows. narrow_state: a value-only float32 pass may keep its DP state
-    in float32 (see _state). variant: (open_begin, open_end, step penalty as a float)."""
+    in float32 (see _state). variant: (open_begin, open_end, step penalty as a float). saved_out: see
+    :func:`forward`."""
     _prepare_kernels(kernels, _ENTRY_POINTS)  # compile notice; cached helpers first (see _cpu_loading)
     values = torch.empty(B, dtype=dtype)
     if memory == "store":
         every = 1
-        saved = _allocate((B, N, M), SAVED_DTYPE, "the stored backward table (memory='store')", B, N, M)
+        if saved_out is not None and saved_out.shape == (B, N, M) and saved_out.dtype == SAVED_DTYPE \
+                and saved_out.is_contiguous():
+            saved = saved_out  # every cell is written below (the sentinel outside lengths and windows)
+        else:
+            saved = _allocate((B, N, M), SAVED_DTYPE, "the stored backward table (memory='store')", B, N, M)
         state = saved.numpy()
     elif memory == "checkpoint":
         every, K = _checkpoints(N)
@@ -340,10 +345,15 @@ def _exact_elsewhere(run, memory: str, dtype: torch.dtype):
 
 
 def forward(x, y, gamma, cost, x_lengths, y_lengths, window, memory, *, open_begin=False, open_end=False,
-            step_penalty=None):
+            step_penalty=None, saved_out=None):
     """Soft-DTW values `(B,)` of x `(B, N, D)` and y `(B, M, D)` under a fused cost; see module doc.
 
     open_begin, open_end, step_penalty (None or a 0-d tensor of the data dtype): the alignment variants.
+    saved_out: optional contiguous float64 `(B, N, M)` tensor that memory="store" writes its table into
+    (every cell) and returns as ``saved``, instead of a new one; ignored for other shapes and modes. For
+    callers that run many forwards of one shape (softdtw.barycenter): a fresh table of a few hundred MB
+    is a fresh mapping from the OS, whose first touch of every page cost ~1-3 ns a byte on the 2-core
+    VMs (292 MB: 0.4-0.9 s, as much as the kernels), where rewriting a mapped one costs ~0.1.
     """
     reference.check_variant(window, open_begin, open_end)
     B, N, D = x.shape
@@ -358,7 +368,7 @@ def forward(x, y, gamma, cost, x_lengths, y_lengths, window, memory, *, open_beg
             x.dtype)
     return _run_forward(_view(x), _view(y), _placeholder(x.dtype), _COST_KIND[cost], gamma,
                         x_lengths, y_lengths, window, memory, B, N, M, D, x.dtype, state == "narrow",
-                        (open_begin, open_end, pen))
+                        (open_begin, open_end, pen), saved_out)
 
 
 def forward_cost(C, gamma, x_lengths, y_lengths, window, memory, *, open_begin=False, open_end=False,
