@@ -433,9 +433,10 @@ def _weights(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, N, M, dtyp
 
 def _run_backward(grad, x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, value, saved,
                   memory, B, N, M, D, dtype, outputs, exact=False, variant=(False, False, 0.0),
-                  want_pen=False):
+                  want_pen=False, wants=(True, True)):
     """Call the backward kernel (per band for checkpoints); recompute R first when a storing
-    forward saved nothing. Returns (dgamma `(B,)`, dpenalty `(B,)` or None unless want_pen)."""
+    forward saved nothing. Returns (dgamma `(B,)`, dpenalty `(B,)` or None unless want_pen). wants:
+    (dy, dgamma) to compute (the others are left at 0)."""
     _prepare_kernels(kernels, _ENTRY_POINTS)
     dx, dy, dC = outputs
     dgamma = torch.empty(B, dtype=dtype)
@@ -445,7 +446,7 @@ def _run_backward(grad, x, y, C, cost_kind, gamma, x_lengths, y_lengths, window,
     grad, value = _view(grad.to(dtype)), _view(value.to(dtype))
     if memory == "checkpoint":
         _backward_bands(x, y, C, args, grad, value, saved, B, N, M, D, dtype,
-                        (dx, dy, dC, dgamma.numpy()), variant, dpen.numpy())
+                        (dx, dy, dC, dgamma.numpy()), variant, dpen.numpy(), wants)
         return dgamma, (dpen if want_pen else None)
     if saved.numel() == 0:
         _, saved = _run_forward(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, "store",
@@ -455,7 +456,7 @@ def _run_backward(grad, x, y, C, cost_kind, gamma, x_lengths, y_lengths, window,
     kernels.backward_kernel(
         x, y, C, *args[:-1], 0, N, 0, by_pair, lanes, grad, value, _view(saved),
         none, np.zeros((0, 5), np.int64), none, np.zeros(0), dx, dy, dC, dgamma.numpy(), exact,
-        *variant, np.zeros(0), dpen.numpy(),
+        *variant, np.zeros(0), dpen.numpy(), *wants,
     )
     return dgamma, (dpen if want_pen else None)
 
@@ -468,7 +469,7 @@ def _table_row(checkpoint: np.ndarray, gamma: float, out: np.ndarray) -> None:
     np.copyto(out, kernels.SENTINEL_F64, where=checkpoint >= kernels.SENTINEL_F64)
 
 
-def _backward_bands(x, y, C, args, grad, value, saved, B, N, M, D, dtype, outputs, variant, dpen):
+def _backward_bands(x, y, C, args, grad, value, saved, B, N, M, D, dtype, outputs, variant, dpen, wants):
     """The checkpointed backward: per chunk of pairs, bands of TH rows from the bottom up, each
     recomputed by the forward kernel from its checkpoint, then run by the backward kernel."""
     th, K = _checkpoints(N)
@@ -505,6 +506,7 @@ def _backward_bands(x, y, C, args, grad, value, saved, B, N, M, D, dtype, output
             kernels.backward_kernel(
                 xc, yc, Cc, cost_kind, gamma, xl, yl, wc, has_win, r0, r0 + th, r0 - 1,
                 *bwd_plan, grad[part], value[part], band[:n], *carry, *outs, exact, *variant, e_mov, dpen_c,
+                *wants,
             )
 
 
@@ -522,9 +524,13 @@ def _zero_where_infinite(value, *grads):
 
 
 def backward(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved, memory, *,
-             open_begin=False, open_end=False, step_penalty=None):
+             open_begin=False, open_end=False, step_penalty=None, needs=None):
     """(dx `(B, N, D)`, dy `(B, M, D)`, dgamma `(B,)`) of sum_b grad[b] * value[b], and dpenalty `(B,)`
-    (grad_b d value_b / d step_penalty) as a fourth output when step_penalty is not None."""
+    (grad_b d value_b / d step_penalty) as a fourth output when step_penalty is not None.
+
+    needs: optional (dx, dy, dgamma) flags, as the cuda backend's: dy and dgamma not needed are returned as
+    zeros without their work (dy's accumulation, the cells' entropies; measured at B = 64, N = M = 128,
+    D = 4, float32: OPTIMIZATION_LOG.md). dx is always computed."""
     reference.check_variant(window, open_begin, open_end)
     B, N, D = x.shape
     M = y.shape[1]
@@ -538,10 +544,11 @@ def backward(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved
                                   x.new_empty((0,)), memory, open_begin=open_begin, open_end=open_end,
                                   step_penalty=step_penalty)
     exact = how == "exact"
+    wants = (True, True) if needs is None else (bool(needs[1]), bool(needs[2]))
     dgamma, dpen = _run_backward(grad, _view(x), _view(y), empty, _COST_KIND[cost], gamma, x_lengths,
                                  y_lengths, window, value, saved, memory, B, N, M, D, x.dtype,
                                  (dx.numpy(), dy.numpy(), empty), exact, (open_begin, open_end, pen),
-                                 step_penalty is not None)
+                                 step_penalty is not None, wants)
     if dpen is None:
         return _zero_where_infinite(value, dx, dy, dgamma)
     return _zero_where_infinite(value, dx, dy, dgamma, dpen)
