@@ -318,13 +318,16 @@ def _pack_y(y, b0, nl, ys):
 
 
 @njit(**_JIT)
-def _cost_row(i, b0, nl, a, b, x, ys, C, cost_kind, lo, hi, xrow, crow):
+def _cost_row(i, b0, nl, a, b, x, ys, C, cost_kind, lo, hi, xrow, crow, need_cost=True):
     """crow[j, k] = cost of row i of lane k, column j, for j in [a, b); 0 outside the lane's range.
 
-    Fused costs also leave the row of x in xrow[d, k] for the gradient.
+    Fused costs also leave the row of x in xrow[d, k] for the gradient. need_cost=False: only that (a
+    backward whose weights do not read the costs: exact or hard).
     """
     L = crow.shape[1]
     if cost_kind == COST_GIVEN:
+        if not need_cost:
+            return
         crow[a:b, :] = 0
         for k in range(nl):
             src = C[b0 + k, i, lo[k]:hi[k]]
@@ -337,6 +340,8 @@ def _cost_row(i, b0, nl, a, b, x, ys, C, cost_kind, lo, hi, xrow, crow):
     for d in range(D):
         for k in range(L):
             xrow[d, k] = x[b0 + k, i, d] if (k < nl and lo[k] < hi[k]) else zero
+    if not need_cost:
+        return
     for j in range(a, b):
         for k in range(L):
             crow[j, k] = 0
@@ -911,7 +916,8 @@ def _backward_group(g, lanes, x, y, C, cost_kind, N, M, gamma, x_lengths, y_leng
         a, b = _row_bounds(i, b0, nl, x_lengths, y_lengths, window, has_window, lo, hi)
         for k in range(lanes):
             end_col[k] = y_lengths[b0 + k] - 1 if (k < nl and i == x_lengths[b0 + k] - 1) else -1
-        _cost_row(i, b0, nl, a, b, x, ys, C, cost_kind, lo, hi, xrow, crow)
+        # The exact and hard weights take no costs (only the fast weights do): then x's row alone.
+        _cost_row(i, b0, nl, a, b, x, ys, C, cost_kind, lo, hi, xrow, crow, not (exact or hard))
         if i < r_end - 1 and a >= up_a and b <= up_b:
             # Row i is in rup already (the row above row i + 1, loaded over columns that cover row i's):
             # the buffers swap, and only row i - 1 is read from the table.
@@ -1295,7 +1301,8 @@ def _backward_pair(b, x, y, C, cost_kind, M, gamma, x_lengths, y_lengths, window
     for i in range(r_end - 1, r0 - 1, -1):
         lo, hi = _pair_bounds(b, i, x_lengths, y_lengths, window, has_window)
         w = hi - lo
-        _pair_cost_row(b, i, lo, hi, x, yT, C, cost_kind, crow)
+        if not (exact or hard):  # only the fast weights take the costs
+            _pair_cost_row(b, i, lo, hi, x, yT, C, cost_kind, crow)
         _pair_load_R_row(b, i, first, lo, hi, R_rows, inv, big, rcur)
         _pair_load_R_row(b, i - 1, first, lo, hi, R_rows, inv, big, rup)
         # Views of row i's columns [lo, hi): "_l" = column j - 1, "_r" = column j + 1.
