@@ -352,7 +352,7 @@ def forward(x, y, gamma, cost, x_lengths, y_lengths, window, memory, *, open_beg
     saved_out: optional contiguous float64 `(B, N, M)` tensor that memory="store" writes its table into
     (every cell) and returns as ``saved``, instead of a new one; ignored for other shapes and modes. For
     callers that run many forwards of one shape (softdtw.barycenter): a fresh table of a few hundred MB
-    is a fresh mapping from the OS, whose first touch of every page cost ~1-3 ns a byte on the 2-core
+    is a fresh mapping from the OS, whose first touch of every page cost ~1-4 ns a byte on the 2-core
     VMs (292 MB: 0.4-0.9 s, as much as the kernels), where rewriting a mapped one costs ~0.1.
     """
     reference.check_variant(window, open_begin, open_end)
