@@ -306,8 +306,9 @@ def test_store_table_written_into_a_given_buffer(dtype):
 @pytest.mark.parametrize("memory", ["store", "checkpoint"])
 def test_needs_skips_dy_and_dgamma_and_keeps_the_rest(dtype, cost, memory):
     """backward(needs=(dx, dy, dgamma)): an output not needed is zeros, the others are the full backward's
-    (to rounding: a loop without dy's update may sum dx in another order; lengths, a band, gamma = 0.3, the
-    checkpointed backward's bands too)."""
+    (to rounding: a loop without dy's update may sum dx in another order, and without dgamma float64 takes
+    the exact weights instead of the fast ones; lengths, a band, gamma = 0.3, the checkpointed backward's
+    bands too)."""
     B, N, M, D = 5, 70, 23, 3  # N > 64: two checkpoint bands
     x, y = case(B, N, M, D, dtype=dtype, seed=6)
     xl, yl = _lengths(70, 41, 70, 9, 66), _lengths(23, 23, 12, 20, 5)
@@ -319,7 +320,7 @@ def test_needs_skips_dy_and_dgamma_and_keeps_the_rest(dtype, cost, memory):
     assert full[1].abs().sum() > 0 and full[2].abs().sum() > 0
     for needs in [(True, False, False), (True, True, False), (True, False, True), (False, True, True)]:
         got = cpu.backward(grad, x, y, g, cost, xl, yl, window, value, saved, memory, needs=needs)
-        tol = 1e-6 if dtype == torch.float32 else 1e-14
+        tol = 1e-6 if dtype == torch.float32 else 1e-11
         assert rel_err(got[0], full[0]) <= tol  # dx is always computed
         for k in (1, 2):
             if needs[k]:
