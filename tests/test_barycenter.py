@@ -211,6 +211,60 @@ def test_first_iteration_is_scipys(gamma):
     assert _objective(res.barycenter, X, gamma) == pytest.approx(_objective(z_ts, X, gamma), rel=1e-6)
 
 
+def _scipy_lbfgsb(X, gamma, init, tol, max_iter):
+    """scipy's L-BFGS-B (as tslearn runs it: ``tol`` sets ftol and gtol) on sum_p sdtw(z, x_p)."""
+    so = pytest.importorskip("scipy.optimize")
+
+    def fun(z):
+        Z = torch.from_numpy(z).view_as(init).clone().requires_grad_()
+        v = soft_dtw(Z.expand(len(X), -1, -1), X, gamma).sum()
+        v.backward()
+        return float(v.detach()), Z.grad.numpy().ravel().copy()
+    return so.minimize(fun, init.numpy().ravel(), jac=True, method="L-BFGS-B", tol=tol,
+                       options=dict(maxiter=max_iter))
+
+
+@pytest.mark.parametrize("seed, gamma", [(0, 0.1), (0, 1.0), (2, 0.1)])
+@pytest.mark.parametrize("tol", [None, 1e-3])
+def test_tol_stops_where_scipys_rule_does(seed, gamma, tol):
+    """``tol`` is scipy L-BFGS-B's ftol = gtol (tslearn's tol): on small CBF problems whose iterates are
+    scipy's (same start), ours stops after the same iteration, at the same objective, with the default
+    tol (1e-4) and with tslearn's 1e-3."""
+    X, _ = make_cbf(12, length=32, seed=seed, dtype=torch.float64)
+    init = X.mean(0)
+    kw = {} if tol is None else {"tol": tol}
+    res = soft_dtw_barycenter(X, gamma, init=init, max_iter=50, **kw)
+    ref = _scipy_lbfgsb(X, gamma, init, 1e-4 if tol is None else tol, 50)
+    assert res.converged and ref.success
+    assert res.n_iter == ref.nit
+    assert float(res.losses[-1]) == pytest.approx(ref.fun, rel=1e-9)
+
+
+@pytest.mark.parametrize("gamma", [0.1, 1.0])
+def test_default_tol_rule_on_the_losses(gamma):
+    """The default run stops at the first iteration whose relative decrease (F_k - F_k+1) /
+    max(|F_k|, |F_k+1|, 1) or largest gradient entry is <= 1e-4, and not before."""
+    X, _ = make_cbf(16, length=40, seed=4, dtype=torch.float64)
+    init = X.mean(0)
+    res = soft_dtw_barycenter(X, gamma, init=init, max_iter=100)
+    f = res.losses.tolist()
+    rel = [(a - b) / max(abs(a), abs(b), 1.0) for a, b in zip(f[:-1], f[1:])]
+    assert res.converged and 1 <= res.n_iter < 100
+    assert all(r > 1e-4 for r in rel[:-1])
+    Z = res.barycenter.clone().requires_grad_()
+    soft_dtw(Z.expand(len(X), -1, -1), X, gamma).sum().backward()
+    assert rel[-1] <= 1e-4 or float(Z.grad.abs().max()) <= 1e-4
+
+
+def test_tol_gradient_test_at_the_start_returns_the_init(data):
+    """scipy's gtol test also runs at the start: a gradient already within tol returns the init."""
+    X, _ = data
+    init = X.mean(0)
+    res = soft_dtw_barycenter(X, 1.0, init=init, max_iter=10, tol=1e9)
+    assert res.converged and res.n_iter == 0 and res.losses.shape == (1,)
+    torch.testing.assert_close(res.barycenter, init, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("kw", [
     {},
     {"weights": torch.tensor([1.0, 0.5, 2.0, 0.0, 1.0, 3.0]), "groups": torch.tensor([0, 1, 0, 1, 1, 0])},

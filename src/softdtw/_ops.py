@@ -504,8 +504,9 @@ class _Fused(torch.autograd.Function):
         if not grad_value.is_contiguous():
             grad_value = grad_value.contiguous()
         need = ctx.needs_input_grad
-        # The cuda backend writes gradients nobody asked for into scratch buffers (no allocations).
-        kw = {"needs": need[:3]} if ctx.backend == "cuda" else {}
+        # The cuda backend writes gradients nobody asked for into scratch buffers (no allocations); the cpu
+        # backend skips their work (dy's accumulation, dgamma's per-cell entropies).
+        kw = {"needs": need[:3]} if ctx.backend in ("cuda", "cpu") else {}
         dx, dy, dgamma = get_backend(ctx.backend).backward(
             grad_value, x, y, gamma, ctx.cost, x_lengths, y_lengths, window, value, saved, ctx.memory, **kw)
         return (dx if need[0] else None, dy if need[1] else None,

@@ -283,6 +283,52 @@ def test_memory_modes_agree_and_saved_spec_describes_saved():
             assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_store_table_written_into_a_given_buffer(dtype):
+    """forward(..., saved_out=buf) writes every cell of buf (NaN garbage, lengths and a band) and returns it
+    as saved: the same bits as a fresh table; a buffer of another shape or dtype is not used."""
+    B, N, M, D = 5, 11, 9, 2
+    x, y = case(B, N, M, D, dtype=dtype, seed=4)
+    xl, yl = _lengths(11, 6, 11, 3, 8), _lengths(9, 9, 4, 7, 9)
+    window = build_window(xl, yl, N, M, 3.0, None)
+    g = _gamma(0.5, dtype)
+    v, saved = cpu.forward(x, y, g, "sqeuclidean", xl, yl, window, "store")
+    buf = torch.full((B, N, M), math.nan, dtype=torch.float64)
+    v2, saved2 = cpu.forward(x, y, g, "sqeuclidean", xl, yl, window, "store", saved_out=buf)
+    assert saved2 is buf and torch.equal(v, v2) and torch.equal(saved, buf)
+    other = torch.full((B, N, M + 1), math.nan, dtype=torch.float64)
+    _, saved3 = cpu.forward(x, y, g, "sqeuclidean", xl, yl, window, "store", saved_out=other)
+    assert saved3 is not other and torch.equal(saved3, saved)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("cost", ["sqeuclidean", "l1"])
+@pytest.mark.parametrize("memory", ["store", "checkpoint"])
+def test_needs_skips_dy_and_dgamma_and_keeps_the_rest(dtype, cost, memory):
+    """backward(needs=(dx, dy, dgamma)): an output not needed is zeros, the others are the full backward's
+    (to rounding: a loop without dy's update may sum dx in another order, and without dgamma float64 takes
+    the exact weights instead of the fast ones; lengths, a band, gamma = 0.3, the checkpointed backward's
+    bands too)."""
+    B, N, M, D = 5, 70, 23, 3  # N > 64: two checkpoint bands
+    x, y = case(B, N, M, D, dtype=dtype, seed=6)
+    xl, yl = _lengths(70, 41, 70, 9, 66), _lengths(23, 23, 12, 20, 5)
+    window = build_window(xl, yl, N, M, 8.0, None)
+    g = _gamma(0.3, dtype)
+    grad = torch.linspace(0.5, 2.0, B, dtype=dtype)
+    value, saved = cpu.forward(x, y, g, cost, xl, yl, window, memory)
+    full = cpu.backward(grad, x, y, g, cost, xl, yl, window, value, saved, memory)
+    assert full[1].abs().sum() > 0 and full[2].abs().sum() > 0
+    for needs in [(True, False, False), (True, True, False), (True, False, True), (False, True, True)]:
+        got = cpu.backward(grad, x, y, g, cost, xl, yl, window, value, saved, memory, needs=needs)
+        tol = 1e-6 if dtype == torch.float32 else 1e-11
+        assert rel_err(got[0], full[0]) <= tol  # dx is always computed
+        for k in (1, 2):
+            if needs[k]:
+                assert rel_err(got[k], full[k]) <= tol
+            else:
+                assert torch.equal(got[k], torch.zeros_like(full[k]))
+
+
 def test_outputs_are_fresh_and_inputs_untouched():
     x, y = case(2, 5, 6, 2, seed=3)
     x0, y0 = x.clone(), y.clone()

@@ -318,13 +318,16 @@ def _pack_y(y, b0, nl, ys):
 
 
 @njit(**_JIT)
-def _cost_row(i, b0, nl, a, b, x, ys, C, cost_kind, lo, hi, xrow, crow):
+def _cost_row(i, b0, nl, a, b, x, ys, C, cost_kind, lo, hi, xrow, crow, need_cost=True):
     """crow[j, k] = cost of row i of lane k, column j, for j in [a, b); 0 outside the lane's range.
 
-    Fused costs also leave the row of x in xrow[d, k] for the gradient.
+    Fused costs also leave the row of x in xrow[d, k] for the gradient. need_cost=False: only that (a
+    backward whose weights do not read the costs: exact or hard).
     """
     L = crow.shape[1]
     if cost_kind == COST_GIVEN:
+        if not need_cost:
+            return
         crow[a:b, :] = 0
         for k in range(nl):
             src = C[b0 + k, i, lo[k]:hi[k]]
@@ -337,6 +340,8 @@ def _cost_row(i, b0, nl, a, b, x, ys, C, cost_kind, lo, hi, xrow, crow):
     for d in range(D):
         for k in range(L):
             xrow[d, k] = x[b0 + k, i, d] if (k < nl and lo[k] < hi[k]) else zero
+    if not need_cost:
+        return
     for j in range(a, b):
         for k in range(L):
             crow[j, k] = 0
@@ -705,12 +710,26 @@ def _cell_weights_hard(d, u, l, like):
 
 
 @njit(**_JIT)
-def _weights_soft(a, b, rdiag, rup, rcur, crow, inv, wd, wu, wl, ent, exact, pen):
+def _weights_soft(a, b, rdiag, rup, rcur, crow, inv, wd, wu, wl, ent, exact, pen, want_ent):
     """Soft weights (see _cell_weights_soft; _cell_weights_exact if ``exact``) of the cells of row i,
     j in [a, b), all lanes. rdiag: the row above as a diagonal predecessor (rup, but zeros for row 0
-    with open_begin); pen: step penalty in log2 units (state dtype), added to up and left."""
+    with open_begin); pen: step penalty in log2 units (state dtype), added to up and left. ent is
+    written only if ``want_ent`` (dgamma is wanted); without it the loops skip its arithmetic (a log2
+    for the exact weights)."""
     L = crow.shape[1]
     like = wd.dtype.type(0.0)
+    if not want_ent:
+        if exact:
+            for j in range(a, b):
+                for k in range(L):
+                    wd[j + 1, k], wu[j + 1, k], wl[j + 1, k], _ = _cell_weights_exact(
+                        rdiag[j, k], rup[j + 1, k] + pen, rcur[j, k] + pen, like)
+            return
+        for j in range(a, b):
+            for k in range(L):
+                wd[j + 1, k], wu[j + 1, k], wl[j + 1, k], _ = _cell_weights_soft(
+                    rcur[j + 1, k], crow[j, k], inv, rdiag[j, k], rup[j + 1, k] + pen, rcur[j, k] + pen)
+        return
     if exact:
         for j in range(a, b):
             for k in range(L):
@@ -781,20 +800,34 @@ def _moves_row(a, b, e_cur, wu, wl, acc):
 
 
 @njit(**_JIT)
-def _grad_row(a, b, cost_kind, e_cur, xrow, ys, ent, dxrow, dys, e_ent):
+def _grad_row(a, b, cost_kind, e_cur, xrow, ys, ent, dxrow, dys, e_ent, want_dy, want_ent):
     """Accumulate the cost VJP of row i (without the factor 2 of sqeuclidean) and <E, ent>.
 
-    sqeuclidean: dX_i += E_ij (x_i - y_j), dY_j -= E_ij (x_i - y_j); l1: the same with the sign.
+    sqeuclidean: dX_i += E_ij (x_i - y_j), dY_j -= E_ij (x_i - y_j); l1: the same with the sign. dY only
+    if ``want_dy``, <E, ent> only if ``want_ent``.
     """
     L = e_cur.shape[1]
     D = xrow.shape[0]
-    for j in range(a, b):
-        for k in range(L):
-            e_ent[k] += e_cur[j + 1, k] * ent[j + 1, k]
+    if want_ent:
+        for j in range(a, b):
+            for k in range(L):
+                e_ent[k] += e_cur[j + 1, k] * ent[j + 1, k]
     if cost_kind == COST_GIVEN:
         return
     l1 = cost_kind == COST_L1
     zero = e_cur.dtype.type(0.0)
+    if not want_dy:
+        for j in range(a, b):
+            for d in range(D):
+                if l1:
+                    for k in range(L):
+                        dxrow[d, k] += e_cur[j + 1, k] * np.sign(xrow[d, k] - ys[j, d, k])
+                else:
+                    for k in range(L):
+                        e = e_cur[j + 1, k]
+                        g = e * (xrow[d, k] - ys[j, d, k])
+                        dxrow[d, k] += g if e > 0 else zero
+        return
     for j in range(a, b):
         for d in range(D):
             if l1:
@@ -815,7 +848,8 @@ def _grad_row(a, b, cost_kind, e_cur, xrow, ys, ent, dxrow, dys, e_ent):
 @njit(**_JIT)
 def _backward_group(g, lanes, x, y, C, cost_kind, N, M, gamma, x_lengths, y_lengths, window,
                     has_window, r0, r1, first, grad, values, R_rows, carry, carry_i, carry_y,
-                    e_ent, dx, dy, dC, dgamma, exact, open_begin, open_end, pen, e_mov, dpen):
+                    e_ent, dx, dy, dC, dgamma, exact, open_begin, open_end, pen, e_mov, dpen, want_dy,
+                    want_dgamma):
     """Rows [r0, r1) (bottom-up) of the backward of pairs [g * lanes, g * lanes + lanes); see
     backward_kernel. State dtype R_rows', data dtype values'."""
     B = x_lengths.shape[0]
@@ -877,18 +911,26 @@ def _backward_group(g, lanes, x, y, C, cost_kind, N, M, gamma, x_lengths, y_leng
     for k in range(nl):
         n_rows = max(n_rows, x_lengths[b0 + k])
     r_end = min(r1, n_rows)
+    up_a, up_b = 0, 0  # the columns [up_a, up_b) of the row whose row above rup holds
     for i in range(r_end - 1, r0 - 1, -1):
         a, b = _row_bounds(i, b0, nl, x_lengths, y_lengths, window, has_window, lo, hi)
         for k in range(lanes):
             end_col[k] = y_lengths[b0 + k] - 1 if (k < nl and i == x_lengths[b0 + k] - 1) else -1
-        _cost_row(i, b0, nl, a, b, x, ys, C, cost_kind, lo, hi, xrow, crow)
-        _load_R_row(i, first, b0, nl, a, b, R_rows, inv, big, rcur)
+        # The exact and hard weights take no costs (only the fast weights do): then x's row alone.
+        _cost_row(i, b0, nl, a, b, x, ys, C, cost_kind, lo, hi, xrow, crow, not (exact or hard))
+        if i < r_end - 1 and a >= up_a and b <= up_b:
+            # Row i is in rup already (the row above row i + 1, loaded over columns that cover row i's):
+            # the buffers swap, and only row i - 1 is read from the table.
+            rcur, rup = rup, rcur
+        else:
+            _load_R_row(i, first, b0, nl, a, b, R_rows, inv, big, rcur)
         _load_R_row(i - 1, first, b0, nl, a, b, R_rows, inv, big, rup)
+        up_a, up_b = a, b
         rdiag = zdiag if (open_begin and i == 0) else rup
         if hard:
             _weights_hard(a, b, rdiag, rup, rcur, wd_cur, wu_cur, wl_cur, pen_s)
         else:
-            _weights_soft(a, b, rdiag, rup, rcur, crow, inv, wd_cur, wu_cur, wl_cur, ent, exact, pen_s)
+            _weights_soft(a, b, rdiag, rup, rcur, crow, inv, wd_cur, wu_cur, wl_cur, ent, exact, pen_s, want_dgamma)
         _reset_outside(e_cur, cur_lo, cur_hi, a + 1, b + 1, 0)
         cur_lo, cur_hi = a + 1, b + 1
         if open_end:
@@ -903,7 +945,7 @@ def _backward_group(g, lanes, x, y, C, cost_kind, N, M, gamma, x_lengths, y_leng
                 seed[:] = 0
         else:
             _alignment_row(a, b, lo, hi, end_col, e_next, wd_next, wu_next, e_cur, wl_cur)
-        _grad_row(a, b, cost_kind, e_cur, xrow, ys, ent, dxrow, dys, ent_acc)
+        _grad_row(a, b, cost_kind, e_cur, xrow, ys, ent, dxrow, dys, ent_acc, want_dy, want_dgamma)
         if want_pen:
             _moves_row(a, b, e_cur, wu_cur, wl_cur, mov_acc)
         for k in range(nl):
@@ -940,13 +982,14 @@ def _backward_group(g, lanes, x, y, C, cost_kind, N, M, gamma, x_lengths, y_leng
                 for d in range(D):
                     dy[b0 + k, j, d] = factor * gk * dys[j, d, k]
         # d value / d gamma = sum_s E[s] sum_p w ln w = (value - <E, C>) / gamma, without cancellation.
-        dgamma[b0 + k] = 0 if hard else gk * LN2 * ent_acc[k]
+        dgamma[b0 + k] = 0 if (hard or not want_dgamma) else gk * LN2 * ent_acc[k]
 
 
 @njit(parallel=True, **_JIT)
 def backward_kernel(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, has_window, r0, r1,
                     first, by_pair, lanes, grad, values, R_rows, carry, carry_i, carry_y, e_ent,
-                    dx, dy, dC, dgamma, exact, open_begin, open_end, pen, e_mov, dpen):
+                    dx, dy, dC, dgamma, exact, open_begin, open_end, pen, e_mov, dpen, want_dy,
+                    want_dgamma):
     """Rows [r0, r1) of the backward of sum_b grad[b] * value[b], bottom-up.
 
     R_rows[b, i - first] holds row i of R in natural units (state dtype; float64 for float32
@@ -975,6 +1018,9 @@ def backward_kernel(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, has
     Alignment variants as in forward_kernel (open_begin, open_end, pen). dpen `(B,)`: grad_b d value_b /
     d pen, written when it is not empty (`(0,)`: no penalty gradient wanted); e_mov `(B,)` float64 carries
     its partial sums between calls like e_ent (`(0,)` for a single call).
+
+    want_dy, want_dgamma: False skips the work of dy (fused costs; dy stays zero) or of dgamma (the
+    per-cell entropies; dgamma is written as 0): the gradients nobody asked for (cpu.py's ``needs``).
     """
     B = x_lengths.shape[0]
     if cost_kind == COST_GIVEN:
@@ -986,13 +1032,14 @@ def backward_kernel(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, has
             _backward_pair(b, x, y, C, cost_kind, M, gamma, x_lengths, y_lengths, window,
                            has_window, r0, r1, first, grad, values, R_rows, carry, carry_i,
                            carry_y, e_ent, dx, dy, dC, dgamma, exact, open_begin, open_end, pen,
-                           e_mov, dpen)
+                           e_mov, dpen, want_dy, want_dgamma)
         return
     groups = (B + lanes - 1) // lanes
     for g in prange(groups):
         _backward_group(g, lanes, x, y, C, cost_kind, N, M, gamma, x_lengths, y_lengths, window,
                         has_window, r0, r1, first, grad, values, R_rows, carry, carry_i, carry_y,
-                        e_ent, dx, dy, dC, dgamma, exact, open_begin, open_end, pen, e_mov, dpen)
+                        e_ent, dx, dy, dC, dgamma, exact, open_begin, open_end, pen, e_mov, dpen, want_dy,
+                        want_dgamma)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1204,7 +1251,7 @@ def _pair_load_R_row(b, i, first, lo, hi, R_rows, inv, big, out):
 @njit(**_JIT)
 def _backward_pair(b, x, y, C, cost_kind, M, gamma, x_lengths, y_lengths, window, has_window,
                    r0, r1, first, grad, values, R_rows, carry, carry_i, carry_y, e_ent, dx, dy,
-                   dC, dgamma, exact, open_begin, open_end, pen, e_mov, dpen):
+                   dC, dgamma, exact, open_begin, open_end, pen, e_mov, dpen, want_dy, want_dgamma):
     """Rows [r0, r1) of the backward of pair b, one row at a time (the lanes version's steps,
     vectorised along j); the arguments as in backward_kernel."""
     dt = values.dtype
@@ -1254,7 +1301,8 @@ def _backward_pair(b, x, y, C, cost_kind, M, gamma, x_lengths, y_lengths, window
     for i in range(r_end - 1, r0 - 1, -1):
         lo, hi = _pair_bounds(b, i, x_lengths, y_lengths, window, has_window)
         w = hi - lo
-        _pair_cost_row(b, i, lo, hi, x, yT, C, cost_kind, crow)
+        if not (exact or hard):  # only the fast weights take the costs
+            _pair_cost_row(b, i, lo, hi, x, yT, C, cost_kind, crow)
         _pair_load_R_row(b, i, first, lo, hi, R_rows, inv, big, rcur)
         _pair_load_R_row(b, i - 1, first, lo, hi, R_rows, inv, big, rup)
         # Views of row i's columns [lo, hi): "_l" = column j - 1, "_r" = column j + 1.
@@ -1298,8 +1346,9 @@ def _backward_pair(b, x, y, C, cost_kind, M, gamma, x_lengths, y_lengths, window
             e = e if e >= tiny else zero
             e_cur[j + 1] = e
         e_v = e_cur[lo + 1:hi + 1]
-        for q in range(w):
-            e_sum += e_v[q] * ent_v[q]
+        if want_dgamma:
+            for q in range(w):
+                e_sum += e_v[q] * ent_v[q]
         if want_pen:
             for q in range(w):
                 m_sum += e_v[q] * (wu_v[q] + wl_v[q])
@@ -1312,14 +1361,20 @@ def _backward_pair(b, x, y, C, cost_kind, M, gamma, x_lengths, y_lengths, window
                     for q in range(w):
                         g = e_v[q] * np.sign(xd - y_v[q])
                         total += g
-                        dy_v[q] -= g
-                else:
+                        if want_dy:
+                            dy_v[q] -= g
+                elif want_dy:
                     for q in range(w):
                         e = e_v[q]
                         g = e * (xd - y_v[q])
                         g = g if e > 0 else zero  # never 0 * inf (a difference past the dtype's range)
                         total += g
                         dy_v[q] -= g
+                else:
+                    for q in range(w):
+                        e = e_v[q]
+                        g = e * (xd - y_v[q])
+                        total += g if e > 0 else zero
                 dx[b, i, d] = factor * gb * total
         else:
             dC_v = dC[b, i, lo:hi]
@@ -1344,4 +1399,4 @@ def _backward_pair(b, x, y, C, cost_kind, M, gamma, x_lengths, y_lengths, window
         for j in range(M):
             for d in range(D):
                 dy[b, j, d] = factor * gb * dyT[d, j]
-    dgamma[b] = 0 if hard else gb * LN2 * e_sum
+    dgamma[b] = 0 if (hard or not want_dgamma) else gb * LN2 * e_sum

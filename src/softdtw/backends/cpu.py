@@ -305,14 +305,19 @@ def _allocate(shape, dtype, what: str, B: int, N: int, M: int):
 
 
 def _run_forward(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, memory, B, N, M, D, dtype,
-                 narrow_state: bool = True, variant=(False, False, 0.0)):
+                 narrow_state: bool = True, variant=(False, False, 0.0), saved_out=None):
     """The forward kernel over all rows. narrow_state: a value-only float32 pass may keep its DP state
-    in float32 (see _state). variant: (open_begin, open_end, step penalty as a float)."""
+    in float32 (see _state). variant: (open_begin, open_end, step penalty as a float). saved_out: see
+    :func:`forward`."""
     _prepare_kernels(kernels, _ENTRY_POINTS)  # compile notice; cached helpers first (see _cpu_loading)
     values = torch.empty(B, dtype=dtype)
     if memory == "store":
         every = 1
-        saved = _allocate((B, N, M), SAVED_DTYPE, "the stored backward table (memory='store')", B, N, M)
+        if saved_out is not None and saved_out.shape == (B, N, M) and saved_out.dtype == SAVED_DTYPE \
+                and saved_out.is_contiguous():
+            saved = saved_out  # every cell is written below (the sentinel outside lengths and windows)
+        else:
+            saved = _allocate((B, N, M), SAVED_DTYPE, "the stored backward table (memory='store')", B, N, M)
         state = saved.numpy()
     elif memory == "checkpoint":
         every, K = _checkpoints(N)
@@ -340,10 +345,15 @@ def _exact_elsewhere(run, memory: str, dtype: torch.dtype):
 
 
 def forward(x, y, gamma, cost, x_lengths, y_lengths, window, memory, *, open_begin=False, open_end=False,
-            step_penalty=None):
+            step_penalty=None, saved_out=None):
     """Soft-DTW values `(B,)` of x `(B, N, D)` and y `(B, M, D)` under a fused cost; see module doc.
 
     open_begin, open_end, step_penalty (None or a 0-d tensor of the data dtype): the alignment variants.
+    saved_out: optional contiguous float64 `(B, N, M)` tensor that memory="store" writes its table into
+    (every cell) and returns as ``saved``, instead of a new one; ignored for other shapes and modes. For
+    callers that run many forwards of one shape (softdtw.barycenter): a fresh table of a few hundred MB
+    is a fresh mapping from the OS, whose first touch of every page cost ~1-4 ns a byte on the 2-core
+    VMs (292 MB: 0.4-0.9 s, as much as the kernels), where rewriting a mapped one costs ~0.1.
     """
     reference.check_variant(window, open_begin, open_end)
     B, N, D = x.shape
@@ -358,7 +368,7 @@ def forward(x, y, gamma, cost, x_lengths, y_lengths, window, memory, *, open_beg
             x.dtype)
     return _run_forward(_view(x), _view(y), _placeholder(x.dtype), _COST_KIND[cost], gamma,
                         x_lengths, y_lengths, window, memory, B, N, M, D, x.dtype, state == "narrow",
-                        (open_begin, open_end, pen))
+                        (open_begin, open_end, pen), saved_out)
 
 
 def forward_cost(C, gamma, x_lengths, y_lengths, window, memory, *, open_begin=False, open_end=False,
@@ -423,9 +433,10 @@ def _weights(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, N, M, dtyp
 
 def _run_backward(grad, x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, value, saved,
                   memory, B, N, M, D, dtype, outputs, exact=False, variant=(False, False, 0.0),
-                  want_pen=False):
+                  want_pen=False, wants=(True, True)):
     """Call the backward kernel (per band for checkpoints); recompute R first when a storing
-    forward saved nothing. Returns (dgamma `(B,)`, dpenalty `(B,)` or None unless want_pen)."""
+    forward saved nothing. Returns (dgamma `(B,)`, dpenalty `(B,)` or None unless want_pen). wants:
+    (dy, dgamma) to compute (the others are left at 0)."""
     _prepare_kernels(kernels, _ENTRY_POINTS)
     dx, dy, dC = outputs
     dgamma = torch.empty(B, dtype=dtype)
@@ -435,7 +446,7 @@ def _run_backward(grad, x, y, C, cost_kind, gamma, x_lengths, y_lengths, window,
     grad, value = _view(grad.to(dtype)), _view(value.to(dtype))
     if memory == "checkpoint":
         _backward_bands(x, y, C, args, grad, value, saved, B, N, M, D, dtype,
-                        (dx, dy, dC, dgamma.numpy()), variant, dpen.numpy())
+                        (dx, dy, dC, dgamma.numpy()), variant, dpen.numpy(), wants)
         return dgamma, (dpen if want_pen else None)
     if saved.numel() == 0:
         _, saved = _run_forward(x, y, C, cost_kind, gamma, x_lengths, y_lengths, window, "store",
@@ -445,7 +456,7 @@ def _run_backward(grad, x, y, C, cost_kind, gamma, x_lengths, y_lengths, window,
     kernels.backward_kernel(
         x, y, C, *args[:-1], 0, N, 0, by_pair, lanes, grad, value, _view(saved),
         none, np.zeros((0, 5), np.int64), none, np.zeros(0), dx, dy, dC, dgamma.numpy(), exact,
-        *variant, np.zeros(0), dpen.numpy(),
+        *variant, np.zeros(0), dpen.numpy(), *wants,
     )
     return dgamma, (dpen if want_pen else None)
 
@@ -458,7 +469,7 @@ def _table_row(checkpoint: np.ndarray, gamma: float, out: np.ndarray) -> None:
     np.copyto(out, kernels.SENTINEL_F64, where=checkpoint >= kernels.SENTINEL_F64)
 
 
-def _backward_bands(x, y, C, args, grad, value, saved, B, N, M, D, dtype, outputs, variant, dpen):
+def _backward_bands(x, y, C, args, grad, value, saved, B, N, M, D, dtype, outputs, variant, dpen, wants):
     """The checkpointed backward: per chunk of pairs, bands of TH rows from the bottom up, each
     recomputed by the forward kernel from its checkpoint, then run by the backward kernel."""
     th, K = _checkpoints(N)
@@ -495,6 +506,7 @@ def _backward_bands(x, y, C, args, grad, value, saved, B, N, M, D, dtype, output
             kernels.backward_kernel(
                 xc, yc, Cc, cost_kind, gamma, xl, yl, wc, has_win, r0, r0 + th, r0 - 1,
                 *bwd_plan, grad[part], value[part], band[:n], *carry, *outs, exact, *variant, e_mov, dpen_c,
+                *wants,
             )
 
 
@@ -512,9 +524,14 @@ def _zero_where_infinite(value, *grads):
 
 
 def backward(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved, memory, *,
-             open_begin=False, open_end=False, step_penalty=None):
+             open_begin=False, open_end=False, step_penalty=None, needs=None):
     """(dx `(B, N, D)`, dy `(B, M, D)`, dgamma `(B,)`) of sum_b grad[b] * value[b], and dpenalty `(B,)`
-    (grad_b d value_b / d step_penalty) as a fourth output when step_penalty is not None."""
+    (grad_b d value_b / d step_penalty) as a fourth output when step_penalty is not None.
+
+    needs: optional (dx, dy, dgamma) flags, as the cuda backend's: dy and dgamma not needed are returned as
+    zeros without their work (dy's accumulation, the cells' entropies; measured at B = 64, N = M = 128,
+    D = 4: OPTIMIZATION_LOG.md), and without dgamma the weights are always the exact ones (see _weights).
+    dx is always computed."""
     reference.check_variant(window, open_begin, open_end)
     B, N, D = x.shape
     M = y.shape[1]
@@ -527,11 +544,14 @@ def backward(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved
         return reference.backward(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value,
                                   x.new_empty((0,)), memory, open_begin=open_begin, open_end=open_end,
                                   step_penalty=step_penalty)
-    exact = how == "exact"
+    wants = (True, True) if needs is None else (bool(needs[1]), bool(needs[2]))
+    # Without dgamma the exact weights skip their log2 and need no cost row: faster than the fast ones then
+    # (float64, B = 64, N = M = 128, D = 4, dx only: backward 4.5 -> 3.8-4.0 ms, dx within 2.4e-13).
+    exact = how == "exact" or not wants[1]
     dgamma, dpen = _run_backward(grad, _view(x), _view(y), empty, _COST_KIND[cost], gamma, x_lengths,
                                  y_lengths, window, value, saved, memory, B, N, M, D, x.dtype,
                                  (dx.numpy(), dy.numpy(), empty), exact, (open_begin, open_end, pen),
-                                 step_penalty is not None)
+                                 step_penalty is not None, wants)
     if dpen is None:
         return _zero_where_infinite(value, dx, dy, dgamma)
     return _zero_where_infinite(value, dx, dy, dgamma, dpen)
