@@ -234,7 +234,10 @@ def test_gram_cost_long_pairs_planned():
     assert cuda_backend()._plan("fused", 2, 1100, 1030, 40, torch.float64, 0, "store").chain
     want = reference_fused(x, y, _gamma(0.5, torch.float64), "sqeuclidean", xl, yl, w, _grad(2, torch.float64))
     got = cuda_fused(x, y, _gamma(0.5, torch.float64), "sqeuclidean", xl, yl, w, _grad(2, torch.float64))
-    _check(got, want, torch.float64, 0.5)
+    # 1e-9, not TOL's 1e-10: the Gram form |x|² + |y|² - 2 x·y cancels ~2 digits of costs ~80 (D = 40), summed
+    # along ~2000-cell paths (H100: dy 1.0e-10, dx 2.6e-11, value 2e-15).
+    errs = [rel_err(a, b) for a, b in zip(got[:3], want[:3])]
+    assert max(errs) <= 1e-9, errs
 
 
 def test_gram_backward_without_saved_recomputes():
