@@ -709,3 +709,47 @@ def test_variants_take_a_penalty_on_another_device_or_dtype():
         assert torch.equal(a, b)
     with pytest.raises(ValueError, match="step_penalty"):
         cuda_backend().hvp_cost(C, _gamma(0.5), xl, yl, None, Cd, gd, step_penalty=torch.zeros(2, device="cuda"))
+
+
+def test_variant_signature_and_flag():
+    """cuda's hvp_cost keeps the contract's arity with the variants keyword-only, and says so (HVP_VARIANTS)."""
+    import inspect
+
+    be = cuda_backend()
+    assert be.HVP_VARIANTS is True
+    params = inspect.signature(be.hvp_cost).parameters
+    assert [n for n, p in params.items() if p.kind is not p.KEYWORD_ONLY] == [
+        "C", "gamma", "x_lengths", "y_lengths", "window", "Cdot", "gamma_dot"]
+    assert [n for n, p in params.items() if p.kind is p.KEYWORD_ONLY] == [
+        "open_begin", "open_end", "step_penalty", "penalty_dot"]
+
+
+def test_cuda_graph_of_a_variant_gradient_penalty_step():
+    """A gradient-penalty step with open ends and a step penalty tensor (create_graph, then the penalty's backward
+    through hvp_cost with the variants), captured in a CUDA graph and replayed on new data, gives the eager step's
+    values and gradients (no host synchronisation in the variants' path)."""
+    from tests._helpers import capture_cuda_graph
+    import softdtw
+
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(4, 40, 1, generator=g).cuda().requires_grad_()
+    y = torch.randn(4, 60, 1, generator=g).cuda()
+    p = torch.tensor(0.2, device="cuda", requires_grad=True)
+
+    def step():
+        v = softdtw.soft_dtw(x, y, 0.3, open_begin=True, open_end=True, step_penalty=p).sum()
+        gx, gp = torch.autograd.grad(v, (x, p), create_graph=True)
+        loss = v + gx.pow(2).sum() + gp.pow(2)
+        dx, dp = torch.autograd.grad(loss, (x, p))
+        return loss.detach(), dx, dp
+
+    graph, static = capture_cuda_graph(step)
+    for seed in (5, 6):
+        g = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            x.copy_(torch.randn(4, 40, 1, generator=g).cuda())
+            y.copy_(torch.randn(4, 60, 1, generator=g).cuda())
+        graph.replay()
+        eager = step()
+        for a, b in zip(static, eager):
+            assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)
