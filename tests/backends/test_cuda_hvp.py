@@ -501,12 +501,13 @@ VARIANT_COMBOS = [(ob, oe, pen, pd) for ob in (False, True) for oe in (False, Tr
 
 VARIANT_SIZES = [
     # B, N, M, +inf cells, gamma: hvp_warp_kernel K = 1, 4 (and W > 1 for few pairs), 8; above 256 columns float64
-    # runs hvp_kernel; above 512 both
+    # runs hvp_fast_kernel (up to 1024 rows), above 512 both
     (3, 7, 9, False, 0.1),
     (3, 40, 70, True, 1.0),
     (2, 90, 200, True, 0.1),
     (2, 30, 300, False, 1.0),
     (2, 20, 530, True, 0.5),
+    (2, 1030, 520, True, 0.3),  # hvp_kernel (above hvp_fast_kernel's 1024 rows)
 ]
 
 
@@ -589,26 +590,45 @@ def test_variants_match_the_cpu_backend(variant, B, N, M, inf, gamma):
     _check_six(got, want, 1e-9)
 
 
+def _kernel(monkeypatch, which):
+    """A context inside which hvp_cost runs hvp_fast_kernel ("fast": the warp kernel hidden) or hvp_kernel ("first":
+    hvp_fast_kernel hidden too) at every size."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def ctx():
+        mod = importlib.import_module("softdtw.backends.cuda.hvp")
+        with monkeypatch.context() as m:
+            m.setattr(mod, "_warp_k", lambda M, dtype: None)
+            if which == "first":
+                m.setattr(mod, "_fast_plan", lambda N: None)
+            yield
+
+    return ctx()
+
+
+@pytest.mark.parametrize("which", ["fast", "first"])
 @pytest.mark.parametrize("variant", [(True, True, "pairs", True), (True, False, "0d", True), (False, True, None, False),
-                                     (False, False, "pairs", False)], ids=_vid)
+                                     (False, False, "pairs", False), (True, False, None, False)], ids=_vid)
 @pytest.mark.parametrize("B,N,M", [(3, 40, 70), (2, 64, 256), (2, 30, 300)])
-def test_variants_fallback_kernel_matches_the_warp_kernel(monkeypatch, variant, B, N, M):
-    """hvp_kernel (forced by hiding the warp kernel) against hvp_warp_kernel at 1e-9 in float64, and against the
-    cpu backend; hard DTW (gamma = 0): the same path exactly."""
+def test_variants_block_kernels_match_the_warp_kernel(monkeypatch, variant, B, N, M, which):
+    """hvp_fast_kernel and hvp_kernel (forced by hiding the others) against hvp_warp_kernel at 1e-9 in float64, and
+    against the cpu backend; hard DTW (gamma = 0): the same path exactly."""
     ob, oe, pen, pd = variant
     C, Cd, gd, xl, yl, P, Pd = _variant_problem(B, N, M, pen, pd, seed=M, inf=True)
     for gamma in (0.0, 0.3):
         g = _gamma(gamma)
         warp = vhvp(C, g, xl, yl, Cd, gd, ob, oe, P, Pd)
-        with _block_kernel(monkeypatch):
+        with _kernel(monkeypatch, which):
             block = vhvp(C, g, xl, yl, Cd, gd, ob, oe, P, Pd)
         if gamma == 0:
             assert torch.equal(warp[0], block[0])
             if P is not None:
                 assert torch.equal(warp[4], block[4])
             continue
-        _check_six(block, warp, 1e-9)
         _check_six(block, _cpu_hvp(C, g, xl, yl, Cd, gd, ob, oe, P, Pd), 1e-9)
+        if M <= 256:  # float64: the warp kernel up to 256 columns
+            _check_six(block, warp, 1e-9)
 
 
 @pytest.mark.parametrize("gamma", [1e-3, 0.1, 1.0, 10.0])

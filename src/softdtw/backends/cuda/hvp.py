@@ -9,9 +9,9 @@ reads nothing the first-order forward saved, so it is right after memory="store"
 on torch's current stream (no host synchronisation: gamma is read on the device).
 
 Alignment variants (open_begin, open_end, step_penalty with its direction penalty_dot; SECOND_ORDER.md, "Variants"):
-a template flag VAR of hvp_warp_kernel and of hvp_kernel (the common.cuh bit mask, as the first-order kernels'),
-the plain instantiations unchanged. hvp_warp_kernel takes them up to HVPW_MAX_M columns; wider pairs run hvp_kernel
-(any size; hvp_fast_kernel has no variants).
+a template flag VAR of the three kernels (the common.cuh bit mask, as the first-order kernels'), the same plan as
+the plain DP's. The plain instantiations compile to the code they did (hvp.cu byte for byte; five float64
+hvp_warp_kernel layouts with three or four independent moves in another order).
 """
 from __future__ import annotations
 
@@ -122,8 +122,8 @@ def hvp_cost(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot, *, open_be
 
     Alignment variants (reference.hvp_cost's contract): open_begin, open_end, step_penalty (None, 0-d or `(B,)`) with
     its direction penalty_dot (None = 0, 0-d or `(B,)`); with a penalty two more outputs, vpen `(B,)` = dv/dp and
-    vpen_dot `(B,)` (0 at gamma == 0). A band with an open end raises ValueError (reference.check_variant). Pairs
-    wider than the warp kernel's M run hvp_kernel (the tables above with E and E-dot: 24 or 32 bytes per cell).
+    vpen_dot `(B,)` (0 at gamma == 0). A band with an open end raises ValueError (reference.check_variant). They
+    run the plain DP's kernels and memory.
     """
     from . import _alloc, _window  # the package's helpers (imported here: the package imports this module)
     from .. import reference
@@ -171,7 +171,7 @@ def hvp_cost(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot, *, open_be
         _launch.launch("hvp_warp", expr, dev, B, 32 * W, args)
         del keep
         return _result(E, vgamma, Edot, vgamma_dot, vpen, vpen_dot)
-    plan = None if var else _fast_plan(N)  # hvp_fast_kernel has no variants
+    plan = _fast_plan(N)
     R = _alloc(C, cells, torch.float64, "the HVP's R table (hvp_cost)", B, N, M)
     args = [C.data_ptr(), Cdot.data_ptr(), gamma.data_ptr(), gamma_dot.data_ptr(), x_lengths.data_ptr(),
             y_lengths.data_ptr(), _launch.ptr(window), R.data_ptr()]
@@ -179,9 +179,9 @@ def hvp_cost(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot, *, open_be
         threads, rpt = plan
         Q = _alloc(C, cells, torch.float64, "the HVP's R-dot table (hvp_cost)", B, N, M)
         vec = all(t.data_ptr() % 16 == 0 for t in (C, Cdot, E, Edot))  # 16-byte groups of C, C-dot, E, E-dot
-        expr = f"sdtw::hvp_fast_kernel<{_launch._CTYPE[dtype]}, {win}, {rpt}>"
+        expr = f"sdtw::hvp_fast_kernel<{_launch._CTYPE[dtype]}, {win}, {rpt}{vexpr}>"
         args += [Q.data_ptr(), E.data_ptr(), Edot.data_ptr(), vgamma.data_ptr(), vgamma_dot.data_ptr(),
-                 _launch.i32(B), _launch.i32(N), _launch.i32(M), _launch.i32(int(vec))]
+                 _launch.i32(B), _launch.i32(N), _launch.i32(M), _launch.i32(int(vec)), *tail]
     else:
         threads = _threads(N)
         # float64 R-dot (B·N·M), then E and E-dot in the data dtype (2·B·N·M of them) in the same buffer.

@@ -163,6 +163,47 @@ __device__ __forceinline__ void hvp_block_sums(double vg, double vgd, double* re
   }
 }
 
+// The variants' predecessors of cell (i, .) in pass 1 (hvp_kernel, hvp_fast_kernel): open begin's virtual start as
+// row 0's diagonal predecessor (R' = R-dot = 0), the step penalty on the up and left edges (soft-min: R' and R-dot;
+// hard DTW takes it in the data dtype at its hard_min3).
+template <bool OB, bool PEN, bool HARD>
+__device__ __forceinline__ void hvp_var_preds(int i, double& Rd, double& Qd, double& Ru, double& Qu, double& Rl,
+                                              double& Ql, double pen2, double pdot) {
+  if (OB && i == 0) Rd = Qd = 0.0;
+  if (PEN && !HARD) {
+    Ru += pen2;
+    Qu += pdot;
+    Rl += pen2;
+    Ql += pdot;
+  }
+}
+
+// One edge p -> s of pass 2 with the variants: hvp_edge with p's R', R-dot on a penalised edge (rel 1, 2), whose
+// terms go to vp, vpd too.
+template <typename T, bool HARD, bool PEN>
+__device__ __forceinline__ void hvp_var_edge(int rel, double Rp, double Qp, double Ss, double Qs, T es, T eds, T gd,
+                                             double ig, T& e, double& ed, double& vg, double& vgd, double pen2,
+                                             double pdot, double& vp, double& vpd) {
+  if constexpr (PEN) {
+    const double pr = rel != 0 ? pen2 : 0.0, pq = rel != 0 ? pdot : 0.0;
+    hvp_edge<T, HARD, true>(rel, Rp + pr, Qp + pq, Ss, Qs, es, eds, gd, ig, e, ed, vg, vgd, &vp, &vpd);
+  } else {
+    hvp_edge<T, HARD>(rel, Rp, Qp, Ss, Qs, es, eds, gd, ig, e, ed, vg, vgd);
+  }
+}
+
+// Open begin: the edge from the virtual start (R' = 0, R-dot = 0) to a cell s of row 0 is no cell's edge to a
+// successor, so pass 2 adds its terms of vgamma and vgamma_dot where s is done (S's, Qs: s's S' and S-dot; es, eds:
+// its E and E-dot). Without an open begin that edge reaches (0, 0) alone, with weight 1: no terms.
+template <typename T, bool HARD>
+__device__ __forceinline__ void hvp_start_edge(double Ss, double Qs, T es, T eds, T gd, double ig, double& vg,
+                                               double& vgd) {
+  if (HARD) return;
+  T e = T(0);
+  double ed = 0.0;
+  hvp_edge<T, false>(0, 0.0, 0.0, Ss, Qs, es, eds, gd, ig, e, ed, vg, vgd);
+}
+
 // Sums (MIN: minima) of a and b over the block, the same in every thread (one order of operations). red: as
 // hvp_block_sums'; free again when it returns.
 template <int MAXT, bool MIN>
@@ -298,13 +339,7 @@ __device__ void hvp_pair(const HvpArgs<T>& a, const int b, const T g, double* re
       }
       if (i > 0) { Ru = Rb[b1 + i - 1]; Qu = Qb[b1 + i - 1]; }
       if (j > 0) { Rl = Rb[b1 + i]; Ql = Qb[b1 + i]; }
-      if (OB && i == 0) Rd = Qd = 0.0;  // open begin: the virtual start at every column
-      if (PEN && !HARD) {              // the penalty on the up and left edges
-        Ru += pen2;
-        Qu += pdot;
-        Rl += pen2;
-        Ql += pdot;
-      }
+      if constexpr (OB || PEN) hvp_var_preds<OB, PEN, HARD>(i, Rd, Qd, Ru, Qu, Rl, Ql, pen2, pdot);
       double Rs = HVP_BIG;
       double Qs = 0.0;
       if (ok) {
@@ -378,13 +413,8 @@ __device__ void hvp_pair(const HvpArgs<T>& a, const int b, const T g, double* re
             const long long ps = rel == 0 ? b2 + i + 1 : (rel == 1 ? b1 + i + 1 : b1 + i);
             const double Ss = Rb[ps];
             if (Ss >= HVP_HALF) continue;  // forbidden or unreachable successor
-            if constexpr (PEN) {  // p's R', R-dot on a penalised edge
-              const double pr = rel != 0 ? pen2 : 0.0, pq = rel != 0 ? pdot : 0.0;
-              hvp_edge<T, HARD, true>(rel, Rp + pr, Qp + pq, Ss, Qb[ps], Eb[ps], Fb[ps], gd, ig, e, ed, vg, vgd, &vp,
-                                      &vpd);
-            } else {
-              hvp_edge<T, HARD>(rel, Rp, Qp, Ss, Qb[ps], Eb[ps], Fb[ps], gd, ig, e, ed, vg, vgd);
-            }
+            hvp_var_edge<T, HARD, PEN>(rel, Rp, Qp, Ss, Qb[ps], Eb[ps], Fb[ps], gd, ig, e, ed, vg, vgd, pen2, pdot,
+                                       vp, vpd);
           }
         }
         if (HARD) {
@@ -394,6 +424,7 @@ __device__ void hvp_pair(const HvpArgs<T>& a, const int b, const T g, double* re
           Sout = Rp - double(Cb[q]) * scale;  // S' = R' - C'
           Qout = Qp - double(Db[q]);          // Sdot = Rdot - Cdot
         }
+        if (OB && i == 0) hvp_start_edge<T, HARD>(Sout, Qout, e, T(ed), gd, ig, vg, vgd);
       }
       Rb[p0] = Sout;
       Qb[p0] = Qout;
@@ -519,9 +550,10 @@ __device__ __forceinline__ void hvpf_set(T (&g)[G], int pos, T v) {
   for (int x = 0; x < G; ++x) g[x] = pos == x ? v : g[x];
 }
 
-template <typename T, bool WINDOW, bool HARD, int RPT>
+template <typename T, bool WINDOW, bool HARD, int RPT, int VAR = 0>
 __device__ void hvpf_pair(const HvpArgs<T>& a, const int b, const T g, const bool vec, const long long total,
                           double* sd, double* sq, T* st, double* red) {
+  constexpr bool OB = (VAR & VAR_OPEN_BEGIN) != 0, OE = (VAR & VAR_OPEN_END) != 0, PEN = (VAR & VAR_PENALTY) != 0;
   constexpr int G = HvpVec<T>::G;
   constexpr int S = HVPF_MAX_THREADS;  // ring slot stride
   const int N = a.N, M = a.M;
@@ -539,6 +571,10 @@ __device__ void hvpf_pair(const HvpArgs<T>& a, const int b, const T g, const boo
   const double ig = HARD ? 0.0 : 1.0 / double(g);
   const T BIGT = Num<T>::big();
   const int i0 = tid * RPT;
+  // Step penalty (as hvp_pair): the data dtype for hard DTW, else R' (log2 units); its direction in R-dot's units.
+  const T penT = PEN ? a.pen[size_t(b) * a.pen_stride] : T(0);
+  const double pen2 = (PEN && !HARD) ? double(penT) * scale : 0.0;
+  const double pdot = (PEN && !HARD) ? double(a.pdot[size_t(b) * a.pdot_stride]) : 0.0;
 
   // Outputs outside the pair: rows past n, and columns past m of the first n rows.
   for (size_t q = size_t(n) * M + tid; q < NM; q += nt) { Eo[q] = T(0); Fo[q] = T(0); }
@@ -613,6 +649,7 @@ __device__ void hvpf_pair(const HvpArgs<T>& a, const int b, const T g, const boo
           if (j > 0) { Rlf = Rl[k]; Qlf = Ql[k]; }
           Rg[k] = Ru;  // the next cell's diagonal neighbour
           Qg[k] = Qu;
+          if constexpr (OB || PEN) hvp_var_preds<OB, PEN, HARD>(i, Rd, Qd, Ru, Qu, Rlf, Qlf, pen2, pdot);
           double Rs = HVP_BIG;
           double Qs = 0.0;
           if (ok) {
@@ -620,7 +657,7 @@ __device__ void hvpf_pair(const HvpArgs<T>& a, const int b, const T g, const boo
               const T dT = Rd >= HVP_HALF ? BIGT : T(Rd), uT = Ru >= HVP_HALF ? BIGT : T(Ru),
                       lT = Rlf >= HVP_HALF ? BIGT : T(Rlf);
               int choice;
-              const T mn = hard_min3(dT, uT, lT, choice);
+              const T mn = PEN ? hard_min3(dT, uT + penT, lT + penT, choice) : hard_min3(dT, uT, lT, choice);
               if (mn < T(0.5) * BIGT) {
                 Rs = double(mn + c);
                 Qs = double(choice);
@@ -655,6 +692,13 @@ __device__ void hvpf_pair(const HvpArgs<T>& a, const int b, const T g, const boo
 
   // ---- pass 2: E, Edot, vgamma, vgamma_dot from the end cell back ------------------------------------------
   double vg = 0.0, vgd = 0.0;
+  double vp = 0.0, vpd = 0.0;  // step penalty: vpen, vpen_dot
+  if constexpr (OE) {  // T's shares of the last row, into the outputs E, E-dot of row n - 1 (read back in pass 2)
+    const int last = n - 1;
+    auto at = [&](int j) { return hvp_diag_base(last + j, N, M) + last; };
+    hvp_end<T, HARD, HVPF_MAX_THREADS>(Rb, Qb, at, m, Eo + size_t(last) * M, Fo + size_t(last) * M, gd, ig, vg, vgd,
+                                        red);
+  }
   {
     // The row's cell on d + 1 (its right successor, the row above's down successor): S', S-dot (hard: the
     // argmin), E, E-dot; and the diagonal successor (the previous step's down successor).
@@ -727,9 +771,13 @@ __device__ void hvpf_pair(const HvpArgs<T>& a, const int b, const T g, const boo
           double Sout = HVP_BIG;
           double Qout = 0.0;
           if (Rp < HVP_HALF) {  // allowed and reachable
-            if (i == n - 1 && j == m - 1) {
+            if (!OE && i == n - 1 && j == m - 1) {
               e_ = T(1);
             } else {
+              if (OE && i == n - 1) {  // the end node T's shares (hvp_end; the group holding them is stored later)
+                e_ = Eo[(long long)i * M + j];
+                ed = double(Fo[(long long)i * M + j]);
+              }
 #pragma unroll
               for (int rel = 0; rel < 3; ++rel) {
                 const bool exists = rel == 0 ? (i + 1 < n && j + 1 < m) : (rel == 1 ? i + 1 < n : j + 1 < m);
@@ -739,7 +787,7 @@ __device__ void hvpf_pair(const HvpArgs<T>& a, const int b, const T g, const boo
                 const T es = rel == 0 ? Edg : (rel == 1 ? Edw : Ae[k]);
                 const double Qs = rel == 0 ? Qdg : (rel == 1 ? Qdw : Aq[k]);
                 const T eds = rel == 0 ? Fdg : (rel == 1 ? Fdw : Af[k]);
-                hvp_edge<T, HARD>(rel, Rp, Qp, Ss, Qs, es, eds, gd, ig, e_, ed, vg, vgd);
+                hvp_var_edge<T, HARD, PEN>(rel, Rp, Qp, Ss, Qs, es, eds, gd, ig, e_, ed, vg, vgd, pen2, pdot, vp, vpd);
               }
             }
             if (HARD) {
@@ -749,6 +797,7 @@ __device__ void hvpf_pair(const HvpArgs<T>& a, const int b, const T g, const boo
               Sout = Rp - double(hvpf_get(cg[k], pos)) * scale;  // S' = R' - C'
               Qout = Qp - double(hvpf_get(dg[k], pos));          // S-dot = R-dot - C-dot
             }
+            if (OB && i == 0) hvp_start_edge<T, HARD>(Sout, Qout, e_, T(ed), gd, ig, vg, vgd);
           }
           As[k] = Sout;
           Aq[k] = Qout;
@@ -774,31 +823,44 @@ __device__ void hvpf_pair(const HvpArgs<T>& a, const int b, const T g, const boo
   }
 
   hvp_block_sums<T, HARD, HVPF_MAX_THREADS>(vg, vgd, red, a.vgamma + b, a.vgamma_dot + b);
+  if constexpr (PEN) {  // (hard DTW: vpen is the path's number of moves, vpen_dot 0)
+    __syncthreads();  // thread 0 has read red
+    hvp_block_sums<T, false, HVPF_MAX_THREADS>(vp, HARD ? 0.0 : vpd, red, a.vpen + b, a.vpen_dot + b);
+  }
 }
 
 // Grid: B blocks (one per pair) of a multiple of 32 threads, at most HVPF_MAX_THREADS, with
 // threads · RPT >= N. Q: (B, N·M) float64 R-dot scratch (not followed by hvp_kernel's E and E-dot tables). vec: C, Cdot, E and Edot are
-// 16-byte aligned (then the 16-byte groups are used).
-template <typename T, bool WINDOW, int RPT>
+// 16-byte aligned (then the 16-byte groups are used). VAR: the alignment variants, as hvp_kernel's.
+template <typename T, bool WINDOW, int RPT, int VAR = 0>
 __global__ void __launch_bounds__(HVPF_MAX_THREADS, (RPT == 1 && sizeof(T) == 4) ? 4 : 1)
 hvp_fast_kernel(const T* __restrict__ C, const T* __restrict__ Cdot, const T* __restrict__ gamma,
                 const T* __restrict__ gamma_dot, const long long* __restrict__ xlen,
                 const long long* __restrict__ ylen, const int* __restrict__ window, double* R, double* Q,
                 T* __restrict__ E, T* __restrict__ Edot, T* __restrict__ vgamma, T* __restrict__ vgamma_dot,
-                int B, int N, int M, int vec) {
+                int B, int N, int M, int vec, const T* __restrict__ pen, int pen_stride, const T* __restrict__ pdot,
+                int pdot_stride, T* __restrict__ vpen, T* __restrict__ vpen_dot) {
   __shared__ double sd[2 * HVPF_MAX_THREADS];  // the ring: R' (S'), R-dot (S-dot), E, E-dot
   __shared__ double sq[2 * HVPF_MAX_THREADS];
   __shared__ T st[4 * HVPF_MAX_THREADS];
   __shared__ double red[2 * HVPF_MAX_THREADS / 32];
   const int b = blockIdx.x;
   if (b >= B) return;
-  const HvpArgs<T> a{C, Cdot, gamma_dot, xlen, ylen, window, R, Q, nullptr, E, Edot, vgamma, vgamma_dot, N, M};
+  HvpArgs<T> a{C, Cdot, gamma_dot, xlen, ylen, window, R, Q, nullptr, E, Edot, vgamma, vgamma_dot, N, M};
+  if constexpr (VAR != 0) {
+    a.pen = pen;
+    a.pen_stride = pen_stride;
+    a.pdot = pdot;
+    a.pdot_stride = pdot_stride;
+    a.vpen = vpen;
+    a.vpen_dot = vpen_dot;
+  }
   const long long total = (long long)B * N * M;
   const T g = *gamma;  // read on the device: no host sync
   if (g == T(0)) {
-    hvpf_pair<T, WINDOW, true, RPT>(a, b, g, vec != 0, total, sd, sq, st, red);
+    hvpf_pair<T, WINDOW, true, RPT, VAR>(a, b, g, vec != 0, total, sd, sq, st, red);
   } else {
-    hvpf_pair<T, WINDOW, false, RPT>(a, b, g, vec != 0, total, sd, sq, st, red);
+    hvpf_pair<T, WINDOW, false, RPT, VAR>(a, b, g, vec != 0, total, sd, sq, st, red);
   }
 }
 
