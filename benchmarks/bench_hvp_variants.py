@@ -7,8 +7,9 @@ Rows: float32 unless noted, gamma = 1, C and a direction Cdot given (squared dif
 hvp_cost alone with its scratch allocation; cells counted once (GCUPS = B·N·M / time). Variants: "plain", "open_begin",
 "open_end", "penalty" (one step penalty with a direction penalty_dot), "penalty_pairs" (one per pair), "all" (open
 begin and end with a per-pair penalty and its direction); "ratio" = time / plain's time in the same run. Timings: CUDA
-events around the call, median of the repetitions after two warm-up calls (the first compiles with NVRTC); the
-variants are timed in turn, size by size. Writes <out>.json and <out>.md.
+events around each call, after two warm-up calls of each (the first compiles with NVRTC); the variants of a size take
+turns call by call (a drift of the GPU's clock hits them alike), median of the repetitions. Writes <out>.json and
+<out>.md.
 """
 from __future__ import annotations
 
@@ -23,13 +24,13 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _harness import git_sha, markdown_table, write_results  # noqa: E402
-from gpu import median_ms  # noqa: E402  (benchmarks/gpu.py: CUDA-event timing)
 from softdtw.backends import cuda as backend  # noqa: E402
 
 SIZES = [  # B, N, M, dtype
     (1024, 256, 256, torch.float32),
     (64, 512, 512, torch.float32),
     (256, 256, 256, torch.float64),
+    (64, 1024, 1024, torch.float32),  # hvp_fast_kernel (above the warp kernel's 512 columns)
 ]
 
 
@@ -62,6 +63,24 @@ def closures(B, N, M, dtype, gamma=1.0):
             for name, kw in variants(B, dtype).items()}
 
 
+def interleaved_ms(fns: dict, reps: int, warmup: int = 2) -> dict:
+    """Median CUDA-event time (ms) of each closure, the closures called in turn rep after rep."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    torch.cuda.synchronize()
+    times = {name: [] for name in fns}
+    for _ in range(reps):
+        for name, fn in fns.items():
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times[name].append(start.elapsed_time(end))
+    return {name: sorted(t)[len(t) // 2] for name, t in times.items()}
+
+
 def main():
     parser = argparse.ArgumentParser()
     gpu = torch.cuda.get_device_name().split()[1].lower() if torch.cuda.is_available() else "gpu"
@@ -75,10 +94,9 @@ def main():
     rows = []
     for B, N, M, dtype in SIZES:
         fns = closures(B, N, M, dtype)
-        plain = None
-        for name, fn in fns.items():
-            ms = median_ms(fn, args.reps)
-            plain = ms if name == "plain" else plain
+        times = interleaved_ms(fns, args.reps)
+        plain = times["plain"]
+        for name, ms in times.items():
             r = {"variant": name, "B": B, "N": N, "M": M, "dtype": str(dtype).replace("torch.", ""), "gamma": 1.0,
                  "ms": round(ms, 4), "gcups": round(B * N * M / (ms * 1e-3) / 1e9, 2), "ratio": round(ms / plain, 3)}
             rows.append(r)

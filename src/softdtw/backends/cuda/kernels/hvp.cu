@@ -55,14 +55,7 @@ struct HvpArgs {
   T* vgamma;              // (B,)
   T* vgamma_dot;          // (B,)
   int N, M;
-  // Alignment variants (hvp_kernel's VAR_PENALTY only): pair b's penalty pen[b * pen_stride], its direction
-  // pdot[b * pdot_stride] (natural units), and the outputs vpen, vpen_dot (B,).
-  const T* pen;
-  int pen_stride;
-  const T* pdot;
-  int pdot_stride;
-  T* vpen;
-  T* vpen_dot;
+  HvpVar<T> var;          // the alignment variants' arguments (VAR_PENALTY instantiations only; common.cuh)
 };
 
 constexpr double HVP_BIG = 1e200;   // R' of a forbidden or unreachable cell
@@ -309,9 +302,9 @@ __device__ void hvp_pair(const HvpArgs<T>& a, const int b, const T g, double* re
   const T BIGT = Num<T>::big();
   // Step penalty: in the data dtype for hard DTW (natural units, the first-order kernels' arithmetic), else in R'
   // (log2 units); its direction in R-dot's natural units.
-  const T penT = PEN ? a.pen[size_t(b) * a.pen_stride] : T(0);
+  const T penT = PEN ? a.var.pen[size_t(b) * a.var.pen_stride] : T(0);
   const double pen2 = (PEN && !HARD) ? double(penT) * scale : 0.0;
-  const double pdot = (PEN && !HARD) ? double(a.pdot[size_t(b) * a.pdot_stride]) : 0.0;
+  const double pdot = (PEN && !HARD) ? double(a.var.pdot[size_t(b) * a.var.pdot_stride]) : 0.0;
 
   // Outputs outside the pair: rows past n, and columns past m of the first n rows.
   for (size_t q = size_t(n) * M + tid; q < NM; q += nt) { Eo[q] = T(0); Fo[q] = T(0); }
@@ -439,7 +432,7 @@ __device__ void hvp_pair(const HvpArgs<T>& a, const int b, const T g, double* re
   hvp_block_sums<T, HARD, HVP_MAX_THREADS>(vg, vgd, red, a.vgamma + b, a.vgamma_dot + b);
   if constexpr (PEN) {  // (hard DTW: vpen is the path's number of moves, vpen_dot 0)
     __syncthreads();  // thread 0 has read red
-    hvp_block_sums<T, false, HVP_MAX_THREADS>(vp, HARD ? 0.0 : vpd, red, a.vpen + b, a.vpen_dot + b);
+    hvp_block_sums<T, false, HVP_MAX_THREADS>(vp, HARD ? 0.0 : vpd, red, a.var.vpen + b, a.var.vpen_dot + b);
   }
 }
 
@@ -458,14 +451,7 @@ hvp_kernel(const T* __restrict__ C, const T* __restrict__ Cdot, const T* __restr
   if (b >= B) return;
   T* EF = reinterpret_cast<T*>(Q + size_t(B) * N * M);  // the E and E-dot tables follow R-dot's
   HvpArgs<T> a{C, Cdot, gamma_dot, xlen, ylen, window, R, Q, EF, E, Edot, vgamma, vgamma_dot, N, M};
-  if constexpr (VAR != 0) {
-    a.pen = pen;
-    a.pen_stride = pen_stride;
-    a.pdot = pdot;
-    a.pdot_stride = pdot_stride;
-    a.vpen = vpen;
-    a.vpen_dot = vpen_dot;
-  }
+  if constexpr (VAR != 0) a.var = HvpVar<T>{pen, pen_stride, pdot, pdot_stride, vpen, vpen_dot};
   const T g = *gamma;  // read on the device: no host sync
   if (g == T(0)) {
     hvp_pair<T, WINDOW, true, VAR>(a, b, g, red);
@@ -572,9 +558,9 @@ __device__ void hvpf_pair(const HvpArgs<T>& a, const int b, const T g, const boo
   const T BIGT = Num<T>::big();
   const int i0 = tid * RPT;
   // Step penalty (as hvp_pair): the data dtype for hard DTW, else R' (log2 units); its direction in R-dot's units.
-  const T penT = PEN ? a.pen[size_t(b) * a.pen_stride] : T(0);
+  const T penT = PEN ? a.var.pen[size_t(b) * a.var.pen_stride] : T(0);
   const double pen2 = (PEN && !HARD) ? double(penT) * scale : 0.0;
-  const double pdot = (PEN && !HARD) ? double(a.pdot[size_t(b) * a.pdot_stride]) : 0.0;
+  const double pdot = (PEN && !HARD) ? double(a.var.pdot[size_t(b) * a.var.pdot_stride]) : 0.0;
 
   // Outputs outside the pair: rows past n, and columns past m of the first n rows.
   for (size_t q = size_t(n) * M + tid; q < NM; q += nt) { Eo[q] = T(0); Fo[q] = T(0); }
@@ -825,7 +811,7 @@ __device__ void hvpf_pair(const HvpArgs<T>& a, const int b, const T g, const boo
   hvp_block_sums<T, HARD, HVPF_MAX_THREADS>(vg, vgd, red, a.vgamma + b, a.vgamma_dot + b);
   if constexpr (PEN) {  // (hard DTW: vpen is the path's number of moves, vpen_dot 0)
     __syncthreads();  // thread 0 has read red
-    hvp_block_sums<T, false, HVPF_MAX_THREADS>(vp, HARD ? 0.0 : vpd, red, a.vpen + b, a.vpen_dot + b);
+    hvp_block_sums<T, false, HVPF_MAX_THREADS>(vp, HARD ? 0.0 : vpd, red, a.var.vpen + b, a.var.vpen_dot + b);
   }
 }
 
@@ -847,14 +833,7 @@ hvp_fast_kernel(const T* __restrict__ C, const T* __restrict__ Cdot, const T* __
   const int b = blockIdx.x;
   if (b >= B) return;
   HvpArgs<T> a{C, Cdot, gamma_dot, xlen, ylen, window, R, Q, nullptr, E, Edot, vgamma, vgamma_dot, N, M};
-  if constexpr (VAR != 0) {
-    a.pen = pen;
-    a.pen_stride = pen_stride;
-    a.pdot = pdot;
-    a.pdot_stride = pdot_stride;
-    a.vpen = vpen;
-    a.vpen_dot = vpen_dot;
-  }
+  if constexpr (VAR != 0) a.var = HvpVar<T>{pen, pen_stride, pdot, pdot_stride, vpen, vpen_dot};
   const long long total = (long long)B * N * M;
   const T g = *gamma;  // read on the device: no host sync
   if (g == T(0)) {

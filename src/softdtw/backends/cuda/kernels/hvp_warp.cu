@@ -74,18 +74,6 @@ struct HvpwHand {
   double red[2][W];
 };
 
-// The alignment variants' arguments (unused by the plain kernels): pair b's step penalty pen[b * pen_stride] and
-// its direction pdot[b * pdot_stride] (natural units), and the outputs vpen, vpen_dot `(B,)`.
-template <typename T>
-struct HvpVar {
-  const T* pen;
-  int pen_stride;
-  const T* pdot;
-  int pdot_stride;
-  T* vpen;
-  T* vpen_dot;
-};
-
 // Sums (MIN: minima) of a and b over the pair's W warps, the same in every lane (one order of operations);
 // hand.red is free again when it returns.
 template <typename T, int W, bool MIN>
@@ -296,14 +284,14 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
         for (int k = 0; k < K; ++k) {
           const int j = j0 + k;
           const double uR = R[k], uQ = Q[k];
-          // The variants' predecessors: the penalty on the up and left edges, open begin's start on row 0's diagonal.
-          double dRv = dR, dQv = dQ, uRv = uR, uQv = uQ, lRv = lR, lQv = lQ;
+          // The variants' predecessors: open begin's start on row 0's diagonal; the penalty p on the up and left
+          // edges taken as -p on the diagonal one (the soft-min shifts: smin(d, u + p, l + p) = p + smin(d - p, u, l),
+          // and R-dot likewise), p added back with the cell's cost: nothing joins the row's serial chain (lR, lQ).
+          double dRv = dR, dQv = dQ;
           if (OB && i == 0) dRv = dQv = 0.0;
           if (PEN && !HARD) {
-            uRv += pen2;
-            uQv += pdot;
-            lRv += pen2;
-            lQv += pdot;
+            dRv -= pen2;
+            dQv -= pdot;
           }
           const T c = cr[k];
           bool ok = j < m && c <= hvpw_finite_max<T>();  // +inf (or NaN): a forbidden cell
@@ -323,11 +311,11 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
                 wl = choice == 2 ? T(1) : T(0);
               }
             } else {
-              const double mn = fmin(lRv, fmin(dRv, uRv));  // lR last: the only operand on the row's chain
+              const double mn = fmin(lR, fmin(dRv, uR));  // lR last: the only operand on the row's chain
               if (mn < HVPW_HALF) {
                 const T od = Num<T>::mx(Num<T>::mn(T(mn - dRv), T(0)), T(-2000));
-                const T ou = Num<T>::mx(Num<T>::mn(T(mn - uRv), T(0)), T(-2000));
-                const T ol = Num<T>::mx(Num<T>::mn(T(mn - lRv), T(0)), T(-2000));
+                const T ou = Num<T>::mx(Num<T>::mn(T(mn - uR), T(0)), T(-2000));
+                const T ol = Num<T>::mx(Num<T>::mn(T(mn - lR), T(0)), T(-2000));
                 const T ed = Num<T>::ex2(od), eu = Num<T>::ex2(ou), el = Num<T>::ex2(ol);
                 const T Z = ed + eu + el;  // >= 1: the minimum's term is 2^0
                 const T lz = Num<T>::lg2(Z);
@@ -339,12 +327,12 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
                 const T H = wd * lnd + wu * lnu + wl * lnl;
                 // S-dot = sum_p w_p R-dot_p + gamma_dot H in float64, the weights multiplying differences to the
                 // largest weight's R-dot only (hvp.cu, hvp_rdot).
-                const double Qr = mn == dRv ? dQv : (mn == uRv ? uQv : lQv);
-                const double Sd = Qr + double(wd * T(dQv - Qr) + wu * T(uQv - Qr) + wl * T(lQv - Qr) + gd * H);
-                du = wu * (T(Sd - uQv) - gd * lnu) * ig;
-                dl = wl * (T(Sd - lQv) - gd * lnl) * ig;
-                Qs = Sd + double(dr[k]);
-                Rs = (mn - double(lz)) + double(c) * scale;
+                const double Qr = mn == dRv ? dQv : (mn == uR ? uQ : lQ);
+                const double Sd = Qr + double(wd * T(dQv - Qr) + wu * T(uQ - Qr) + wl * T(lQ - Qr) + gd * H);
+                du = wu * (T(Sd - uQ) - gd * lnu) * ig;
+                dl = wl * (T(Sd - lQ) - gd * lnl) * ig;
+                Qs = PEN ? Sd + (double(dr[k]) + pdot) : Sd + double(dr[k]);
+                Rs = PEN ? (mn - double(lz)) + (double(c) * scale + pen2) : (mn - double(lz)) + double(c) * scale;
               }
             }
           }
