@@ -123,7 +123,7 @@ def hvp_cost(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot, *, open_be
     Alignment variants (reference.hvp_cost's contract): open_begin, open_end, step_penalty (None, 0-d or `(B,)`) with
     its direction penalty_dot (None = 0, 0-d or `(B,)`); with a penalty two more outputs, vpen `(B,)` = dv/dp and
     vpen_dot `(B,)` (0 at gamma == 0). A band with an open end raises ValueError (reference.check_variant). They
-    run the plain DP's kernels and memory.
+    take the plain DP's plan and working memory (a template flag of each kernel).
     """
     from . import _alloc, _window  # the package's helpers (imported here: the package imports this module)
     from .. import reference
