@@ -344,8 +344,9 @@ def test_cuda_runs_the_variants(option):
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("option", [dict(open_begin=True), dict(open_end=True), dict(step_penalty=0.5)])
 def test_create_graph_refuses_the_variants_without_their_hvp(backend, option, monkeypatch):
-    """A backend whose hvp_cost lacks the variants (HVP_VARIANTS unset: cuda, for now) refuses their second order;
-    reference and cpu have it (tests/test_variants_second_order.py), so it is simulated here."""
+    """A backend whose hvp_cost lacks the variants (HVP_VARIANTS unset) refuses their second order; reference, cpu
+    and cuda have it (tests/test_variants_second_order.py, tests/backends/test_cuda_hvp.py), so it is simulated
+    here."""
     monkeypatch.setattr(softdtw.backends.get_backend(backend), "HVP_VARIANTS", False, raising=False)
     name = next(iter(option))
     x, y = _on(backend, *_data())

@@ -1,5 +1,6 @@
 """Second order of the alignment variants (issues 24 and 25): open_begin, open_end and step_penalty in
-hvp_cost (reference and cpu backends) and through the double backward of every public entry point.
+hvp_cost (reference, cpu and cuda backends; cuda marked ``cuda``) and through the double backward of every public
+entry point.
 
 The oracle is soft-DTW as the soft-min over enumerated warping paths (tests/_paths.py) with float64 double
 autograd: E, dv/dgamma, dv/dp and their derivatives along any direction (Cdot, gamma_dot, penalty_dot) are exact
@@ -23,6 +24,8 @@ from tests._paths import alignment_matrices, moves, paths, soft_value
 
 F64 = torch.float64
 BACKENDS = ["reference", "cpu"]
+#: hvp_cost's own tests run on the GPU too (inputs moved there, outputs back: _hvp).
+HVP_BACKENDS = BACKENDS + [pytest.param("cuda", marks=pytest.mark.cuda)]
 # (open_begin, open_end, penalty): penalty None, a float (shared) or "pairs" (one per pair, hvp_cost only)
 VARIANTS = [(True, False, None), (False, True, None), (True, True, None), (False, False, 0.3), (True, True, -0.2),
             (False, True, 0.5), (True, False, "pairs")]
@@ -70,12 +73,18 @@ def _oracle(C, gamma, open_begin, open_end, pen, Cdot, gdot, pdot, allowed=None)
 
 
 def _hvp(backend, C, gamma, xl, yl, window, Cdot, gdot, open_begin, open_end, pen, pdot):
-    """The backend's hvp_cost as a 6-tuple (vpen, vpen_dot None without a penalty)."""
-    out = get_backend(backend).hvp_cost(C, _g(gamma, C.dtype), xl, yl, window, Cdot, gdot, open_begin=open_begin,
-                                        open_end=open_end, step_penalty=pen,
-                                        penalty_dot=None if pen is None else pdot)
+    """The backend's hvp_cost as a 6-tuple (vpen, vpen_dot None without a penalty); cuda: the inputs on the GPU,
+    the outputs back on the CPU."""
+    dev = "cuda" if backend == "cuda" else "cpu"
+
+    def to(t):
+        return None if t is None else t.to(dev)
+
+    out = get_backend(backend).hvp_cost(to(C), to(_g(gamma, C.dtype)), to(xl), to(yl), to(window), to(Cdot), to(gdot),
+                                        open_begin=open_begin, open_end=open_end, step_penalty=to(pen),
+                                        penalty_dot=None if pen is None else to(pdot))
     assert len(out) == (4 if pen is None else 6)
-    return tuple(out) + ((None, None) if pen is None else ())
+    return tuple(t.cpu() for t in out) + ((None, None) if pen is None else ())
 
 
 def _check_pairs(out, C, gamma, xl, yl, Cdot, gdot, ob, oe, pen, pdot, tol, allowed=None):
@@ -107,7 +116,7 @@ def _direction(B, N, M, dtype=F64, seed=1):
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=_vid)
 @pytest.mark.parametrize("gamma", [1e-3, 0.1, 1.0, 10.0])
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", HVP_BACKENDS)
 def test_hvp_cost_matches_the_path_oracle(backend, gamma, variant):
     """Per-pair lengths, N != M, every variant, a penalty shared or per pair, a random direction including
     penalty_dot; gamma = 1e-3 on costs of its scale (the weights away from 0/1)."""
@@ -124,7 +133,7 @@ def test_hvp_cost_matches_the_path_oracle(backend, gamma, variant):
     _check_pairs(out, C, gamma, xl, yl, Cdot, gdot, ob, oe, P, pdot, 1e-8)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", HVP_BACKENDS)
 def test_hvp_cost_with_a_band_a_penalty_and_forbidden_cells(backend):
     """A step penalty with a Sakoe-Chiba band and +inf cells; open ends with +inf cells (bands with open ends
     are refused)."""
@@ -146,7 +155,7 @@ def test_hvp_cost_with_a_band_a_penalty_and_forbidden_cells(backend):
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=_vid)
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", HVP_BACKENDS)
 def test_hvp_cost_at_gamma_zero_is_the_hard_path(backend, variant):
     """gamma = 0: E is the optimal path, vpen its number of non-diagonal moves, the derivatives 0."""
     ob, oe, pen = variant
@@ -168,7 +177,7 @@ def test_hvp_cost_at_gamma_zero_is_the_hard_path(backend, variant):
             assert float(vp[b]) == float(mv[best]) and float(vpd[b]) == 0
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", HVP_BACKENDS)
 def test_hvp_cost_of_a_pair_without_a_finite_path_is_zero(backend):
     B, N, M = 2, 3, 4
     C = torch.rand(B, N, M, dtype=F64)
@@ -520,8 +529,9 @@ def test_hard_dtw_second_derivative_is_the_cost_own(backend, variant):
 
 @pytest.mark.parametrize("option", [dict(open_begin=True), dict(open_end=True), dict(step_penalty=0.5)])
 def test_a_backend_without_variant_hvp_refuses_create_graph(monkeypatch, option):
-    """As the cuda backend does (HVP_VARIANTS unset): a create_graph backward of a call with a variant raises a
-    NotImplementedError naming the option and the backend; the first order still works. Simulated on cpu."""
+    """A backend without the variants' hvp_cost (HVP_VARIANTS unset; every backend has it now): a create_graph
+    backward of a call with a variant raises a NotImplementedError naming the option and the backend; the first
+    order still works. Simulated on cpu."""
     monkeypatch.setattr(cpu, "HVP_VARIANTS", False)
     name = next(iter(option))
     x, y = _data()
@@ -551,22 +561,33 @@ def test_a_backend_without_variant_hvp_refuses_create_graph(monkeypatch, option)
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("option", [dict(open_begin=True), dict(open_end=True),
-                                    dict(step_penalty=torch.tensor(0.5, dtype=F64))])
-def test_cuda_refuses_the_second_order_of_the_variants(option):
-    """cuda's hvp_cost takes the options' names and refuses them with a NotImplementedError that names them; a
-    create_graph backward of a variant call on cuda raises (never a gradient without its graph)."""
-    name = next(iter(option))
-    dev = "cuda"
-    C = torch.rand(2, 3, 4, dtype=F64, device=dev)
-    args = (C, torch.tensor(0.5, dtype=F64, device=dev), torch.tensor([3, 3], device=dev),
-            torch.tensor([4, 4], device=dev), None, torch.randn_like(C), torch.zeros(2, dtype=F64, device=dev))
-    opt = {k: (v.to(dev) if torch.is_tensor(v) else v) for k, v in option.items()}
-    with pytest.raises(NotImplementedError, match=name):
-        get_backend("cuda").hvp_cost(*args, **opt)
-    assert not getattr(get_backend("cuda"), "HVP_VARIANTS", False)
-    x, y = (t.to(dev) for t in _data())
-    xs = x.clone().requires_grad_()
-    with pytest.raises(NotImplementedError, match=name):
-        v = softdtw.soft_dtw(xs, y, 0.5, **{k: (float(v) if torch.is_tensor(v) else v) for k, v in option.items()})
-        torch.autograd.grad(v.sum(), xs, create_graph=True)
+@pytest.mark.parametrize("variant", API_VARIANTS, ids=_vid)
+def test_cuda_second_order_of_the_variants(variant):
+    """cuda has the variants' hvp_cost (HVP_VARIANTS): gradgradcheck through soft_dtw on the GPU (float64, lengths,
+    a penalty that requires grad), and the VJP of <W, soft_dtw_alignment> equal to the reference backend's."""
+    assert getattr(get_backend("cuda"), "HVP_VARIANTS", False)
+    ob, oe, pen = variant
+    x, y = _data(seed=6, B=2, N=3, M=4)
+    x, y = x.cuda().requires_grad_(), y.cuda().requires_grad_()
+    g = torch.tensor(0.3, dtype=F64, device="cuda", requires_grad=True)
+    p = torch.tensor(0.1 if pen is None else pen, dtype=F64, device="cuda", requires_grad=True)
+    kw = dict(x_lengths=[3, 2], y_lengths=[4, 3], open_begin=ob, open_end=oe)
+
+    def f(a, b, gg, pp):
+        return softdtw.soft_dtw(a, b, gg, step_penalty=pp if pen is not None else None, **kw) + 0.0 * pp
+
+    assert gradgradcheck(f, (x, y, g, p), fast_mode=True)
+    W = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(5), dtype=F64)
+    out = []
+    for backend, dev in (("cuda", "cuda"), ("reference", "cpu")):
+        leaves = [t.detach().to(dev).requires_grad_() for t in (x, y, g, p)]
+        E = softdtw.soft_dtw_alignment(leaves[0], leaves[1], leaves[2], backend=backend,
+                                       step_penalty=leaves[3] if pen is not None else None, **kw)
+        assert E.requires_grad
+        grads = torch.autograd.grad((E * W.to(dev)).sum(), leaves, allow_unused=True)
+        out.append([None if t is None else t.cpu() for t in grads])
+    for a, b, what in zip(*out, ("x", "y", "gamma", "penalty")):
+        if b is None or a is None:
+            assert (a is None or float(a.abs().max()) == 0) and (b is None or float(b.abs().max()) == 0), what
+            continue
+        assert torch.allclose(a, b, rtol=1e-8, atol=1e-10), (what, rel_err(a, b))

@@ -16,7 +16,7 @@ kernels call the backends exactly as before; eagerly, calls with an option set g
 autograd.Functions (_FusedVariant, _FromCostVariant), so the default path is unchanged. A backend whose
 functions lack the options (none of the built-in ones) raises a NotImplementedError naming them
 (:func:`variant_backend`), and so does a create_graph backward of a call with one on a backend whose hvp_cost
-lacks them (``HVP_VARIANTS`` unset: cuda, for now). ``softdtw::hvp_cost`` takes the same options and a penalty
+lacks them (``HVP_VARIANTS`` unset; the built-in ones all have it). ``softdtw::hvp_cost`` takes the same options and a penalty
 direction ``penalty_dot`` `(B,)`, and returns vpen = d value / d step_penalty and its directional derivative
 vpen_dot per pair (empty `(0,)` tensors without a penalty): the backward ops' double backward is differentiable
 in the penalty too.
@@ -191,7 +191,7 @@ def variant_names(open_begin: bool, open_end: bool, step_penalty) -> list:
 
 def _hvp_variant_function(backend: str, open_begin: bool, open_end: bool, step_penalty):
     """The backend's ``hvp_cost``, which must take the alignment-variant options that are set (a backend says
-    so with ``HVP_VARIANTS = True``: reference and cpu; cuda not yet), else a NotImplementedError naming the
+    so with ``HVP_VARIANTS = True``: reference, cpu and cuda), else a NotImplementedError naming the
     options and the backend (never a gradient without its graph)."""
     fn = _hvp_function(backend)
     if not getattr(get_backend(backend), "HVP_VARIANTS", False):

@@ -135,9 +135,8 @@ def soft_dtw(x, y, gamma: Union[float, torch.Tensor] = 1.0, *, cost="sqeuclidean
             (i, j - 1) -> (i, j) move of a path, never for a diagonal one; any sign. With closed ends a path
             makes 2|A| - n - m such moves, so a penalty p equals adding 2p to every cost and subtracting
             p(n + m).
-            The three options run on every backend. Their second order (a backward with
-            create_graph=True) runs on the reference and cpu backends; cuda raises a NotImplementedError
-            naming the option there (use .cpu()).
+            The three options run on every backend, and so does their second order (a backward with
+            create_graph=True).
 
     Returns:
         `(B,)` soft-DTW values, same dtype as x (a 0-d tensor for unbatched inputs). Not normalised
@@ -319,7 +318,7 @@ def soft_dtw_alignment(x, y, gamma: Union[float, torch.Tensor] = 1.0, *, cost="s
         needs a backend with the second order (``hvp_cost``; others raise a NotImplementedError at the
         backward). E's graph holds the cost matrix `(B, N, M)`. gamma = 0: E is piecewise constant, its
         derivative 0. With open_begin, open_end or step_penalty E is differentiable too (and in a step_penalty
-        tensor) on the reference and cpu backends (cuda raises a NotImplementedError at the backward for now).
+        tensor) on every backend.
 
     Example:
         >>> import torch, softdtw

@@ -489,3 +489,287 @@ def test_every_warp_layout_matches_the_block_kernel(monkeypatch, dtype, K, W, ba
     with _block_kernel(monkeypatch):
         hard_want = hvp(C, _gamma(0.0), xl, yl, window, Cd, gd)
     assert torch.equal(hard[0], hard_want[0].to(dtype))
+
+
+# --- alignment variants (open_begin, open_end, step_penalty; SECOND_ORDER.md, "Variants") ----------------------
+
+# (open_begin, open_end, penalty, penalty_dot): penalty None, "0d" (shared) or "pairs" `(B,)`; penalty_dot None or
+# given (one per pair).
+VARIANT_COMBOS = [(ob, oe, pen, pd) for ob in (False, True) for oe in (False, True)
+                  for pen, pd in ((None, False), ("0d", False), ("0d", True), ("pairs", False), ("pairs", True))
+                  if ob or oe or pen is not None]
+
+VARIANT_SIZES = [
+    # B, N, M, +inf cells, gamma: hvp_warp_kernel K = 1, 4 (and W > 1 for few pairs), 8; above 256 columns float64
+    # runs hvp_fast_kernel (up to 1024 rows), above 512 both
+    (3, 7, 9, False, 0.1),
+    (3, 40, 70, True, 1.0),
+    (2, 90, 200, True, 0.1),
+    (2, 30, 300, False, 1.0),
+    (2, 20, 530, True, 0.5),
+    (2, 1030, 520, True, 0.3),  # hvp_kernel (above hvp_fast_kernel's 1024 rows)
+]
+
+
+def _vid(v):
+    ob, oe, pen, pd = v
+    return f"b{int(ob)}e{int(oe)}p{pen}{'d' if pd else ''}"
+
+
+def _variant_problem(B, N, M, pen, pd, seed, dtype=F64, inf=False):
+    """_problem with per-pair lengths and the variant's penalty and direction (None or on the GPU)."""
+    C, Cd, gd, xl, yl, _ = _problem(B, N, M, seed=seed, lengths=True, dtype=dtype)
+    if inf and N >= 7 and M >= 9:
+        C[0, N // 3, M // 4] = float("inf")
+        C[-1, N // 2, M // 3] = float("inf")
+        Cd[0, N // 3, M // 4] = float("nan")  # ignored on a forbidden cell
+    g = torch.Generator().manual_seed(seed + 1)
+    P = Pd = None
+    if pen == "0d":
+        P = torch.tensor(0.3, dtype=dtype)
+    elif pen == "pairs":
+        P = (0.4 * torch.randn(B, generator=g, dtype=F64)).to(dtype)
+    if pen is not None and pd:
+        Pd = torch.randn(B, generator=g, dtype=F64).to(dtype)
+    return C.to(dtype), Cd.to(dtype), gd.to(dtype), xl, yl, (None if P is None else P.cuda()), \
+        (None if Pd is None else Pd.cuda())
+
+
+def vhvp(C, gamma, xl, yl, Cd, gd, ob, oe, P, Pd, window=None):
+    """cuda hvp_cost with variants, with the checks every call must pass; always a 6-tuple (vpen, vpen_dot None
+    without a penalty)."""
+    out = cuda_backend().hvp_cost(C, gamma, xl, yl, window, Cd, gd, open_begin=ob, open_end=oe, step_penalty=P,
+                                  penalty_dot=Pd)
+    assert len(out) == (4 if P is None else 6)
+    B = C.shape[0]
+    for t in out:
+        assert t.dtype == C.dtype and t.is_cuda and torch.isfinite(t).all(), "non-finite output of hvp_cost"
+    for b in range(B):
+        n, m = int(xl[b]), int(yl[b])
+        for t in (out[0], out[2]):
+            assert (t[b, n:] == 0).all() and (t[b, :, m:] == 0).all(), "nonzero outside the pair"
+    return tuple(out) + ((None, None) if P is None else ())
+
+
+def _cpu_hvp(C, gamma, xl, yl, Cd, gd, ob, oe, P, Pd, window=None):
+    from softdtw.backends import cpu
+
+    def c(t):
+        return None if t is None else t.cpu()
+
+    out = cpu.hvp_cost(c(C), c(gamma), c(xl), c(yl), c(window), c(Cd), c(gd), open_begin=ob, open_end=oe,
+                       step_penalty=c(P), penalty_dot=c(Pd))
+    return tuple(out) + ((None, None) if P is None else ())
+
+
+def _check_six(got, want, tol):
+    """E, vgamma, E-dot, vgamma_dot (relative to E-dot's scale where it cancels), vpen, vpen_dot."""
+    sd = max(1.0, float(want[2].abs().max()))
+    for name, a, b, f in zip(("E", "vgamma", "Edot", "vgamma_dot", "vpen", "vpen_dot"), got, want,
+                             (1.0, 1.0, sd, sd, 1.0, sd)):
+        if b is None:
+            assert a is None, name
+            continue
+        got_, want_ = a.detach().double().cpu(), b.detach().double().cpu()
+        err = float((got_ - want_).abs().max()) if got_.numel() else 0.0
+        scale = max(float(want_.abs().max()) if want_.numel() else 0.0, f)
+        assert err <= tol * scale, f"{name}: error {err:.3e} against scale {scale:.3e} (tol {tol:g})"
+
+
+@pytest.mark.parametrize("B,N,M,inf,gamma", VARIANT_SIZES)
+@pytest.mark.parametrize("variant", VARIANT_COMBOS, ids=_vid)
+def test_variants_match_the_cpu_backend(variant, B, N, M, inf, gamma):
+    """All six outputs against softdtw.backends.cpu.hvp_cost in float64 at 1e-9: every combination of the variants,
+    a penalty shared or per pair, with and without a penalty direction, per-pair lengths, +inf cells, the warp
+    kernel's layouts and hvp_kernel (above its width)."""
+    ob, oe, pen, pd = variant
+    C, Cd, gd, xl, yl, P, Pd = _variant_problem(B, N, M, pen, pd, seed=N + M + 3 * B, inf=inf)
+    g = _gamma(gamma)
+    got = vhvp(C, g, xl, yl, Cd, gd, ob, oe, P, Pd)
+    want = _cpu_hvp(C, g, xl, yl, Cd, gd, ob, oe, P, Pd)
+    _check_six(got, want, 1e-9)
+
+
+def _kernel(monkeypatch, which):
+    """A context inside which hvp_cost runs hvp_fast_kernel ("fast": the warp kernel hidden) or hvp_kernel ("first":
+    hvp_fast_kernel hidden too) at every size."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def ctx():
+        mod = importlib.import_module("softdtw.backends.cuda.hvp")
+        with monkeypatch.context() as m:
+            m.setattr(mod, "_warp_k", lambda M, dtype: None)
+            if which == "first":
+                m.setattr(mod, "_fast_plan", lambda N: None)
+            yield
+
+    return ctx()
+
+
+@pytest.mark.parametrize("which", ["fast", "first"])
+@pytest.mark.parametrize("variant", [(True, True, "pairs", True), (True, False, "0d", True), (False, True, None, False),
+                                     (False, False, "pairs", False), (True, False, None, False)], ids=_vid)
+@pytest.mark.parametrize("B,N,M", [(3, 40, 70), (2, 64, 256), (2, 30, 300)])
+def test_variants_block_kernels_match_the_warp_kernel(monkeypatch, variant, B, N, M, which):
+    """hvp_fast_kernel and hvp_kernel (forced by hiding the others) against hvp_warp_kernel at 1e-9 in float64, and
+    against the cpu backend; hard DTW (gamma = 0): the same path exactly."""
+    ob, oe, pen, pd = variant
+    C, Cd, gd, xl, yl, P, Pd = _variant_problem(B, N, M, pen, pd, seed=M, inf=True)
+    for gamma in (0.0, 0.3):
+        g = _gamma(gamma)
+        warp = vhvp(C, g, xl, yl, Cd, gd, ob, oe, P, Pd)
+        with _kernel(monkeypatch, which):
+            block = vhvp(C, g, xl, yl, Cd, gd, ob, oe, P, Pd)
+        if gamma == 0:
+            assert torch.equal(warp[0], block[0])
+            if P is not None:
+                assert torch.equal(warp[4], block[4])
+            continue
+        _check_six(block, _cpu_hvp(C, g, xl, yl, Cd, gd, ob, oe, P, Pd), 1e-9)
+        if M <= 256:  # float64: the warp kernel up to 256 columns
+            _check_six(block, warp, 1e-9)
+
+
+@pytest.mark.parametrize("gamma", [1e-3, 0.1, 1.0, 10.0])
+@pytest.mark.parametrize("variant", [(True, True, "pairs", True), (False, True, "0d", True), (True, False, None, False),
+                                     (False, False, "pairs", True)], ids=_vid)
+@pytest.mark.parametrize("B,N,M", [(4, 64, 50), (2, 256, 256), (2, 40, 600)])
+def test_variants_float32_matches_float64(variant, B, N, M, gamma):
+    """Fresh random data: float32 (every output) within 1e-3 of float64 relative to each output's scale (the plain
+    float32 test's tolerance)."""
+    ob, oe, pen, pd = variant
+    scale = 1e-3 if gamma == 1e-3 else 1.0
+    C, Cd, gd, xl, yl, P, Pd = _variant_problem(B, N, M, pen, pd, seed=N * M + 11)
+    C, Cd, gd = C * scale, Cd * scale, gd * scale
+    if P is not None:
+        P = P * scale
+    want = vhvp(C, _gamma(gamma), xl, yl, Cd, gd, ob, oe, P, Pd)
+    f = (lambda t: None if t is None else t.float())
+    got = vhvp(f(C), _gamma(gamma, torch.float32), xl, yl, f(Cd), f(gd), ob, oe, f(P), f(Pd))
+    _check_six(got, want, 1e-3)
+
+
+@pytest.mark.parametrize("dtype,B,N,M", [(torch.float64, 3, 40, 70), (torch.float32, 3, 40, 70),
+                                         (torch.float64, 2, 20, 530)])
+@pytest.mark.parametrize("variant", VARIANT_COMBOS, ids=_vid)
+def test_variants_hard_dtw_is_backward_costs_path(variant, dtype, B, N, M):
+    """gamma = 0: E is cuda backward_cost's dC and vpen its dpenalty (the path's number of moves) with the same
+    variants, exactly; the derivatives are 0."""
+    ob, oe, pen, pd = variant
+    C, Cd, gd, xl, yl, P, Pd = _variant_problem(B, N, M, pen, pd, seed=B * N, dtype=dtype)
+    C_ties = torch.randint(0, 3, C.shape, device="cuda").to(dtype)  # integer costs: many ties
+    be = cuda_backend()
+    g = _gamma(0.0, dtype)
+    for Cc in (C, C_ties):
+        E, vg, Ed, vgd, vp, vpd = vhvp(Cc, g, xl, yl, Cd, gd, ob, oe, P, Pd)
+        opts = dict(open_begin=ob, open_end=oe, step_penalty=P)
+        v, saved = be.forward_cost(Cc, g, xl, yl, None, "store", **opts)
+        first = be.backward_cost(torch.ones_like(v), Cc, g, xl, yl, None, v, saved, "store", **opts)
+        assert torch.equal(E, first[0])
+        assert (vg == 0).all() and (Ed == 0).all() and (vgd == 0).all()
+        if P is not None:  # float32: the first order scales its fixed-point sum by 1 / 65535 in float64
+            if dtype == torch.float64:
+                assert torch.equal(vp, first[2])
+            else:
+                _close(vp, first[2], 1e-6, 1.0)
+            assert (vpd == 0).all()
+
+
+@pytest.mark.parametrize("B,N,M", [(3, 40, 70), (2, 20, 530)])
+@pytest.mark.parametrize("variant", VARIANT_COMBOS, ids=_vid)
+def test_variants_first_order_matches_backward_cost(variant, B, N, M):
+    """E, vgamma and vpen are cuda backward_cost's dC, dgamma and dpenalty with grad = 1 (float64)."""
+    ob, oe, pen, pd = variant
+    C, Cd, gd, xl, yl, P, Pd = _variant_problem(B, N, M, pen, pd, seed=7 * N + M)
+    g = _gamma(0.4)
+    E, vg, _, _, vp, _ = vhvp(C, g, xl, yl, Cd, gd, ob, oe, P, Pd)
+    be = cuda_backend()
+    opts = dict(open_begin=ob, open_end=oe, step_penalty=P)
+    v, saved = be.forward_cost(C, g, xl, yl, None, "store", **opts)
+    first = be.backward_cost(torch.ones_like(v), C, g, xl, yl, None, v, saved, "store", **opts)
+    assert rel_err(E, first[0]) <= 1e-10
+    _close(vg, first[1], 1e-10, float(v.abs().max()) / 0.4)
+    if P is not None:
+        _close(vp, first[2], 1e-9, float(vp.abs().max()))
+
+
+@pytest.mark.parametrize("M", [9, 300, 530])
+def test_variants_pair_without_a_finite_path_gets_zeros(M):
+    """A pair without a finite path: all six outputs 0 (gamma 0 and > 0, every variant); the others not."""
+    for ob, oe in ((True, False), (False, True), (True, True), (False, False)):
+        C, Cd, gd, xl, yl, P, Pd = _variant_problem(3, 8, M, "pairs", True, seed=M)
+        C[1, 3, :] = float("inf")  # no path crosses row 3 (open ends too: every path visits every row)
+        Cd[1, 3, :] = float("nan")
+        xl[1] = 8
+        for gamma in (0.0, 0.5):
+            out = vhvp(C, _gamma(gamma), xl, yl, Cd, gd, ob, oe, P, Pd)
+            for t in out:
+                assert float(t[1].abs().max()) == 0
+            assert (out[0][0] != 0).any() and (out[0][2] != 0).any()
+
+
+def test_variants_refuse_a_band_with_an_open_end():
+    C, Cd, gd, xl, yl, P, Pd = _variant_problem(2, 10, 12, "0d", True, seed=1)
+    window = make_window(xl.cpu(), yl.cpu(), 10, 12, 2, None).cuda()
+    for ob, oe in ((True, False), (False, True)):
+        with pytest.raises(ValueError, match="cannot be combined with a band"):
+            cuda_backend().hvp_cost(C, _gamma(0.3), xl, yl, window, Cd, gd, open_begin=ob, open_end=oe)
+    # A band with a penalty is fine: against the cpu backend.
+    got = vhvp(C, _gamma(0.3), xl, yl, Cd, gd, False, False, P, Pd, window)
+    _check_six(got, _cpu_hvp(C, _gamma(0.3), xl, yl, Cd, gd, False, False, P, Pd, window), 1e-9)
+
+
+def test_variants_take_a_penalty_on_another_device_or_dtype():
+    """A penalty (and direction) on the CPU is moved to the data's device; a wrong shape is refused."""
+    C, Cd, gd, xl, yl, P, Pd = _variant_problem(3, 12, 20, "pairs", True, seed=2)
+    want = vhvp(C, _gamma(0.5), xl, yl, Cd, gd, True, True, P, Pd)
+    got = vhvp(C, _gamma(0.5), xl, yl, Cd, gd, True, True, P.cpu(), Pd.cpu())
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)
+    with pytest.raises(ValueError, match="step_penalty"):
+        cuda_backend().hvp_cost(C, _gamma(0.5), xl, yl, None, Cd, gd, step_penalty=torch.zeros(2, device="cuda"))
+
+
+def test_variant_signature_and_flag():
+    """cuda's hvp_cost keeps the contract's arity with the variants keyword-only, and says so (HVP_VARIANTS)."""
+    import inspect
+
+    be = cuda_backend()
+    assert be.HVP_VARIANTS is True
+    params = inspect.signature(be.hvp_cost).parameters
+    assert [n for n, p in params.items() if p.kind is not p.KEYWORD_ONLY] == [
+        "C", "gamma", "x_lengths", "y_lengths", "window", "Cdot", "gamma_dot"]
+    assert [n for n, p in params.items() if p.kind is p.KEYWORD_ONLY] == [
+        "open_begin", "open_end", "step_penalty", "penalty_dot"]
+
+
+def test_cuda_graph_of_a_variant_gradient_penalty_step():
+    """A gradient-penalty step with open ends and a step penalty tensor (create_graph, then the penalty's backward
+    through hvp_cost with the variants), captured in a CUDA graph and replayed on new data, gives the eager step's
+    values and gradients (no host synchronisation in the variants' path)."""
+    from tests._helpers import capture_cuda_graph
+    import softdtw
+
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(4, 40, 1, generator=g).cuda().requires_grad_()
+    y = torch.randn(4, 60, 1, generator=g).cuda()
+    p = torch.tensor(0.2, device="cuda", requires_grad=True)
+
+    def step():
+        v = softdtw.soft_dtw(x, y, 0.3, open_begin=True, open_end=True, step_penalty=p).sum()
+        gx, gp = torch.autograd.grad(v, (x, p), create_graph=True)
+        loss = v + gx.pow(2).sum() + gp.pow(2)
+        dx, dp = torch.autograd.grad(loss, (x, p))
+        return loss.detach(), dx, dp
+
+    graph, static = capture_cuda_graph(step)
+    for seed in (5, 6):
+        g = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            x.copy_(torch.randn(4, 40, 1, generator=g).cuda())
+            y.copy_(torch.randn(4, 60, 1, generator=g).cuda())
+        graph.replay()
+        eager = step()
+        for a, b in zip(static, eager):
+            assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)

@@ -806,16 +806,15 @@ def _cost_vjp(cost, x, y, dC):
 from .hvp import hvp_cost as _hvp_cost  # noqa: E402  (kernels/hvp.cu: the Hessian-vector product, SECOND_ORDER.md)
 
 
+#: hvp_cost takes the alignment variants (read by softdtw._ops).
+HVP_VARIANTS = True
+
+
 def hvp_cost(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot, *, open_begin=False, open_end=False,
              step_penalty=None, penalty_dot=None):
-    """The plain DP's second order (:func:`softdtw.backends.cuda.hvp.hvp_cost`). The alignment variants'
-    (open_begin, open_end, step_penalty; SECOND_ORDER.md, "Variants") are not on cuda yet: a NotImplementedError
-    naming them (this module has no ``HVP_VARIANTS``, so softdtw._ops refuses them before calling this)."""
-    if open_begin or open_end or step_penalty is not None:
-        names = [n for n, on in (("open_begin", open_begin), ("open_end", open_end),
-                                 ("step_penalty", step_penalty is not None)) if on]
-        raise NotImplementedError(
-            f"second-order gradients of soft-DTW with {' / '.join(names)} are not available on the cuda backend "
-            f"yet: its hvp_cost has no alignment variants. Move the inputs to the CPU with .cpu() (backend='cpu'), "
-            f"pass backend='reference' (exact, slow), or take first-order gradients only (create_graph=False).")
-    return _hvp_cost(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot)
+    """Second order in a precomputed cost (:func:`softdtw.backends.cuda.hvp.hvp_cost`): (E, vgamma, Edot,
+    vgamma_dot), and (vpen, vpen_dot) after them when ``step_penalty`` is not None; the alignment variants
+    (open_begin, open_end, step_penalty with its direction penalty_dot; SECOND_ORDER.md, "Variants") as
+    reference.hvp_cost."""
+    return _hvp_cost(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot, open_begin=open_begin,
+                     open_end=open_end, step_penalty=step_penalty, penalty_dot=penalty_dot)

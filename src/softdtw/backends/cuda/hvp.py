@@ -7,6 +7,11 @@ per pair, K columns per lane, rows skewed along the lanes: _warp_plan); wider on
 anti-diagonals (hvp_fast_kernel up to HVPF_MAX_N rows, hvp_kernel beyond). It recomputes the forward from C and
 reads nothing the first-order forward saved, so it is right after memory="store" and memory="checkpoint" alike. Buffers come from torch's allocator and the kernel runs
 on torch's current stream (no host synchronisation: gamma is read on the device).
+
+Alignment variants (open_begin, open_end, step_penalty with its direction penalty_dot; SECOND_ORDER.md, "Variants"):
+a template flag VAR of the three kernels (the common.cuh bit mask, as the first-order kernels'), the same plan as
+the plain DP's. The plain instantiations compile to the code they did (hvp.cu byte for byte; five float64
+hvp_warp_kernel layouts with three or four independent moves in another order).
 """
 from __future__ import annotations
 
@@ -79,7 +84,25 @@ def _fast_plan(N: int):
     return None
 
 
-def hvp_cost(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot):
+#: The kernels' variant arguments of a plain launch: pen, pen_stride, pdot, pdot_stride, vpen, vpen_dot.
+_PLAIN = (0, _launch.i32(0), 0, _launch.i32(0), 0, 0)
+
+
+def _per_pair(t, B: int, like: torch.Tensor, what: str):
+    """(tensor, stride) of a 0-d or `(B,)` tensor in like's dtype and device: stride 0 for one value, 1 per pair."""
+    t = t.detach()
+    if t.dtype != like.dtype or t.device != like.device:
+        t = t.to(device=like.device, dtype=like.dtype)
+    if t.numel() == 1 and t.dim() <= 1:
+        return t.reshape(()).contiguous(), 0
+    if tuple(t.shape) != (B,):
+        raise ValueError(f"{what} must be a 0-d tensor or one value per pair `(B,)` = ({B},); got shape "
+                         f"{tuple(t.shape)}. Pass a scalar, or a tensor of the batch's size.")
+    return t.contiguous(), 1
+
+
+def hvp_cost(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot, *, open_begin=False, open_end=False,
+             step_penalty=None, penalty_dot=None):
     """(E, vgamma, Edot, vgamma_dot): soft-DTW's gradient in C and gamma and its derivative along (Cdot, gamma_dot).
 
     C `(B, N, M)` float32 or float64 (+inf cells are forbidden), gamma a 0-d tensor (0 = hard DTW), x_lengths and
@@ -96,12 +119,33 @@ def hvp_cost(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot):
     log2 units; both float64 for float32 data too, so float32 R-dot keeps the small differences its second
     derivative takes of it): 16 bytes per cell for either data dtype, besides the outputs (N <= 1024; above,
     the first kernel also keeps E and E-dot tables in the data dtype: 24 and 32 bytes per cell).
+
+    Alignment variants (reference.hvp_cost's contract): open_begin, open_end, step_penalty (None, 0-d or `(B,)`) with
+    its direction penalty_dot (None = 0, 0-d or `(B,)`); with a penalty two more outputs, vpen `(B,)` = dv/dp and
+    vpen_dot `(B,)` (0 at gamma == 0). A band with an open end raises ValueError (reference.check_variant). They
+    take the plain DP's plan and working memory (a template flag of each kernel).
     """
     from . import _alloc, _window  # the package's helpers (imported here: the package imports this module)
+    from .. import reference
 
     C = C.contiguous()
     dtype = C.dtype
     B, N, M = C.shape
+    var = (1 if open_begin else 0) | (2 if open_end else 0) | (4 if step_penalty is not None else 0)
+    tail, keep, vpen, vpen_dot = _PLAIN, (), None, None
+    if var:
+        reference.check_variant(window, open_begin, open_end)
+        if step_penalty is not None:
+            pen, ps = _per_pair(step_penalty, B, C, "step_penalty")
+            pdot, pds = (_per_pair(penalty_dot, B, C, "penalty_dot") if penalty_dot is not None
+                         else (C.new_zeros(()), 0))
+            vpen, vpen_dot = C.new_empty((B,)), C.new_empty((B,))
+            tail = (pen.data_ptr(), _launch.i32(ps), pdot.data_ptr(), _launch.i32(pds), vpen.data_ptr(),
+                    vpen_dot.data_ptr())
+            keep = (pen, pdot)  # alive until the launch is queued
+        vexpr = f", {var}"
+    else:
+        vexpr = ""
     Cdot = Cdot.to(dtype).contiguous()
     gamma_dot = gamma_dot.to(dtype).reshape(B).contiguous()
     gamma = gamma.to(dtype)
@@ -119,13 +163,14 @@ def hvp_cost(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot):
         rec = _alloc(C, B * N * 4 * 32 * W * K, dtype, "the HVP's per-cell records (hvp_cost)", B, N, M)
         g = 16 // dtype.itemsize
         vec = M % g == 0 and all(t.data_ptr() % 16 == 0 for t in (C, Cdot, E, Edot))
-        expr = f"sdtw::hvp_warp_kernel<{_launch._CTYPE[dtype]}, {win}, {K}, {W}>"
+        expr = f"sdtw::hvp_warp_kernel<{_launch._CTYPE[dtype]}, {win}, {K}, {W}{vexpr}>"
         args = (C.data_ptr(), Cdot.data_ptr(), gamma.data_ptr(), gamma_dot.data_ptr(), x_lengths.data_ptr(),
                 y_lengths.data_ptr(), _launch.ptr(window), rec.data_ptr(), E.data_ptr(), Edot.data_ptr(),
                 vgamma.data_ptr(), vgamma_dot.data_ptr(), _launch.i32(B), _launch.i32(N), _launch.i32(M),
-                _launch.i32(int(vec)))
+                _launch.i32(int(vec))) + tail
         _launch.launch("hvp_warp", expr, dev, B, 32 * W, args)
-        return E, vgamma, Edot, vgamma_dot
+        del keep
+        return _result(E, vgamma, Edot, vgamma_dot, vpen, vpen_dot)
     plan = _fast_plan(N)
     R = _alloc(C, cells, torch.float64, "the HVP's R table (hvp_cost)", B, N, M)
     args = [C.data_ptr(), Cdot.data_ptr(), gamma.data_ptr(), gamma_dot.data_ptr(), x_lengths.data_ptr(),
@@ -134,16 +179,23 @@ def hvp_cost(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot):
         threads, rpt = plan
         Q = _alloc(C, cells, torch.float64, "the HVP's R-dot table (hvp_cost)", B, N, M)
         vec = all(t.data_ptr() % 16 == 0 for t in (C, Cdot, E, Edot))  # 16-byte groups of C, C-dot, E, E-dot
-        expr = f"sdtw::hvp_fast_kernel<{_launch._CTYPE[dtype]}, {win}, {rpt}>"
+        expr = f"sdtw::hvp_fast_kernel<{_launch._CTYPE[dtype]}, {win}, {rpt}{vexpr}>"
         args += [Q.data_ptr(), E.data_ptr(), Edot.data_ptr(), vgamma.data_ptr(), vgamma_dot.data_ptr(),
-                 _launch.i32(B), _launch.i32(N), _launch.i32(M), _launch.i32(int(vec))]
+                 _launch.i32(B), _launch.i32(N), _launch.i32(M), _launch.i32(int(vec)), *tail]
     else:
         threads = _threads(N)
         # float64 R-dot (B·N·M), then E and E-dot in the data dtype (2·B·N·M of them) in the same buffer.
         Q = _alloc(C, cells + 2 * cells * dtype.itemsize // 8, torch.float64,
                    "the HVP's R-dot, E and E-dot tables (hvp_cost)", B, N, M)
-        expr = f"sdtw::hvp_kernel<{_launch._CTYPE[dtype]}, {win}>"
+        expr = f"sdtw::hvp_kernel<{_launch._CTYPE[dtype]}, {win}{vexpr}>"
         args += [Q.data_ptr(), E.data_ptr(), Edot.data_ptr(), vgamma.data_ptr(), vgamma_dot.data_ptr(),
-                 _launch.i32(B), _launch.i32(N), _launch.i32(M)]
+                 _launch.i32(B), _launch.i32(N), _launch.i32(M), *tail]
     _launch.launch("hvp", expr, dev, B, threads, tuple(args))
-    return E, vgamma, Edot, vgamma_dot
+    del keep
+    return _result(E, vgamma, Edot, vgamma_dot, vpen, vpen_dot)
+
+
+def _result(E, vgamma, Edot, vgamma_dot, vpen, vpen_dot):
+    """The four outputs, and (vpen, vpen_dot) after them with a step penalty."""
+    out = (E, vgamma, Edot, vgamma_dot)
+    return out if vpen is None else out + (vpen, vpen_dot)

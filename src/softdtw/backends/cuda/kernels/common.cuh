@@ -373,6 +373,18 @@ __device__ __forceinline__ double group_sum(double v, double* scratch) {
 //     p of each such edge: the terms E_s w(p -> s) that E_p itself is built of, one add per cell.
 enum Variant { VAR_OPEN_BEGIN = 1, VAR_OPEN_END = 2, VAR_PENALTY = 4 };
 
+// The second order's variant arguments (hvp_warp.cu, hvp.cu; unused by their plain kernels): pair b's step penalty
+// pen[b * pen_stride] and its direction pdot[b * pdot_stride] (natural units), and the outputs vpen, vpen_dot `(B,)`.
+template <typename T>
+struct HvpVar {
+  const T* pen;
+  int pen_stride;
+  const T* pdot;
+  int pdot_stride;
+  T* vpen;
+  T* vpen_dot;
+};
+
 // Open end: the soft-min (log2 units) of the last row as a running (min, sum of 2^(min - v)); hard DTW keeps (min,
 // first column holding it) instead. The min is float64 (F + r, exact); the sum is T: a float sum's rounding moves the
 // value by ~1e-7 in log2 units, far below a float32 value's own, and ex2 on the MUFU pipe keeps the fold short (it sits

@@ -27,6 +27,14 @@
 // cell is unreachable (value +inf) gets all four outputs 0. gamma == 0 is hard DTW: R in the data dtype with
 // the first-order kernels' tie-breaking (diagonal, up, left: hard_min3), the argmin stored in Q, E the
 // argmin path, vgamma = Edot = vgamma_dot = 0 (the derivative almost everywhere).
+//
+// Alignment variants (hvp_kernel's VAR, the bit mask of common.cuh's Variant; VAR = 0 is the plain kernel;
+// SECOND_ORDER.md, "Variants"): the step penalty p (log2 units in R') and its direction p-dot (in R-dot) are added to
+// the up and left predecessors in pass 1 and to p's R', R-dot on the up and left edges in pass 2 (hvp_edge), whose
+// E terms of those edges sum to vpen and vpen_dot. Open begin: row 0's diagonal predecessor is the virtual start
+// (R' = 0, R-dot = 0) at every column. Open end: between the passes a block reduction over the last row gives the
+// end node T's soft-min (hvp_end); its shares of E and E-dot wait in the outputs E, E-dot of the last row, which
+// pass 2 reads there instead of the 1 at (n - 1, m - 1).
 #include "common.cuh"
 
 namespace sdtw {
@@ -47,6 +55,7 @@ struct HvpArgs {
   T* vgamma;              // (B,)
   T* vgamma_dot;          // (B,)
   int N, M;
+  HvpVar<T> var;          // the alignment variants' arguments (VAR_PENALTY instantiations only; common.cuh)
 };
 
 constexpr double HVP_BIG = 1e200;   // R' of a forbidden or unreachable cell
@@ -92,11 +101,17 @@ __device__ __forceinline__ double hvp_rdot(double mn, double Rd, double Ru, doub
 // (2)): adds s's share to p's E and E-dot and the edge's terms of vgamma and vgamma_dot. Rp, Qp: p's R' and
 // R-dot; Ss, Qs: s's S' and S-dot (hard DTW: Qs holds s's argmin); es, eds: s's E and E-dot.
 //   w = 2^(S'_s - R'_p),  a = wdot / w = (Sdot_s - Rdot_p - gamma_dot ln w) / gamma.
-template <typename T, bool HARD>
+// PEN (the step penalty, VAR_PENALTY): Rp, Qp already carry it on the up and left edges (rel 1, 2), whose terms
+// E_s w and E-dot_s w + E_s wdot are added to vp, vpd too.
+template <typename T, bool HARD, bool PEN = false>
 __device__ __forceinline__ void hvp_edge(int rel, double Rp, double Qp, double Ss, double Qs, T es, T eds, T gd, double ig,
-                                         T& e, double& ed, double& vg, double& vgd) {
+                                         T& e, double& ed, double& vg, double& vgd, double* vp = nullptr,
+                                         double* vpd = nullptr) {
   if (HARD) {
-    if (int(Qs) == rel) e += es;
+    if (int(Qs) == rel) {
+      e += es;
+      if (PEN && rel != 0) *vp += double(es);
+    }
     return;
   }
   const T lw2 = hvp_clamp_lw(T(Ss - Rp));  // log2 of p's weight in s's soft-min, <= 0
@@ -108,6 +123,10 @@ __device__ __forceinline__ void hvp_edge(int rel, double Rp, double Qp, double S
   ed += t;
   vg += double(es) * double(w) * lw;
   vgd += t * lw;
+  if (PEN && rel != 0) {
+    *vp += double(es) * double(w);
+    *vpd += t;
+  }
 }
 
 // Block sums of vgamma and vgamma_dot (one block per pair: no atomics), written by thread 0; 0 for hard DTW.
@@ -137,8 +156,133 @@ __device__ __forceinline__ void hvp_block_sums(double vg, double vgd, double* re
   }
 }
 
-template <typename T, bool WINDOW, bool HARD>
+// The variants' predecessors of cell (i, .) in pass 1 (hvp_kernel, hvp_fast_kernel): open begin's virtual start as
+// row 0's diagonal predecessor (R' = R-dot = 0), the step penalty on the up and left edges (soft-min: R' and R-dot;
+// hard DTW takes it in the data dtype at its hard_min3).
+template <bool OB, bool PEN, bool HARD>
+__device__ __forceinline__ void hvp_var_preds(int i, double& Rd, double& Qd, double& Ru, double& Qu, double& Rl,
+                                              double& Ql, double pen2, double pdot) {
+  if (OB && i == 0) Rd = Qd = 0.0;
+  if (PEN && !HARD) {
+    Ru += pen2;
+    Qu += pdot;
+    Rl += pen2;
+    Ql += pdot;
+  }
+}
+
+// One edge p -> s of pass 2 with the variants: hvp_edge with p's R', R-dot on a penalised edge (rel 1, 2), whose
+// terms go to vp, vpd too.
+template <typename T, bool HARD, bool PEN>
+__device__ __forceinline__ void hvp_var_edge(int rel, double Rp, double Qp, double Ss, double Qs, T es, T eds, T gd,
+                                             double ig, T& e, double& ed, double& vg, double& vgd, double pen2,
+                                             double pdot, double& vp, double& vpd) {
+  if constexpr (PEN) {
+    const double pr = rel != 0 ? pen2 : 0.0, pq = rel != 0 ? pdot : 0.0;
+    hvp_edge<T, HARD, true>(rel, Rp + pr, Qp + pq, Ss, Qs, es, eds, gd, ig, e, ed, vg, vgd, &vp, &vpd);
+  } else {
+    hvp_edge<T, HARD>(rel, Rp, Qp, Ss, Qs, es, eds, gd, ig, e, ed, vg, vgd);
+  }
+}
+
+// Open begin: the edge from the virtual start (R' = 0, R-dot = 0) to a cell s of row 0 is no cell's edge to a
+// successor, so pass 2 adds its terms of vgamma and vgamma_dot where s is done (S's, Qs: s's S' and S-dot; es, eds:
+// its E and E-dot). Without an open begin that edge reaches (0, 0) alone, with weight 1: no terms.
+template <typename T, bool HARD>
+__device__ __forceinline__ void hvp_start_edge(double Ss, double Qs, T es, T eds, T gd, double ig, double& vg,
+                                               double& vgd) {
+  if (HARD) return;
+  T e = T(0);
+  double ed = 0.0;
+  hvp_edge<T, false>(0, 0.0, 0.0, Ss, Qs, es, eds, gd, ig, e, ed, vg, vgd);
+}
+
+// Sums (MIN: minima) of a and b over the block, the same in every thread (one order of operations). red: as
+// hvp_block_sums'; free again when it returns.
+template <int MAXT, bool MIN>
+__device__ __forceinline__ void hvp_block_all2(double& a, double& b, double* red) {
+  const int tid = threadIdx.x, nw = (blockDim.x + 31) >> 5;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const double oa = __shfl_xor_sync(FULL_MASK, a, o), ob = __shfl_xor_sync(FULL_MASK, b, o);
+    a = MIN ? fmin(a, oa) : a + oa;
+    b = MIN ? fmin(b, ob) : b + ob;
+  }
+  __syncthreads();  // earlier readers of red are done
+  if ((tid & 31) == 0) {
+    red[tid >> 5] = a;
+    red[MAXT / 32 + (tid >> 5)] = b;
+  }
+  __syncthreads();
+  a = red[0];
+  b = red[MAXT / 32];
+  for (int w = 1; w < nw; ++w) {
+    a = MIN ? fmin(a, red[w]) : a + red[w];
+    b = MIN ? fmin(b, red[MAXT / 32 + w]) : b + red[MAXT / 32 + w];
+  }
+  __syncthreads();
+}
+
+// Open end (SECOND_ORDER.md, "Variants"): the node T after the last row, R'_T = smin_{j < m} R'[n - 1, j], from the
+// tables of pass 1 (R' and R-dot at position at(j) of Rb, Qb). Writes T's shares of the last row's E and E-dot,
+// w_j = 2^(R'_T - R'_j) and wdot_j = w_j (R-dot_T - R-dot_j - gamma_dot ln w_j) / gamma with R-dot_T = sum_j w_j R-dot_j
+// + gamma_dot H_T, to Eo, Fo (row n - 1; 0 on dead cells, and everywhere when no cell is finite), and adds the
+// thread's terms of H_T = sum_j w_j ln w_j and H-dot_T = sum_j wdot_j ln w_j to vg, vgd. Hard DTW: one-hot on the
+// first argmin (the first-order kernels' choice). Float64 (once per pair).
+template <typename T, bool HARD, int MAXT, typename At>
+__device__ __forceinline__ void hvp_end(const double* Rb, const double* Qb, At at, const int m, T* Eo, T* Fo,
+                                        const T gd, const double ig, double& vg, double& vgd, double* red) {
+  const int tid = threadIdx.x, nt = blockDim.x;
+  double mn = HVP_BIG, unused = 0.0;
+  for (int j = tid; j < m; j += nt) mn = fmin(mn, Rb[at(j)]);
+  hvp_block_all2<MAXT, true>(mn, unused, red);
+  if (HARD) {
+    double first = 1e300;  // the first column holding the minimum
+    if (mn < HVP_HALF)
+      for (int j = tid; j < m; j += nt)
+        if (Rb[at(j)] == mn) { first = double(j); break; }
+    hvp_block_all2<MAXT, true>(first, unused, red);
+    for (int j = tid; j < m; j += nt) {
+      Eo[j] = double(j) == first ? T(1) : T(0);
+      Fo[j] = T(0);
+    }
+    __syncthreads();
+    return;
+  }
+  double z = 0.0, s = 0.0, h = 0.0;  // sums of e_j = 2^(R'_min - R'_j), e_j R-dot_j, e_j (R'_min - R'_j)
+  if (mn < HVP_HALF)
+    for (int j = tid; j < m; j += nt) {
+      const double r = Rb[at(j)];
+      const double e = r < HVP_HALF ? exp2(mn - r) : 0.0;
+      z += e;
+      s += e * Qb[at(j)];
+      h += e * (mn - r);
+    }
+  hvp_block_all2<MAXT, false>(z, s, red);
+  hvp_block_all2<MAXT, false>(h, unused, red);
+  const bool any = mn < HVP_HALF;
+  const double lz = any ? log2(z) : 0.0, iz = any ? 1.0 / z : 0.0;
+  const double QT = s * iz + double(gd) * LN2 * (h * iz - lz);  // R-dot_T
+  for (int j = tid; j < m; j += nt) {
+    const double r = Rb[at(j)];
+    T ew = T(0), fw = T(0);
+    if (any && r < HVP_HALF) {
+      const double w = exp2(mn - r) * iz, lnw = LN2 * ((mn - r) - lz);
+      const double wd = w * (QT - Qb[at(j)] - double(gd) * lnw) * ig;
+      ew = T(w);
+      fw = T(wd);
+      vg += w * lnw;
+      vgd += wd * lnw;
+    }
+    Eo[j] = ew;
+    Fo[j] = fw;
+  }
+  __syncthreads();
+}
+
+template <typename T, bool WINDOW, bool HARD, int VAR = 0>
 __device__ void hvp_pair(const HvpArgs<T>& a, const int b, const T g, double* red) {
+  constexpr bool OB = (VAR & VAR_OPEN_BEGIN) != 0, OE = (VAR & VAR_OPEN_END) != 0, PEN = (VAR & VAR_PENALTY) != 0;
   const int N = a.N, M = a.M;
   const int n = int(a.xlen[b]), m = int(a.ylen[b]);
   const int tid = threadIdx.x, nt = blockDim.x;
@@ -156,6 +300,11 @@ __device__ void hvp_pair(const HvpArgs<T>& a, const int b, const T g, double* re
   const T gd = HARD ? T(0) : a.gamma_dot[b];
   const double ig = HARD ? 0.0 : 1.0 / double(g);
   const T BIGT = Num<T>::big();
+  // Step penalty: in the data dtype for hard DTW (natural units, the first-order kernels' arithmetic), else in R'
+  // (log2 units); its direction in R-dot's natural units.
+  const T penT = PEN ? a.var.pen[size_t(b) * a.var.pen_stride] : T(0);
+  const double pen2 = (PEN && !HARD) ? double(penT) * scale : 0.0;
+  const double pdot = (PEN && !HARD) ? double(a.var.pdot[size_t(b) * a.var.pdot_stride]) : 0.0;
 
   // Outputs outside the pair: rows past n, and columns past m of the first n rows.
   for (size_t q = size_t(n) * M + tid; q < NM; q += nt) { Eo[q] = T(0); Fo[q] = T(0); }
@@ -183,6 +332,7 @@ __device__ void hvp_pair(const HvpArgs<T>& a, const int b, const T g, double* re
       }
       if (i > 0) { Ru = Rb[b1 + i - 1]; Qu = Qb[b1 + i - 1]; }
       if (j > 0) { Rl = Rb[b1 + i]; Ql = Qb[b1 + i]; }
+      if constexpr (OB || PEN) hvp_var_preds<OB, PEN, HARD>(i, Rd, Qd, Ru, Qu, Rl, Ql, pen2, pdot);
       double Rs = HVP_BIG;
       double Qs = 0.0;
       if (ok) {
@@ -190,7 +340,7 @@ __device__ void hvp_pair(const HvpArgs<T>& a, const int b, const T g, double* re
           // In the data dtype with the first-order kernels' sentinel and tie-breaking, so the path is theirs.
           const T dT = Rd >= HVP_HALF ? BIGT : T(Rd), uT = Ru >= HVP_HALF ? BIGT : T(Ru), lT = Rl >= HVP_HALF ? BIGT : T(Rl);
           int choice;
-          const T mn = hard_min3(dT, uT, lT, choice);
+          const T mn = PEN ? hard_min3(dT, uT + penT, lT + penT, choice) : hard_min3(dT, uT, lT, choice);
           if (mn < T(0.5) * BIGT) {
             Rs = double(mn + c);
             Qs = double(choice);
@@ -219,6 +369,13 @@ __device__ void hvp_pair(const HvpArgs<T>& a, const int b, const T g, double* re
 
   // ---- pass 2: E, Edot, vgamma, vgamma_dot from the end cell back ------------------------------------------
   double vg = 0.0, vgd = 0.0;
+  double vp = 0.0, vpd = 0.0;  // step penalty: vpen, vpen_dot
+  if constexpr (OE) {  // T's shares of the last row, into the outputs E, E-dot of row n - 1 (read back in pass 2)
+    const int last = n - 1;
+    auto at = [&](int j) { return hvp_diag_base(last + j, N, M) + last; };
+    hvp_end<T, HARD, HVP_MAX_THREADS>(Rb, Qb, at, m, Eo + size_t(last) * M, Fo + size_t(last) * M, gd, ig, vg, vgd,
+                                       red);
+  }
   for (int d = n + m - 2; d >= 0; --d) {
     const int ilo = max(0, d - m + 1), ihi = min(n - 1, d);
     const long long b0 = hvp_diag_base(d, N, M), b1 = hvp_diag_base(d + 1, N, M), b2 = hvp_diag_base(d + 2, N, M);
@@ -233,9 +390,13 @@ __device__ void hvp_pair(const HvpArgs<T>& a, const int b, const T g, double* re
       double Sout = HVP_BIG;
       double Qout = 0.0;
       if (Rp < HVP_HALF) {  // allowed and reachable
-        if (i == n - 1 && j == m - 1) {
+        if (!OE && i == n - 1 && j == m - 1) {
           e = T(1);
         } else {
+          if (OE && i == n - 1) {  // the end node T's shares (hvp_end)
+            e = Eo[q];
+            ed = double(Fo[q]);
+          }
           // Successors s of p: (i+1, j) takes p as "up" (choice 1), (i, j+1) as "left" (2), (i+1, j+1) as
           // "diagonal" (0). Positions in the tables: diagonal d + 1 at rows i + 1 and i, d + 2 at row i + 1.
 #pragma unroll
@@ -245,7 +406,8 @@ __device__ void hvp_pair(const HvpArgs<T>& a, const int b, const T g, double* re
             const long long ps = rel == 0 ? b2 + i + 1 : (rel == 1 ? b1 + i + 1 : b1 + i);
             const double Ss = Rb[ps];
             if (Ss >= HVP_HALF) continue;  // forbidden or unreachable successor
-            hvp_edge<T, HARD>(rel, Rp, Qp, Ss, Qb[ps], Eb[ps], Fb[ps], gd, ig, e, ed, vg, vgd);
+            hvp_var_edge<T, HARD, PEN>(rel, Rp, Qp, Ss, Qb[ps], Eb[ps], Fb[ps], gd, ig, e, ed, vg, vgd, pen2, pdot,
+                                       vp, vpd);
           }
         }
         if (HARD) {
@@ -255,6 +417,7 @@ __device__ void hvp_pair(const HvpArgs<T>& a, const int b, const T g, double* re
           Sout = Rp - double(Cb[q]) * scale;  // S' = R' - C'
           Qout = Qp - double(Db[q]);          // Sdot = Rdot - Cdot
         }
+        if (OB && i == 0) hvp_start_edge<T, HARD>(Sout, Qout, e, T(ed), gd, ig, vg, vgd);
       }
       Rb[p0] = Sout;
       Qb[p0] = Qout;
@@ -267,26 +430,33 @@ __device__ void hvp_pair(const HvpArgs<T>& a, const int b, const T g, double* re
   }
 
   hvp_block_sums<T, HARD, HVP_MAX_THREADS>(vg, vgd, red, a.vgamma + b, a.vgamma_dot + b);
+  if constexpr (PEN) {  // (hard DTW: vpen is the path's number of moves, vpen_dot 0)
+    __syncthreads();  // thread 0 has read red
+    hvp_block_sums<T, false, HVP_MAX_THREADS>(vp, HARD ? 0.0 : vpd, red, a.var.vpen + b, a.var.vpen_dot + b);
+  }
 }
 
 // Grid: B blocks (one per pair) of a multiple of 32 threads, at most HVP_MAX_THREADS. Q: B·N·M float64 (R-dot)
-// followed by 2·B·N·M values of T (E, E-dot).
-template <typename T, bool WINDOW>
+// followed by 2·B·N·M values of T (E, E-dot). VAR: the alignment variants (common.cuh, Variant); pen, pen_stride,
+// pdot, pdot_stride, vpen, vpen_dot are read or written by the VAR_PENALTY instantiations only.
+template <typename T, bool WINDOW, int VAR = 0>
 __global__ void __launch_bounds__(HVP_MAX_THREADS)
 hvp_kernel(const T* __restrict__ C, const T* __restrict__ Cdot, const T* __restrict__ gamma,
            const T* __restrict__ gamma_dot, const long long* __restrict__ xlen, const long long* __restrict__ ylen,
            const int* __restrict__ window, double* R, double* Q, T* __restrict__ E, T* __restrict__ Edot,
-           T* __restrict__ vgamma, T* __restrict__ vgamma_dot, int B, int N, int M) {
+           T* __restrict__ vgamma, T* __restrict__ vgamma_dot, int B, int N, int M, const T* __restrict__ pen,
+           int pen_stride, const T* __restrict__ pdot, int pdot_stride, T* __restrict__ vpen, T* __restrict__ vpen_dot) {
   __shared__ double red[2 * HVP_MAX_THREADS / 32];
   const int b = blockIdx.x;
   if (b >= B) return;
   T* EF = reinterpret_cast<T*>(Q + size_t(B) * N * M);  // the E and E-dot tables follow R-dot's
-  const HvpArgs<T> a{C, Cdot, gamma_dot, xlen, ylen, window, R, Q, EF, E, Edot, vgamma, vgamma_dot, N, M};
+  HvpArgs<T> a{C, Cdot, gamma_dot, xlen, ylen, window, R, Q, EF, E, Edot, vgamma, vgamma_dot, N, M};
+  if constexpr (VAR != 0) a.var = HvpVar<T>{pen, pen_stride, pdot, pdot_stride, vpen, vpen_dot};
   const T g = *gamma;  // read on the device: no host sync
   if (g == T(0)) {
-    hvp_pair<T, WINDOW, true>(a, b, g, red);
+    hvp_pair<T, WINDOW, true, VAR>(a, b, g, red);
   } else {
-    hvp_pair<T, WINDOW, false>(a, b, g, red);
+    hvp_pair<T, WINDOW, false, VAR>(a, b, g, red);
   }
 }
 
@@ -366,9 +536,10 @@ __device__ __forceinline__ void hvpf_set(T (&g)[G], int pos, T v) {
   for (int x = 0; x < G; ++x) g[x] = pos == x ? v : g[x];
 }
 
-template <typename T, bool WINDOW, bool HARD, int RPT>
+template <typename T, bool WINDOW, bool HARD, int RPT, int VAR = 0>
 __device__ void hvpf_pair(const HvpArgs<T>& a, const int b, const T g, const bool vec, const long long total,
                           double* sd, double* sq, T* st, double* red) {
+  constexpr bool OB = (VAR & VAR_OPEN_BEGIN) != 0, OE = (VAR & VAR_OPEN_END) != 0, PEN = (VAR & VAR_PENALTY) != 0;
   constexpr int G = HvpVec<T>::G;
   constexpr int S = HVPF_MAX_THREADS;  // ring slot stride
   const int N = a.N, M = a.M;
@@ -386,6 +557,10 @@ __device__ void hvpf_pair(const HvpArgs<T>& a, const int b, const T g, const boo
   const double ig = HARD ? 0.0 : 1.0 / double(g);
   const T BIGT = Num<T>::big();
   const int i0 = tid * RPT;
+  // Step penalty (as hvp_pair): the data dtype for hard DTW, else R' (log2 units); its direction in R-dot's units.
+  const T penT = PEN ? a.var.pen[size_t(b) * a.var.pen_stride] : T(0);
+  const double pen2 = (PEN && !HARD) ? double(penT) * scale : 0.0;
+  const double pdot = (PEN && !HARD) ? double(a.var.pdot[size_t(b) * a.var.pdot_stride]) : 0.0;
 
   // Outputs outside the pair: rows past n, and columns past m of the first n rows.
   for (size_t q = size_t(n) * M + tid; q < NM; q += nt) { Eo[q] = T(0); Fo[q] = T(0); }
@@ -460,6 +635,7 @@ __device__ void hvpf_pair(const HvpArgs<T>& a, const int b, const T g, const boo
           if (j > 0) { Rlf = Rl[k]; Qlf = Ql[k]; }
           Rg[k] = Ru;  // the next cell's diagonal neighbour
           Qg[k] = Qu;
+          if constexpr (OB || PEN) hvp_var_preds<OB, PEN, HARD>(i, Rd, Qd, Ru, Qu, Rlf, Qlf, pen2, pdot);
           double Rs = HVP_BIG;
           double Qs = 0.0;
           if (ok) {
@@ -467,7 +643,7 @@ __device__ void hvpf_pair(const HvpArgs<T>& a, const int b, const T g, const boo
               const T dT = Rd >= HVP_HALF ? BIGT : T(Rd), uT = Ru >= HVP_HALF ? BIGT : T(Ru),
                       lT = Rlf >= HVP_HALF ? BIGT : T(Rlf);
               int choice;
-              const T mn = hard_min3(dT, uT, lT, choice);
+              const T mn = PEN ? hard_min3(dT, uT + penT, lT + penT, choice) : hard_min3(dT, uT, lT, choice);
               if (mn < T(0.5) * BIGT) {
                 Rs = double(mn + c);
                 Qs = double(choice);
@@ -502,6 +678,13 @@ __device__ void hvpf_pair(const HvpArgs<T>& a, const int b, const T g, const boo
 
   // ---- pass 2: E, Edot, vgamma, vgamma_dot from the end cell back ------------------------------------------
   double vg = 0.0, vgd = 0.0;
+  double vp = 0.0, vpd = 0.0;  // step penalty: vpen, vpen_dot
+  if constexpr (OE) {  // T's shares of the last row, into the outputs E, E-dot of row n - 1 (read back in pass 2)
+    const int last = n - 1;
+    auto at = [&](int j) { return hvp_diag_base(last + j, N, M) + last; };
+    hvp_end<T, HARD, HVPF_MAX_THREADS>(Rb, Qb, at, m, Eo + size_t(last) * M, Fo + size_t(last) * M, gd, ig, vg, vgd,
+                                        red);
+  }
   {
     // The row's cell on d + 1 (its right successor, the row above's down successor): S', S-dot (hard: the
     // argmin), E, E-dot; and the diagonal successor (the previous step's down successor).
@@ -574,9 +757,13 @@ __device__ void hvpf_pair(const HvpArgs<T>& a, const int b, const T g, const boo
           double Sout = HVP_BIG;
           double Qout = 0.0;
           if (Rp < HVP_HALF) {  // allowed and reachable
-            if (i == n - 1 && j == m - 1) {
+            if (!OE && i == n - 1 && j == m - 1) {
               e_ = T(1);
             } else {
+              if (OE && i == n - 1) {  // the end node T's shares (hvp_end; the group holding them is stored later)
+                e_ = Eo[(long long)i * M + j];
+                ed = double(Fo[(long long)i * M + j]);
+              }
 #pragma unroll
               for (int rel = 0; rel < 3; ++rel) {
                 const bool exists = rel == 0 ? (i + 1 < n && j + 1 < m) : (rel == 1 ? i + 1 < n : j + 1 < m);
@@ -586,7 +773,7 @@ __device__ void hvpf_pair(const HvpArgs<T>& a, const int b, const T g, const boo
                 const T es = rel == 0 ? Edg : (rel == 1 ? Edw : Ae[k]);
                 const double Qs = rel == 0 ? Qdg : (rel == 1 ? Qdw : Aq[k]);
                 const T eds = rel == 0 ? Fdg : (rel == 1 ? Fdw : Af[k]);
-                hvp_edge<T, HARD>(rel, Rp, Qp, Ss, Qs, es, eds, gd, ig, e_, ed, vg, vgd);
+                hvp_var_edge<T, HARD, PEN>(rel, Rp, Qp, Ss, Qs, es, eds, gd, ig, e_, ed, vg, vgd, pen2, pdot, vp, vpd);
               }
             }
             if (HARD) {
@@ -596,6 +783,7 @@ __device__ void hvpf_pair(const HvpArgs<T>& a, const int b, const T g, const boo
               Sout = Rp - double(hvpf_get(cg[k], pos)) * scale;  // S' = R' - C'
               Qout = Qp - double(hvpf_get(dg[k], pos));          // S-dot = R-dot - C-dot
             }
+            if (OB && i == 0) hvp_start_edge<T, HARD>(Sout, Qout, e_, T(ed), gd, ig, vg, vgd);
           }
           As[k] = Sout;
           Aq[k] = Qout;
@@ -621,31 +809,37 @@ __device__ void hvpf_pair(const HvpArgs<T>& a, const int b, const T g, const boo
   }
 
   hvp_block_sums<T, HARD, HVPF_MAX_THREADS>(vg, vgd, red, a.vgamma + b, a.vgamma_dot + b);
+  if constexpr (PEN) {  // (hard DTW: vpen is the path's number of moves, vpen_dot 0)
+    __syncthreads();  // thread 0 has read red
+    hvp_block_sums<T, false, HVPF_MAX_THREADS>(vp, HARD ? 0.0 : vpd, red, a.var.vpen + b, a.var.vpen_dot + b);
+  }
 }
 
 // Grid: B blocks (one per pair) of a multiple of 32 threads, at most HVPF_MAX_THREADS, with
 // threads · RPT >= N. Q: (B, N·M) float64 R-dot scratch (not followed by hvp_kernel's E and E-dot tables). vec: C, Cdot, E and Edot are
-// 16-byte aligned (then the 16-byte groups are used).
-template <typename T, bool WINDOW, int RPT>
+// 16-byte aligned (then the 16-byte groups are used). VAR: the alignment variants, as hvp_kernel's.
+template <typename T, bool WINDOW, int RPT, int VAR = 0>
 __global__ void __launch_bounds__(HVPF_MAX_THREADS, (RPT == 1 && sizeof(T) == 4) ? 4 : 1)
 hvp_fast_kernel(const T* __restrict__ C, const T* __restrict__ Cdot, const T* __restrict__ gamma,
                 const T* __restrict__ gamma_dot, const long long* __restrict__ xlen,
                 const long long* __restrict__ ylen, const int* __restrict__ window, double* R, double* Q,
                 T* __restrict__ E, T* __restrict__ Edot, T* __restrict__ vgamma, T* __restrict__ vgamma_dot,
-                int B, int N, int M, int vec) {
+                int B, int N, int M, int vec, const T* __restrict__ pen, int pen_stride, const T* __restrict__ pdot,
+                int pdot_stride, T* __restrict__ vpen, T* __restrict__ vpen_dot) {
   __shared__ double sd[2 * HVPF_MAX_THREADS];  // the ring: R' (S'), R-dot (S-dot), E, E-dot
   __shared__ double sq[2 * HVPF_MAX_THREADS];
   __shared__ T st[4 * HVPF_MAX_THREADS];
   __shared__ double red[2 * HVPF_MAX_THREADS / 32];
   const int b = blockIdx.x;
   if (b >= B) return;
-  const HvpArgs<T> a{C, Cdot, gamma_dot, xlen, ylen, window, R, Q, nullptr, E, Edot, vgamma, vgamma_dot, N, M};
+  HvpArgs<T> a{C, Cdot, gamma_dot, xlen, ylen, window, R, Q, nullptr, E, Edot, vgamma, vgamma_dot, N, M};
+  if constexpr (VAR != 0) a.var = HvpVar<T>{pen, pen_stride, pdot, pdot_stride, vpen, vpen_dot};
   const long long total = (long long)B * N * M;
   const T g = *gamma;  // read on the device: no host sync
   if (g == T(0)) {
-    hvpf_pair<T, WINDOW, true, RPT>(a, b, g, vec != 0, total, sd, sq, st, red);
+    hvpf_pair<T, WINDOW, true, RPT, VAR>(a, b, g, vec != 0, total, sd, sq, st, red);
   } else {
-    hvpf_pair<T, WINDOW, false, RPT>(a, b, g, vec != 0, total, sd, sq, st, red);
+    hvpf_pair<T, WINDOW, false, RPT, VAR>(a, b, g, vec != 0, total, sd, sq, st, red);
   }
 }
 

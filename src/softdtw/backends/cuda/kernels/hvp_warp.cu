@@ -24,6 +24,17 @@
 // row above stays in the lane (next step, same column); the left one goes to the next column now, or from
 // column 0 to lane L - 1 by __shfl_down_sync (used at its next step); the diagonal one to column k - 1 at the
 // next step, or from column 0 to lane L - 1 (used two steps later). E and E-dot leave as row stores.
+//
+// Alignment variants (VAR, the bit mask of common.cuh's Variant; VAR = 0 compiles to the plain kernel's code;
+// SECOND_ORDER.md, "Variants"): the step penalty p (per pair; log2 units in R') and its direction p-dot (natural
+// units, in R-dot) are added to the up and left predecessors of every cell in the forward, so the record holds
+// the penalised edges' weights and their derivatives and the backward is the plain one plus two lane sums,
+// vpen = sum_s E_s (w_up + w_left) and vpen_dot = sum_s E-dot_s (w_up + w_left) + E_s (wdot_up + wdot_left).
+// Open begin: row 0's diagonal predecessor is the virtual start (R' = 0, R-dot = 0) at every column. Open end:
+// after the forward every lane holds R' and R-dot of the last row in its registers; group reductions give the
+// end node T's soft-min (hvpw_end), whose weights w_j and their derivatives wdot_j wait as the messages "from the
+// row below" of the last row (upE, upF) instead of the 1 at (n - 1, m - 1); T's H_T and H-dot_T join the lanes'
+// vgamma and vgamma_dot sums.
 #include "common.cuh"
 
 namespace sdtw {
@@ -63,13 +74,96 @@ struct HvpwHand {
   double red[2][W];
 };
 
-template <typename T, bool WINDOW, int K, int W, bool HARD>
+// Sums (MIN: minima) of a and b over the pair's W warps, the same in every lane (one order of operations);
+// hand.red is free again when it returns.
+template <typename T, int W, bool MIN>
+__device__ __forceinline__ void hvpw_all2(double& a, double& b, HvpwHand<T, W>& hand) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const double oa = __shfl_xor_sync(FULL_MASK, a, o), ob = __shfl_xor_sync(FULL_MASK, b, o);
+    a = MIN ? fmin(a, oa) : a + oa;
+    b = MIN ? fmin(b, ob) : b + ob;
+  }
+  if (W > 1) {
+    const int lane = threadIdx.x & 31, wg = threadIdx.x >> 5;
+    __syncthreads();  // earlier readers of hand.red are done
+    if (lane == 0) {
+      hand.red[0][wg] = a;
+      hand.red[1][wg] = b;
+    }
+    __syncthreads();
+    a = hand.red[0][0];
+    b = hand.red[1][0];
+    for (int w = 1; w < W; ++w) {
+      a = MIN ? fmin(a, hand.red[0][w]) : a + hand.red[0][w];
+      b = MIN ? fmin(b, hand.red[1][w]) : b + hand.red[1][w];
+    }
+  }
+}
+
+// Open end (SECOND_ORDER.md, "Variants"): the node T after the last row, R'_T = smin_{j < m} R'[n - 1, j]. R, Q:
+// this lane's K columns of the last row from column j0 (R' in log2 units, R-dot). Writes T's shares of the last
+// row's E and E-dot, w_j = 2^(R'_T - R'_j) and wdot_j = w_j (R-dot_T - R-dot_j - gamma_dot ln w_j) / gamma with
+// R-dot_T = sum_j w_j R-dot_j + gamma_dot H_T, into se, sf (0 on dead cells, and everywhere when no cell is
+// finite), and adds this lane's terms of H_T = sum_j w_j ln w_j and H-dot_T = sum_j wdot_j ln w_j to vg, vgd.
+// Hard DTW: one-hot on the first argmin (the first-order kernels' choice). Float64 throughout (once per pair).
+template <typename T, int K, int W, bool HARD>
+__device__ __forceinline__ void hvpw_end(const double (&R)[K], const double (&Q)[K], const int j0, const int m,
+                                         const T gd, const T ig, T (&se)[K], T (&sf)[K], double& vg, double& vgd,
+                                         HvpwHand<T, W>& hand) {
+  double mn = HVPW_BIG, unused = 0.0;
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+    if (j0 + k < m) mn = fmin(mn, R[k]);
+  hvpw_all2<T, W, true>(mn, unused, hand);
+#pragma unroll
+  for (int k = 0; k < K; ++k) { se[k] = T(0); sf[k] = T(0); }
+  if (mn >= HVPW_HALF) return;  // no finite end: no E
+  if (HARD) {
+    double first = 1e300;  // the first column holding the minimum
+#pragma unroll
+    for (int k = K - 1; k >= 0; --k)
+      if (j0 + k < m && R[k] == mn) first = double(j0 + k);
+    hvpw_all2<T, W, true>(first, unused, hand);
+#pragma unroll
+    for (int k = 0; k < K; ++k) se[k] = double(j0 + k) == first ? T(1) : T(0);
+    return;
+  }
+  double z = 0.0, s = 0.0, h = 0.0;  // sums of e_j = 2^(R'_min - R'_j), e_j R-dot_j, e_j (R'_min - R'_j)
+  double e[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    e[k] = (j0 + k < m && R[k] < HVPW_HALF) ? exp2(mn - R[k]) : 0.0;
+    z += e[k];
+    s += e[k] * Q[k];
+    h += e[k] * (mn - R[k]);
+  }
+  hvpw_all2<T, W, false>(z, s, hand);
+  hvpw_all2<T, W, false>(h, unused, hand);
+  const double lz = log2(z), iz = 1.0 / z;
+  const double HT = LN2 * (h * iz - lz);
+  const double QT = s * iz + double(gd) * HT;  // R-dot_T
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    if (e[k] > 0.0) {
+      const double w = e[k] * iz, lnw = LN2 * ((mn - R[k]) - lz);
+      const double wd = w * (QT - Q[k] - double(gd) * lnw) * double(ig);
+      se[k] = T(w);
+      sf[k] = T(wd);
+      vg += w * lnw;
+      vgd += wd * lnw;
+    }
+  }
+}
+
+template <typename T, bool WINDOW, int K, int W, bool HARD, int VAR = 0>
 __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __restrict__ Cdot, const T g, const T gd,
                                           const long long* __restrict__ xlen, const long long* __restrict__ ylen,
                                           const int* __restrict__ window, T* __restrict__ rec, T* __restrict__ E,
                                           T* __restrict__ Edot, T* __restrict__ vgamma, T* __restrict__ vgamma_dot,
                                           const int b, const int N, const int M, const bool vec, T* ring,
-                                          HvpwHand<T, W>& hand) {
+                                          HvpwHand<T, W>& hand, const HvpVar<T> var = HvpVar<T>{}) {
+  constexpr bool OB = (VAR & VAR_OPEN_BEGIN) != 0, OE = (VAR & VAR_OPEN_END) != 0, PEN = (VAR & VAR_PENALTY) != 0;
   constexpr int NL = 32 * W;
   constexpr int CW = NL * K;
   constexpr int G = 16 / int(sizeof(T));          // elements per 16-byte piece
@@ -94,12 +188,21 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
   const T ig = HARD ? T(0) : T(1) / g;
   const int nl = min(NL, (m + K - 1) / K);
   const int steps = n + nl - 1;
+  // Step penalty: in the data dtype for hard DTW (natural units, the first-order kernels' arithmetic), else in R'
+  // (log2 units, float64); its direction in R-dot's natural units.
+  const T penT = PEN ? var.pen[size_t(b) * var.pen_stride] : T(0);
+  const double pen2 = (PEN && !HARD) ? double(penT) * scale : 0.0;
+  const double pdot = (PEN && !HARD) ? double(var.pdot[size_t(b) * var.pdot_stride]) : 0.0;
 
   // Outside the pair: rows past n, and columns past m of the first n rows (the backward writes j < m only).
   for (size_t q = size_t(n) * M + L; q < NM; q += NL) { Eb[q] = T(0); Fb[q] = T(0); }
   if (m < M)
     for (int i = 0; i < n; ++i)
       for (int j = m + L; j < M; j += NL) { Eb[size_t(i) * M + j] = T(0); Fb[size_t(i) * M + j] = T(0); }
+
+  // Open end: T's shares of the last row's E and E-dot, and its terms of vgamma, vgamma_dot (hvpw_end).
+  T se[OE ? K : 1], sf[OE ? K : 1];
+  double endvg = 0.0, endvgd = 0.0;
 
   // ---- forward -------------------------------------------------------------------------------------------
   {
@@ -181,6 +284,15 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
         for (int k = 0; k < K; ++k) {
           const int j = j0 + k;
           const double uR = R[k], uQ = Q[k];
+          // The variants' predecessors: open begin's start on row 0's diagonal; the penalty p on the up and left
+          // edges taken as -p on the diagonal one (the soft-min shifts: smin(d, u + p, l + p) = p + smin(d - p, u, l),
+          // and R-dot likewise), p added back with the cell's cost: nothing joins the row's serial chain (lR, lQ).
+          double dRv = dR, dQv = dQ;
+          if (OB && i == 0) dRv = dQv = 0.0;
+          if (PEN && !HARD) {
+            dRv -= pen2;
+            dQv -= pdot;
+          }
           const T c = cr[k];
           bool ok = j < m && c <= hvpw_finite_max<T>();  // +inf (or NaN): a forbidden cell
           if (WINDOW) ok = ok && j >= lo && j < hi;
@@ -189,19 +301,19 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
           if (ok) {
             if (HARD) {
               // In the data dtype with the first-order kernels' sentinel and tie-breaking, so the path is theirs.
-              const T dT = dR >= HVPW_HALF ? BIGT : T(dR), uT = uR >= HVPW_HALF ? BIGT : T(uR),
+              const T dT = dRv >= HVPW_HALF ? BIGT : T(dRv), uT = uR >= HVPW_HALF ? BIGT : T(uR),
                       lT = lR >= HVPW_HALF ? BIGT : T(lR);
               int choice;
-              const T mn = hard_min3(dT, uT, lT, choice);
+              const T mn = PEN ? hard_min3(dT, uT + penT, lT + penT, choice) : hard_min3(dT, uT, lT, choice);
               if (mn < T(0.5) * BIGT) {
                 Rs = double(mn + c);
                 wu = choice == 1 ? T(1) : T(0);
                 wl = choice == 2 ? T(1) : T(0);
               }
             } else {
-              const double mn = fmin(lR, fmin(dR, uR));  // lR last: the only operand on the row's chain
+              const double mn = fmin(lR, fmin(dRv, uR));  // lR last: the only operand on the row's chain
               if (mn < HVPW_HALF) {
-                const T od = Num<T>::mx(Num<T>::mn(T(mn - dR), T(0)), T(-2000));
+                const T od = Num<T>::mx(Num<T>::mn(T(mn - dRv), T(0)), T(-2000));
                 const T ou = Num<T>::mx(Num<T>::mn(T(mn - uR), T(0)), T(-2000));
                 const T ol = Num<T>::mx(Num<T>::mn(T(mn - lR), T(0)), T(-2000));
                 const T ed = Num<T>::ex2(od), eu = Num<T>::ex2(ou), el = Num<T>::ex2(ol);
@@ -215,12 +327,12 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
                 const T H = wd * lnd + wu * lnu + wl * lnl;
                 // S-dot = sum_p w_p R-dot_p + gamma_dot H in float64, the weights multiplying differences to the
                 // largest weight's R-dot only (hvp.cu, hvp_rdot).
-                const double Qr = mn == dR ? dQ : (mn == uR ? uQ : lQ);
-                const double Sd = Qr + double(wd * T(dQ - Qr) + wu * T(uQ - Qr) + wl * T(lQ - Qr) + gd * H);
+                const double Qr = mn == dRv ? dQv : (mn == uR ? uQ : lQ);
+                const double Sd = Qr + double(wd * T(dQv - Qr) + wu * T(uQ - Qr) + wl * T(lQ - Qr) + gd * H);
                 du = wu * (T(Sd - uQ) - gd * lnu) * ig;
                 dl = wl * (T(Sd - lQ) - gd * lnl) * ig;
-                Qs = Sd + double(dr[k]);
-                Rs = (mn - double(lz)) + double(c) * scale;
+                Qs = PEN ? Sd + (double(dr[k]) + pdot) : Sd + double(dr[k]);
+                Rs = PEN ? (mn - double(lz)) + (double(c) * scale + pen2) : (mn - double(lz)) + double(c) * scale;
               }
             }
           }
@@ -254,12 +366,19 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
       }
     }
     cp_async_wait<0>();
+    // R, Q hold the last row now (every lane holding a column finished row n - 1 at its last live step).
+    if constexpr (OE) hvpw_end<T, K, W, HARD>(R, Q, j0, m, gd, ig, se, sf, endvg, endvgd, hand);
   }
   __threadfence_block();  // the backward reads this lane's records through cp.async
   __syncthreads();
 
   // ---- backward ------------------------------------------------------------------------------------------
   double vg = 0.0, vgd = 0.0;
+  double vp = 0.0, vpd = 0.0;  // step penalty: vpen, vpen_dot
+  if constexpr (OE) {
+    vg = endvg;
+    vgd = endvgd;
+  }
   {
     // Ring: stage s, plane q, lane L at ring + ((s * HVPW_REC + q) * NL + L) * K.
     auto issue = [&](const int t) {
@@ -276,6 +395,10 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
     T upE[K], upF[K], dgE[K], dgF[K];  // messages from the row below: to the row above, to the diagonal
 #pragma unroll
     for (int k = 0; k < K; ++k) { upE[k] = upF[k] = dgE[k] = dgF[k] = T(0); }
+    if constexpr (OE) {  // the end node T's shares, to the last row as from the row below
+#pragma unroll
+      for (int k = 0; k < K; ++k) { upE[k] = se[k]; upF[k] = sf[k]; }
+    }
     T rcvE = T(0), rcvF = T(0);        // left message of lane L + 1's column 0, one step old
     T dnE = T(0), dnF = T(0);          // diagonal message of lane L + 1's column 0, one step old
     T doE = T(0), doF = T(0);          // ... two steps old (column K - 1's diagonal successor)
@@ -292,12 +415,13 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
         T cE = doE, cF = doF;    // the diagonal successor's message
         T eo[K], fo[K];
         double svg = 0.0, svgd = 0.0;
+        double svp = 0.0, svpd = 0.0;
 #pragma unroll
         for (int k = K - 1; k >= 0; --k) {
           const int j = j0 + k;
           const T oE = dgE[k], oF = dgF[k];  // this column's diagonal message of the last step: column k - 1's
           T e, f;
-          if (i == n - 1 && j == m - 1) {
+          if (!OE && i == n - 1 && j == m - 1) {
             e = T(1);
             f = T(0);
           } else {
@@ -312,6 +436,11 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
           } else {
             wd = Num<T>::mx(T(1) - wu - wl, T(0));
             dd = -(du + dl);
+          }
+          if (PEN) {  // the cell's up and left in-edges carry the penalty
+            const T mv = wu + wl;
+            svp += double(e * mv);
+            svpd += double(f * mv + e * (du + dl));
           }
           if (!HARD) {
             const T tiny = hvpw_tiny<T>();
@@ -336,6 +465,10 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
         }
         vg += svg;
         vgd += svgd;
+        if (PEN) {
+          vp += svp;
+          vpd += svpd;
+        }
         sLE = rE;
         sLF = rF;
         sDE = dgE[0];
@@ -353,7 +486,7 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
           for (int k = 0; k < K; ++k)
             if (j0 + k < m) { er[k] = eo[k]; fr[k] = fo[k]; }
         }
-      } else {
+      } else if (!OE) {  // (open end: the steps before row n - 1 keep T's shares in upE, upF)
 #pragma unroll
         for (int k = 0; k < K; ++k) { upE[k] = upF[k] = dgE[k] = dgF[k] = T(0); }
       }
@@ -403,17 +536,27 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
     vgamma[b] = HARD ? T(0) : T(vg);
     vgamma_dot[b] = HARD ? T(0) : T(vgd);
   }
+  if constexpr (PEN) {
+    hvpw_all2<T, W, false>(vp, vpd, hand);
+    if (L == 0) {
+      var.vpen[b] = T(vp);
+      var.vpen_dot[b] = HARD ? T(0) : T(vpd);
+    }
+  }
 }
 
 // Grid: B blocks of W warps (one pair each). rec: (B, N, 4, 32 K) records in the data dtype. vec: C, C-dot, E,
 // E-dot 16-byte aligned and M a multiple of 16 / sizeof(T) (then K-wide rows move as 16-byte pieces).
-template <typename T, bool WINDOW, int K, int W>
+// VAR: the alignment variants (common.cuh, Variant); pen, pen_stride, pdot, pdot_stride, vpen, vpen_dot are read or
+// written by the VAR_PENALTY instantiations only (HvpVar).
+template <typename T, bool WINDOW, int K, int W, int VAR = 0>
 __global__ void __launch_bounds__(32 * W)
 hvp_warp_kernel(const T* __restrict__ C, const T* __restrict__ Cdot, const T* __restrict__ gamma,
                 const T* __restrict__ gamma_dot, const long long* __restrict__ xlen,
                 const long long* __restrict__ ylen, const int* __restrict__ window, T* __restrict__ rec,
                 T* __restrict__ E, T* __restrict__ Edot, T* __restrict__ vgamma, T* __restrict__ vgamma_dot,
-                int B, int N, int M, int vec) {
+                int B, int N, int M, int vec, const T* __restrict__ pen, int pen_stride, const T* __restrict__ pdot,
+                int pdot_stride, T* __restrict__ vpen, T* __restrict__ vpen_dot) {
   constexpr int CSTAGE = 2 * 32 * W * K * int(sizeof(T));
   constexpr int RSTAGE = HVPW_REC * 32 * W * K * int(sizeof(T));
   constexpr int CR = hvpw_depth(CSTAGE) * CSTAGE, RR = hvpw_depth(RSTAGE) * RSTAGE;
@@ -423,12 +566,14 @@ hvp_warp_kernel(const T* __restrict__ C, const T* __restrict__ Cdot, const T* __
   const int b = blockIdx.x;
   if (b >= B) return;
   const T g = *gamma;  // read on the device: no host sync
+  HvpVar<T> var{};  // (filled for the variants only: the plain kernels' code stays what it was)
+  if constexpr (VAR != 0) var = HvpVar<T>{pen, pen_stride, pdot, pdot_stride, vpen, vpen_dot};
   if (g == T(0)) {
-    hvpw_pair<T, WINDOW, K, W, true>(C, Cdot, g, T(0), xlen, ylen, window, rec, E, Edot, vgamma, vgamma_dot, b, N,
-                                     M, vec != 0, ring, hand);
+    hvpw_pair<T, WINDOW, K, W, true, VAR>(C, Cdot, g, T(0), xlen, ylen, window, rec, E, Edot, vgamma, vgamma_dot, b,
+                                          N, M, vec != 0, ring, hand, var);
   } else {
-    hvpw_pair<T, WINDOW, K, W, false>(C, Cdot, g, gamma_dot[b], xlen, ylen, window, rec, E, Edot, vgamma,
-                                      vgamma_dot, b, N, M, vec != 0, ring, hand);
+    hvpw_pair<T, WINDOW, K, W, false, VAR>(C, Cdot, g, gamma_dot[b], xlen, ylen, window, rec, E, Edot, vgamma,
+                                           vgamma_dot, b, N, M, vec != 0, ring, hand, var);
   }
 }
 
