@@ -187,7 +187,12 @@ def test_float32_value_only_long_pairs_keep_frames(K, W):
         stored, _ = be.forward(x.float(), y.float(), g32, "sqeuclidean", xl, yl, w, "store")
     assert saved.numel() == 0 and bool(torch.isfinite(got).all())
     assert rel_err(got, want) <= TOL[torch.float32][0], f"value {rel_err(got, want):.2e}"
-    assert torch.allclose(got, stored, rtol=1e-6, atol=0), (got - stored).abs().max()
+    assert rel_err(stored, want) <= TOL[torch.float32][0], f"stored {rel_err(stored, want):.2e}"
+    # Both keep frames, not the same ones: the storing pass starts a later chunk's frames at its column's first
+    # row (kernels/forward_pair.cuh), the value-only one at 0 until the first move, so their roundings differ
+    # (H100: 2.2e-6 apart at |v| ~ 1.4e5; against float64 the storing pass 7.6e-8 to 2.2e-6, the value-only one
+    # 1.2e-7 to 1.8e-6 over the five layouts, where frameless float32 passes drift by 1e-4).
+    assert torch.allclose(got, stored, rtol=1e-5, atol=0), (got - stored).abs().max()
 
 
 # --- every layout: warps per pair, columns per lane, column chunks ---------------------------------------
