@@ -20,7 +20,7 @@ SIZES = [("value", 16, 8192, 8192), ("value", 16384, 512, 512), ("store", 1024, 
          ("checkpoint", 1, 32768, 32768), ("checkpoint", 16, 4096, 4096), ("store", 64, 24, 4000)]
 
 
-def median_ms(fn, reps):
+def median_ms(fn, reps):  # not benchmarks/gpu.py's: that one imports softdtw from this checkout, not SRC
     fn()
     torch.cuda.synchronize()
     times = []

@@ -13,6 +13,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from gpu import median_ms  # noqa: E402
 from softdtw.backends import cuda as be  # noqa: E402
 from softdtw.backends.cuda import launch  # noqa: E402
 
@@ -25,17 +27,7 @@ LAYOUTS = [None, (4, 4, True), (4, 2, True), (4, 1, True), (8, 4, True)]
 
 
 def med(fn, reps=5):
-    fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        ts.append(s.elapsed_time(e))
-    return sorted(ts)[len(ts) // 2]
+    return median_ms(fn, reps, warmup=1)
 
 
 for spec in GRID:
