@@ -8,9 +8,9 @@ training loop pays per loss call. Rows per shape:
 - ``mse``: ``F.mse_loss(x, t)`` with t shaped like x: the floor of any loss step on this machine;
 - ``mse_compile``: the same under ``torch.compile(fullgraph=True)``: what compiling costs any loss here;
 - ``eager``: ``softdtw.soft_dtw(x, y, gamma).mean()``;
-- ``eager_nocheck``: the same with the value checks off (``SOFTDTW_CHECK_VALUES=0``): what the check costs;
-- ``eager_cudacore``: the same with the kernels launched through cuda-core instead of the driver directly
-  (``launch.DIRECT = False``; trees that have the switch);
+- ``eager_python``: the same with the C++ launcher off (``fastpath.set_enabled(False)``; trees that have it):
+  the Python path;
+- ``eager_nocheck``: ``eager`` with the value checks off (``SOFTDTW_CHECK_VALUES=0``): what the check costs;
 - ``compile``: the soft-DTW loss under ``torch.compile(fullgraph=True)``;
 - ``compile_ro``: ``torch.compile(mode="reduce-overhead", fullgraph=True)`` (CUDA graphs).
 
@@ -141,13 +141,18 @@ def _install_timers():
     be = importlib.import_module("softdtw.backends.cuda")
     launch = importlib.import_module("softdtw.backends.cuda.launch")
     checks = importlib.import_module("softdtw.backends.cuda.checks")
+    try:
+        fp = importlib.import_module("softdtw.backends.cuda.fastpath")
+    except ImportError:
+        fp = None
     for mod, names in ((_checks, ("prepare", "run_checked", "settle", "finish_check")),
                        (functional, ("_run", "_finish")),
                        (_ops, ("resolve_memory", "fused_value")),
                        (be, ("forward", "backward", "saved_spec", "_run_forward", "_run_backward",
                              "_backward_outputs")),
                        (launch, ("launch",)),
-                       (checks, ("start",))):
+                       (checks, ("start",)),
+                       *(((fp, ("call",)),) if fp is not None else ())):
         for n in names:
             _wrap(mod, n, f"{mod.__name__.replace('softdtw.', '')}.{n}")
     for n in ("prepare", "run_checked"):  # functional holds its own references
@@ -203,11 +208,19 @@ def main() -> None:
     ap.add_argument("--no-profile", action="store_true", help="skip the per-piece timers and cProfiles")
     args = ap.parse_args()
     softdtw = _import_softdtw(args.src.resolve())
-    launch = None
+    fastpath, built = None, {}
     try:
-        from softdtw.backends.cuda import launch
+        from softdtw.backends.cuda import fastpath
     except ImportError:
         pass
+    if fastpath is not None:
+        t0 = time.perf_counter()
+        try:
+            fastpath.build()
+        except RuntimeError:
+            pass
+        built = {"fastpath": fastpath.status(), "fastpath_build_s": round(time.perf_counter() - t0, 1)}
+        print(built, flush=True)
     torch.manual_seed(0)
     shapes = [SHAPES[int(i)] for i in args.shapes.split(",")] if args.shapes else SHAPES
     rows, profile_text, kernel_names = [], [], {}
@@ -224,18 +237,16 @@ def main() -> None:
             "compile_ro": make_step(torch.compile(sdtw_loss, mode="reduce-overhead", fullgraph=True), x, y,
                                     torch.compiler.cudagraph_mark_step_begin),
         }
-        direct = launch is not None and hasattr(launch, "DIRECT")
-
-        def config(direct_launch=True, check="1"):
+        def config(fast=True, check="1"):
             def f():
                 os.environ["SOFTDTW_CHECK_VALUES"] = check
-                if direct:
-                    launch.DIRECT = direct_launch
+                if fastpath is not None:
+                    fastpath.set_enabled(fast)
             return f
         steps["eager"] = make_step(sdtw_loss, x, y, config())
         steps["eager_nocheck"] = make_step(sdtw_loss, x, y, config(check="0"))
-        if direct:
-            steps["eager_cudacore"] = make_step(sdtw_loss, x, y, config(direct_launch=False))
+        if fastpath is not None:
+            steps["eager_python"] = make_step(sdtw_loss, x, y, config(fast=False))
         if args.impls:
             steps = {k: v for k, v in steps.items() if k in args.impls.split(",") or k == "mse"}
         ms = interleaved_ms(steps, args.reps)
@@ -259,7 +270,7 @@ def main() -> None:
             "git_sha": os.environ.get("SOFTDTW_GIT_SHA") or git_sha(), "src": str(args.src),
             "what": "loss step (clone, loss, mean, backward, sync), median wall ms", "reps": args.reps,
             "cudagraph_skips": dict(counters["inductor"]).get("cudagraph_skips", 0),
-            "kernel_names": kernel_names}
+            "kernel_names": kernel_names, **built}
     if not args.no_profile:
         x = torch.randn(1, 16, 1, device="cuda")
         y = torch.randn(1, 16, 1, device="cuda")

@@ -1,0 +1,206 @@
+// The eager training step's launcher in C++ (issue 27; softdtw/backends/cuda/fastpath.py builds and loads it).
+//
+// The Python path of a small cuda soft_dtw call pays, per training step, an autograd.Function applied from Python
+// (its forward and, above all, its backward: a Python node the engine calls back into), a few torch calls and
+// three ctypes launches. Here the same kernels, with the same arguments, are launched from a C++ autograd
+// Function: the forward queues the value check (check.cu) and forward_kernel, the backward node is C++ and
+// queues backward_kernel. Everything a launch needs besides its tensors (CUfunction, grid, block, sizes) is a
+// Plan registered once per shape by Python, which builds it with the Python path's own pieces. The driver's
+// cuLaunchKernel (and cuCtxGetCurrent / cuCtxSetCurrent) come as addresses from Python (libcuda is opened by ctypes there), so this file needs the
+// PyTorch headers only, no CUDA toolkit.
+//
+// What stays in Python: which calls may come here (fastpath.py), reading the value check's answer, and every
+// other case. A backward with create_graph=True calls the softdtw::backward op through the dispatcher, whose
+// registered autograd formula is the Hessian-vector product (softdtw/_ops.py): the same graph as the Python path.
+#include <torch/extension.h>
+
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace {
+
+using LaunchFn = int (*)(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                         unsigned smem, void* stream, void** params, void** extra);
+using CtxFn = int (*)(void** ctx);
+using SetCtxFn = int (*)(void* ctx);
+LaunchFn g_launch = nullptr;
+CtxFn g_ctx_get = nullptr;
+SetCtxFn g_ctx_set = nullptr;
+
+struct Kernel {
+  void* fn = nullptr;
+  unsigned grid = 0, block = 0;
+};
+
+// One shape's launches; the integer tails are those of backends/cuda/__init__.py's _Seq (B, N, M, nch).
+struct Plan {
+  void* ctx = nullptr;  // the device's primary context, where the kernels are loaded
+  Kernel check, fwd, bwd;
+  int64_t saved_numel = 0;
+  c10::ScalarType saved_dtype = c10::ScalarType::Int;
+  std::vector<int64_t> fwd_bnd, bwd_bnd;  // the hand-over buffers' shapes, empty when one column chunk
+  int64_t B = 0, N = 0, M = 0, nch = 1;
+  std::string cost;
+};
+
+std::mutex g_lock;
+std::deque<Plan> g_plans;  // append-only: a plan's index is its id; a deque keeps references valid as it grows
+
+const Plan& plan_of(int64_t id) {
+  std::lock_guard<std::mutex> guard(g_lock);
+  TORCH_CHECK(id >= 0 && id < (int64_t)g_plans.size(), "softdtw fast path: unknown plan ", id);
+  return g_plans[id];
+}
+
+inline int64_t ptr(const at::Tensor& t) { return t.defined() ? (int64_t)(uintptr_t)t.data_ptr() : 0; }
+
+// Every argument sits in an 8-byte slot, as in launch.py: the driver copies each parameter's own size from the
+// start of its slot, so little-endian int64 slots serve int32 and pointer parameters alike.
+// The engine runs a backward on its own thread per device, where PyTorch may not have made the primary context
+// current yet (it skips cudaSetDevice when the device number already matches): the driver call needs it.
+void bind(const Plan& p) {
+  void* cur = nullptr;
+  if (g_ctx_get(&cur) != 0 || cur != p.ctx) {
+    const int err = g_ctx_set(p.ctx);
+    TORCH_CHECK(err == 0, "softdtw: cuCtxSetCurrent failed with CUDA error ", err, ".");
+  }
+}
+
+void launch(const Kernel& k, int64_t stream, std::initializer_list<int64_t> args, const char* what) {
+  int64_t slots[32];
+  void* params[32];
+  size_t n = 0;
+  for (int64_t a : args) {
+    slots[n] = a;
+    params[n] = &slots[n];
+    ++n;
+  }
+  const int err = g_launch(k.fn, k.grid, 1, 1, k.block, 1, 1, 0, (void*)(uintptr_t)stream, params, nullptr);
+  TORCH_CHECK(err == 0, "softdtw: cuLaunchKernel of ", what, " failed with CUDA error ", err, " (grid ", k.grid,
+              ", block ", k.block, ").");
+}
+
+at::Tensor maybe_empty(const std::vector<int64_t>& shape, const at::TensorOptions& opts) {
+  return shape.empty() ? at::Tensor() : at::empty(shape, opts);
+}
+
+struct Fused : public torch::autograd::Function<Fused> {
+  // x (B, N, D), y (B, M, D) contiguous in the plan's dtype, gamma a 0-d constant of that dtype (a float gamma:
+  // never differentiated), xl / yl the constant (B,) lengths. check: the value check's slot (mapped flag, the
+  // kernel's counters) or three zeros for none.
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& y,
+                            const at::Tensor& gamma, const at::Tensor& xl, const at::Tensor& yl, int64_t plan_id,
+                            int64_t stream, bool store, int64_t flag, int64_t ws, int64_t wmax) {
+    const Plan& p = plan_of(plan_id);
+    bind(p);
+    if (flag != 0) {
+      launch(p.check, stream, {ptr(x), x.numel(), ptr(y), y.numel(), 0, ptr(gamma), flag, ws, wmax}, "check_kernel");
+    }
+    const auto opts = x.options();
+    at::Tensor value = at::empty({p.B}, opts);
+    at::Tensor saved = store ? at::empty({p.saved_numel}, opts.dtype(p.saved_dtype)) : at::empty({0}, opts);
+    at::Tensor bnd = maybe_empty(p.fwd_bnd, opts);
+    launch(p.fwd, stream,
+           {ptr(x), ptr(y), 0, ptr(gamma), ptr(xl), ptr(yl), 0, ptr(value), store ? ptr(saved) : 0, ptr(bnd), p.B,
+            p.N, p.M, p.nch, 0, 0, 0},
+           "forward_kernel");
+    if (store) {
+      ctx->save_for_backward({x, y, gamma, xl, yl, value, saved});
+      ctx->saved_data["plan"] = plan_id;
+      ctx->saved_data["stream"] = stream;  // the engine runs a node's backward on its forward's stream
+    }
+    return value;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto s = ctx->get_saved_variables();
+    TORCH_CHECK(s.size() == 7, "softdtw fast path: nothing was saved for the backward (a bug, please report it).");
+    const at::Tensor &x = s[0], &y = s[1], &gamma = s[2], &xl = s[3], &yl = s[4], &value = s[5], &saved = s[6];
+    const Plan& p = plan_of(ctx->saved_data["plan"].toInt());
+    at::Tensor grad = grads[0];
+    torch::autograd::variable_list out(11);
+    if (!grad.defined()) return out;
+    if (grad.scalar_type() != x.scalar_type()) grad = grad.to(x.scalar_type());
+    if (!grad.is_contiguous()) grad = grad.contiguous();
+    if (at::GradMode::is_enabled()) {
+      // create_graph=True: the backward op, whose own autograd (registered in Python) is the HVP.
+      static const c10::OperatorHandle op =
+          c10::Dispatcher::singleton().findSchemaOrThrow("softdtw::backward", "");
+      std::vector<c10::IValue> stack{grad,  x,     y,       gamma,   p.cost, xl,    yl,          c10::IValue(),
+                                     value, saved, "store", "cuda",  false,  false, c10::IValue()};
+      op.callBoxed(&stack);
+      out[0] = stack[0].toTensor();
+      out[1] = stack[1].toTensor();
+      return out;
+    }
+    const bool need_x = ctx->needs_input_grad(0), need_y = ctx->needs_input_grad(1);
+    bind(p);
+    const auto opts = x.options();
+    at::Tensor dx = at::empty_like(x), dy = at::empty_like(y), dgamma = at::empty({p.B}, opts);
+    at::Tensor bnd = maybe_empty(p.bwd_bnd, opts);
+    launch(p.bwd, ctx->saved_data["stream"].toInt(),
+           {ptr(x), ptr(y), 0, ptr(gamma), ptr(xl), ptr(yl), 0, ptr(grad), ptr(saved), ptr(dx), ptr(dy), 0,
+            ptr(value), ptr(dgamma), ptr(bnd), p.B, p.N, p.M, p.nch, 0, 0, 0, 0},
+           "backward_kernel");
+    if (need_x) out[0] = dx;
+    if (need_y) out[1] = dy;
+    return out;
+  }
+};
+
+at::Tensor fused(const at::Tensor& x, const at::Tensor& y, const at::Tensor& gamma, const at::Tensor& xl,
+                 const at::Tensor& yl, int64_t plan_id, int64_t stream, bool store, int64_t flag, int64_t ws,
+                 int64_t wmax) {
+  return Fused::apply(x, y, gamma, xl, yl, plan_id, stream, store, flag, ws, wmax);
+}
+
+int64_t add_plan(int64_t context, std::vector<int64_t> check, std::vector<int64_t> fwd, std::vector<int64_t> bwd, int64_t saved_numel,
+                 c10::ScalarType saved_dtype, std::vector<int64_t> fwd_bnd, std::vector<int64_t> bwd_bnd, int64_t B,
+                 int64_t N, int64_t M, int64_t nch, std::string cost) {
+  auto kernel = [](const std::vector<int64_t>& k) {
+    TORCH_CHECK(k.size() == 3, "softdtw fast path: a kernel is (CUfunction, grid, block)");
+    Kernel out;
+    out.fn = (void*)(uintptr_t)k[0];
+    out.grid = (unsigned)k[1];
+    out.block = (unsigned)k[2];
+    return out;
+  };
+  Plan p;
+  p.ctx = (void*)(uintptr_t)context;
+  p.check = kernel(check);
+  p.fwd = kernel(fwd);
+  p.bwd = kernel(bwd);
+  p.saved_numel = saved_numel;
+  p.saved_dtype = saved_dtype;
+  p.fwd_bnd = std::move(fwd_bnd);
+  p.bwd_bnd = std::move(bwd_bnd);
+  p.B = B;
+  p.N = N;
+  p.M = M;
+  p.nch = nch;
+  p.cost = std::move(cost);
+  std::lock_guard<std::mutex> guard(g_lock);
+  g_plans.push_back(std::move(p));
+  return (int64_t)g_plans.size() - 1;
+}
+
+void set_driver(int64_t launch, int64_t ctx_get, int64_t ctx_set) {
+  g_launch = (LaunchFn)(uintptr_t)launch;
+  g_ctx_get = (CtxFn)(uintptr_t)ctx_get;
+  g_ctx_set = (SetCtxFn)(uintptr_t)ctx_set;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "softdtw's eager cuda launcher (softdtw/backends/cuda/fastpath.py)";
+  m.def("set_driver", &set_driver, "the addresses of the driver's cuLaunchKernel, cuCtxGetCurrent, cuCtxSetCurrent");
+  m.def("add_plan", &add_plan, "register one shape's launches; returns its id");
+  m.def("fused", &fused, "soft-DTW values (B,) with a C++ autograd node");
+}

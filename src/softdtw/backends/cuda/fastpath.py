@@ -1,0 +1,228 @@
+"""The eager training step's C++ launcher (fastpath.cpp): which calls it takes, how it is built, and its switch.
+
+A small cuda ``soft_dtw`` call in a training step costs host time, not GPU time: on the H100 VMs the Python path
+(an autograd.Function applied from Python, its Python backward node, a few torch calls and three ctypes launches)
+made the loss step 1.8-2.0x an MSE step (issue 27, benchmarks/OPTIMIZATION_LOG.md). The C++ launcher queues the
+same kernels with the same arguments from a C++ autograd Function, so the step's soft-DTW part is one Python
+call into C++ forwards and no Python at all backwards. Results are bitwise those of the Python path (the same
+launches; tests/backends/test_cuda_fastpath.py).
+
+Which calls: :func:`softdtw.soft_dtw` on CUDA tensors with a float gamma, a fused cost of D <= FUSED_D_MAX
+("sqeuclidean", "l1"), no lengths, band or alignment variant, float32 or float64 x and y of one dtype,
+contiguous, on the current device, a single column-chunk-free plan (not the chained long-pair kernels), and a
+stored table of at most 64 MiB (memory "auto" or "store"), or no gradient. Not under torch.compile, functorch
+transforms or a CUDA-graph capture. Every other call, and the first call of each shape, take the Python path;
+so does any call whose value check fails or whose inputs are past the kernels' exact range: the launcher's value
+is then discarded and the Python path runs the call again and raises its error (or reruns on the reference
+backend), so errors and results never depend on the path.
+
+How it is built: the first cuda call starts ``torch.utils.cpp_extension.load`` of fastpath.cpp in a background
+thread (the host compiler and ninja, as for any PyTorch C++ extension: about a minute, once; the build is cached
+in PyTorch's extensions directory, keyed by the source and the PyTorch version); until it is loaded, calls take
+the Python path. Where it cannot be built (no compiler, no ninja), everything keeps running on the Python path;
+:func:`status` says why. ``SOFTDTW_FASTPATH=0`` turns it off, ``SOFTDTW_FASTPATH=sync`` builds it at the first
+call instead of in the background; :func:`build` builds it now (benchmarks, tests).
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import NamedTuple, Optional
+
+import torch
+
+from . import launch as _launch
+
+_log = logging.getLogger("softdtw")
+_SOURCE = Path(__file__).with_name("fastpath.cpp")
+
+_lock = threading.Lock()
+_module = None  # the loaded extension, once built
+_error: Optional[str] = None  # why it could not be built
+_thread: Optional[threading.Thread] = None
+_enabled = os.environ.get("SOFTDTW_FASTPATH", "1") != "0"
+
+
+def set_enabled(on: bool) -> None:
+    """Turn the C++ launcher on or off for this process (off: every call takes the Python path)."""
+    global _enabled
+    _enabled = bool(on)
+
+
+def status() -> str:
+    """One line: whether the launcher is on, loaded, being built, or why it could not be built."""
+    if not _enabled:
+        return "off (SOFTDTW_FASTPATH=0 or set_enabled(False)): every cuda call takes the Python path"
+    if _module is not None:
+        return f"loaded ({_module.__name__})"
+    if _error is not None:
+        return f"not available, the Python path runs every call: {_error}"
+    if _thread is not None:
+        return "being built in the background; calls take the Python path until it is loaded"
+    return "not built yet (the first cuda soft_dtw call starts the build)"
+
+
+def _compile():
+    global _module, _error
+    try:
+        from torch.utils import cpp_extension
+
+        tag = hashlib.sha1(_SOURCE.read_bytes() + torch.__version__.encode()).hexdigest()[:12]
+        mod = cpp_extension.load(name=f"softdtw_fastpath_{tag}", sources=[str(_SOURCE)], extra_cflags=["-O2"],
+                                 verbose=False)
+        lib = _launch.driver().lib
+        mod.set_driver(*(ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+                         for name in ("cuLaunchKernel", "cuCtxGetCurrent", "cuCtxSetCurrent")))
+        _module = mod
+        _log.info("softdtw: the C++ launcher is loaded (%s)", mod.__file__)
+    except Exception as e:  # no compiler, no ninja, a failed build: the Python path keeps running everything
+        _error = f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"
+        _log.info("softdtw: the C++ launcher could not be built (%s); the Python path runs every call", _error)
+
+
+def build():
+    """Build (or load the cached build of) the launcher now, in this thread; returns the module, or raises a
+    RuntimeError saying why it cannot be built."""
+    global _thread
+    with _lock:
+        thread = _thread
+        if thread is None and _module is None and _error is None:
+            _thread = threading.current_thread()
+            _compile()
+    if thread is not None and thread is not threading.current_thread():
+        thread.join()
+    if _module is None:
+        raise RuntimeError(f"softdtw's C++ launcher is not available: {_error}")
+    return _module
+
+
+def _start() -> None:
+    """First cuda call: build in the background (or now, with SOFTDTW_FASTPATH=sync)."""
+    global _thread
+    if os.environ.get("SOFTDTW_FASTPATH") == "sync":
+        try:
+            build()
+        except RuntimeError:
+            pass
+        return
+    with _lock:
+        if _thread is not None or _module is not None or _error is not None:
+            return
+        _thread = threading.Thread(target=_compile, name="softdtw-fastpath-build", daemon=True)
+        _thread.start()
+
+
+class _Entry(NamedTuple):
+    """What a call of one (shapes, dtype, device, cost, memory, backend, gamma, gradient) needs."""
+    plan: int
+    dev: int
+    gamma: torch.Tensor
+    xl: torch.Tensor
+    yl: torch.Tensor
+    unbatched: bool
+    span: object  # _checks.Span, for the range bound
+
+
+_ENTRIES: dict = {}
+_ENTRIES_MAX = 1024
+_transforms_active = torch._C._are_functorch_transforms_active
+
+
+def _entry(x, y, gamma: float, cost, memory: str, backend, grad: bool):
+    """The launcher's plan for this call's key, or False when the call is not one it takes (see the module
+    docstring). Only the shapes and options are looked at: the values are checked on every call."""
+    from ... import _checks, _ops
+    from .. import FUSED_COSTS
+    from . import FUSED_D_MAX, _saved_dtype, _seq
+    from . import checks as _vchecks
+
+    if x.dtype != y.dtype or x.dtype not in (torch.float32, torch.float64) or x.dim() != y.dim() \
+            or x.dim() not in (2, 3) or not (gamma >= 0 and gamma < float("inf")):
+        return False
+    if cost not in FUSED_COSTS or backend not in (None, "cuda") or memory not in ("auto", "store"):
+        return False
+    unbatched = x.dim() == 2
+    xs, ys = (x.unsqueeze(0), y.unsqueeze(0)) if unbatched else (x, y)
+    B, N, D = xs.shape
+    if ys.shape[0] != B or ys.shape[2] != D or D > FUSED_D_MAX or 0 in xs.shape or 0 in ys.shape:
+        return False
+    M = ys.shape[1]
+    dev = x.get_device()
+    if y.get_device() != dev:
+        return False
+    if grad and _ops._mode_bytes(_ops.get_backend("cuda"), "store", "fused", B, N, M, D, x.dtype) > _ops._SMALL_TABLE:
+        return False  # large tables: memory "auto" may checkpoint, which this launcher does not do
+    fwd = _seq("forward", B, N, M, D, x.dtype, dev, cost, False, grad, False)
+    bwd = _seq("backward", B, N, M, D, x.dtype, dev, cost, False, True, False) if grad else None
+    if not fwd.expr or (bwd is not None and not bwd.expr):
+        return False  # the chained long-pair kernels: their launches stay in Python
+    _launch.ensure_context(dev)
+    blocks = max(1, min(-(-(xs.numel() + ys.numel()) // (4 * _vchecks._THREADS)), 4 * _launch.sm_count(dev)))
+    check = [_launch._launcher("check", _vchecks._EXPR[x.dtype], dev).fn, blocks, _vchecks._THREADS]
+    f = [_launch._launcher("forward", fwd.expr, dev).fn, fwd.grid, fwd.block]
+    b = [_launch._launcher("backward", bwd.expr, dev).fn, bwd.grid, bwd.block] if bwd is not None else [0, 0, 0]
+    plan = _module.add_plan(_context(), check, f, b, fwd.saved_numel, _saved_dtype(x.dtype), list(fwd.bnd),
+                            list(bwd.bnd) if bwd is not None else [], B, N, M, fwd.plan.nch, cost)
+    device = x.device
+    return _Entry(plan, dev, _checks.as_gamma(gamma, device, x.dtype),
+                  _checks.as_lengths(None, "x_lengths", B, N, device, "x"),
+                  _checks.as_lengths(None, "y_lengths", B, M, device, "y"), unbatched,
+                  _checks.Span(cost, D, N, M))
+
+
+def _context() -> int:
+    """The current CUcontext (ensure_context made the device's primary context current)."""
+    lib = _launch.driver().lib
+    ctx = ctypes.c_void_p()
+    _launch.driver().check(lib.cuCtxGetCurrent(ctypes.byref(ctx)), "cuCtxGetCurrent")
+    return ctx.value
+
+
+_get_device = _launch._get_device
+
+
+def call(x: torch.Tensor, y, gamma: float, cost, memory, backend) -> Optional[torch.Tensor]:
+    """soft_dtw(x, y, gamma, cost=cost, memory=memory, backend=backend) through the launcher, or None: the caller
+    then runs the call on the Python path (a call this launcher does not take, its first call of a shape, a
+    failed value check, inputs past the exact range). x is a CUDA tensor and gamma a float (the caller checked)."""
+    if torch.compiler.is_compiling():  # first: nothing below is for a traced graph
+        return None
+    mod = _module
+    if mod is None:
+        if _enabled and _thread is None and _error is None:
+            _start()
+        return None
+    if not _enabled or type(y) is not torch.Tensor or type(cost) is not str or _transforms_active():
+        return None
+    grad = torch.is_grad_enabled() and (x.requires_grad or y.requires_grad)
+    key = (x.shape, y.shape, x.dtype, y.dtype, x.get_device(), y.get_device(), cost, memory, backend, gamma, grad)
+    e = _ENTRIES.get(key)
+    if e is None:  # first call of this key: the Python path runs it (and validates it); the plan is for the next
+        if len(_ENTRIES) >= _ENTRIES_MAX:
+            _ENTRIES.clear()
+        _ENTRIES[key] = _entry(x, y, gamma, cost, memory, backend, grad)
+        return None
+    if e is False or _get_device() != e.dev or not (x.is_contiguous() and y.is_contiguous()) \
+            or torch.cuda.is_current_stream_capturing():
+        return None
+    from ... import _checks
+
+    stream = _launch._raw_stream(e.dev)
+    xs, ys = (x.unsqueeze(0), y.unsqueeze(0)) if e.unbatched else (x, y)
+    if _checks._trusted_depth or os.environ.get("SOFTDTW_CHECK_VALUES", "1") == "0":
+        value = mod.fused(xs, ys, e.gamma, e.xl, e.yl, e.plan, stream, grad, 0, 0, 0)
+    else:
+        from . import checks as _vchecks
+
+        slot = _vchecks._take(e.dev)
+        slot.flag.value = 0
+        value = mod.fused(xs, ys, e.gamma, e.xl, e.yl, e.plan, stream, grad, slot.dev, slot.ws.data_ptr(),
+                          slot.wmax.data_ptr())
+        pending = _vchecks.PendingCheck(e.dev, stream, slot)
+        if not pending.ok() or _checks._out_of_range(pending.vmax, pending.gamma, e.span, "cuda", x.dtype):
+            return None  # the Python path runs the call again: its error, its NaN-padding rerun or the reference
+    return value[0] if e.unbatched else value

@@ -1,0 +1,226 @@
+"""The C++ launcher of the eager training step (backends/cuda/fastpath.py, fastpath.cpp).
+
+It must be invisible but for its speed: the calls it takes give bitwise the Python path's values and gradients
+(the same kernels and arguments), a create_graph=True backward has the Python path's graph, bad values raise the
+Python path's errors, NaN padding and inputs past the exact range take the Python path's reruns, and calls it
+does not take (first call of a shape, variants, lengths, non-contiguous inputs, CUDA-graph capture, functorch)
+run on the Python path. Marked ``cuda``; the switch and a failed build are tested everywhere in test_fastpath.py.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import softdtw
+from softdtw.backends.cuda import fastpath
+
+pytestmark = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+
+def _node(v) -> str:
+    return "" if v.grad_fn is None else v.grad_fn.name()
+
+
+def _taken(v) -> bool:
+    """Whether a value came from the launcher: its autograd node (under an unbatched call's select) is the C++
+    one."""
+    node = v.grad_fn
+    if node is not None and node.name().startswith("SelectBackward"):
+        node = node.next_functions[0][0]
+    return node is not None and "CppNode" in node.name()
+
+
+@pytest.fixture
+def built():
+    fastpath.build()
+    fastpath.set_enabled(True)
+    yield
+    fastpath.set_enabled(True)
+
+
+def _run(x, y, gamma, enabled, cost="sqeuclidean", needs=(True, False), create_graph=False, **kw):
+    """Value, dx, dy (None when not asked) of sum(soft_dtw), twice (the second call of a key is the one the
+    launcher takes), with the launcher on or off."""
+    fastpath.set_enabled(enabled)
+    for _ in range(2):
+        xc, yc = x.clone().requires_grad_(needs[0]), y.clone().requires_grad_(needs[1])
+        v = softdtw.soft_dtw(xc, yc, gamma, cost=cost, **kw)
+    wanted = [t for t, n in zip((xc, yc), needs) if n]
+    grads = torch.autograd.grad(v.sum(), wanted, create_graph=create_graph) if wanted else []
+    it = iter(grads)
+    out = [v] + [next(it) if n else None for n in needs]
+    return out, (xc, yc)
+
+
+CASES = [  # (B, N, M, D, cost, dtype)
+    (1, 16, 16, 1, "sqeuclidean", torch.float32),
+    (16, 128, 128, 1, "sqeuclidean", torch.float32),
+    (64, 96, 96, 7, "sqeuclidean", torch.float32),
+    (128, 64, 64, 3, "l1", torch.float32),
+    (32, 512, 512, 1, "sqeuclidean", torch.float32),
+    (8, 40, 33, 4, "l1", torch.float32),
+    (5, 70, 90, 2, "sqeuclidean", torch.float64),
+    (4, 64, 48, 16, "l1", torch.float64),
+]
+
+
+@pytest.mark.parametrize("B,N,M,D,cost,dtype", CASES)
+@pytest.mark.parametrize("needs", [(True, False), (True, True), (False, False)])
+def test_bitwise_the_python_path(built, B, N, M, D, cost, dtype, needs):
+    g = torch.Generator(device="cuda").manual_seed(B * N + D)
+    x = torch.randn(B, N, D, device="cuda", dtype=dtype, generator=g)
+    y = torch.randn(B, M, D, device="cuda", dtype=dtype, generator=g)
+    fast, (xc, _) = _run(x, y, 0.1, True, cost, needs)
+    slow, (xs, _) = _run(x, y, 0.1, False, cost, needs)
+    if any(needs):
+        assert _taken(fast[0]), _node(fast[0])
+        assert not _taken(slow[0]), _node(slow[0])
+    for a, b in zip(fast, slow):
+        if b is None:
+            assert a is None
+        else:
+            assert a.dtype == b.dtype and a.shape == b.shape
+            assert torch.equal(a, b)
+
+
+def test_unbatched_and_hard_dtw(built):
+    x = torch.randn(30, 2, device="cuda")
+    y = torch.randn(25, 2, device="cuda")
+    for gamma in (0.0, 1.0):
+        fast, _ = _run(x, y, gamma, True)
+        slow, _ = _run(x, y, gamma, False)
+        assert fast[0].shape == () and _taken(fast[0])
+        assert torch.equal(fast[0], slow[0]) and torch.equal(fast[1], slow[1])
+
+
+def test_value_only_is_taken_too(built):
+    x, y = torch.randn(4, 50, 3, device="cuda"), torch.randn(4, 60, 3, device="cuda")
+    fastpath.set_enabled(True)
+    with torch.no_grad():
+        for _ in range(2):
+            a = softdtw.soft_dtw(x, y, 0.5)
+    fastpath.set_enabled(False)
+    with torch.no_grad():
+        b = softdtw.soft_dtw(x, y, 0.5)
+    assert torch.equal(a, b)
+
+
+def test_create_graph_has_the_python_paths_graph(built):
+    """A gradient penalty through the launcher's node: the softdtw::backward op, whose autograd is the HVP."""
+    g = torch.Generator(device="cuda").manual_seed(3)
+    x = torch.randn(6, 24, 2, device="cuda", dtype=torch.float64, generator=g)
+    y = torch.randn(6, 30, 2, device="cuda", dtype=torch.float64, generator=g)
+    out = {}
+    for enabled in (True, False):
+        (v, dx, _), (xc, _) = _run(x, y, 0.3, enabled, create_graph=True)
+        assert dx.requires_grad
+        penalty = (dx ** 2).sum()
+        (h,) = torch.autograd.grad(v.sum() + penalty, xc)
+        out[enabled] = (v, dx, h, _taken(v))
+    assert out[True][3] and not out[False][3]
+    for a, b in zip(out[True][:3], out[False][:3]):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_gradgradcheck_through_the_launcher(built):
+    fastpath.set_enabled(True)
+    x = torch.randn(2, 5, 1, device="cuda", dtype=torch.float64)
+    y = torch.randn(2, 6, 1, device="cuda", dtype=torch.float64)
+    softdtw.soft_dtw(x.clone().requires_grad_(), y, 0.7)  # the key's first call: the Python path
+    xc = x.clone().requires_grad_()
+    assert _taken(softdtw.soft_dtw(xc, y, 0.7))
+    assert torch.autograd.gradgradcheck(lambda a: softdtw.soft_dtw(a, y, 0.7), (xc,))
+
+
+@pytest.mark.parametrize("bad,word", [(float("nan"), "NaN"), (float("inf"), "Inf")])
+def test_bad_values_raise_the_python_paths_error(built, bad, word):
+    x, y = torch.randn(3, 20, 2, device="cuda"), torch.randn(3, 25, 2, device="cuda")
+    fastpath.set_enabled(True)
+    for _ in range(2):
+        softdtw.soft_dtw(x.clone().requires_grad_(), y, 0.1)
+    xb = x.clone()
+    xb[1, 7, 0] = bad
+    with pytest.raises(ValueError, match=f"x contains {word}"):
+        softdtw.soft_dtw(xb.requires_grad_(), y, 0.1)
+
+
+def test_nan_padding_takes_the_python_paths_rerun(built):
+    x, y = torch.randn(3, 20, 2, device="cuda"), torch.randn(3, 25, 2, device="cuda")
+    fastpath.set_enabled(True)
+    for _ in range(2):
+        softdtw.soft_dtw(x.clone().requires_grad_(), y, 0.1)
+    xp = x.clone()
+    xp[1, 15:] = float("nan")
+    v = softdtw.soft_dtw(xp.requires_grad_(), y, 0.1)
+    ref = softdtw.soft_dtw(x.clone().nan_to_num(0.0), y, 0.1,
+                           x_lengths=torch.tensor([20, 15, 20], device="cuda"))
+    torch.testing.assert_close(v, ref, rtol=0, atol=0)
+
+
+def test_inputs_past_the_exact_range_get_the_reference_answer(built):
+    x, y = torch.randn(2, 12, 1, device="cuda"), torch.randn(2, 14, 1, device="cuda")
+    fastpath.set_enabled(True)
+    for _ in range(2):
+        softdtw.soft_dtw(x.clone().requires_grad_(), y, 0.1)
+    big = (x * 1e15).requires_grad_()
+    v = softdtw.soft_dtw(big, y * 1e15, 0.1)
+    ref = softdtw.soft_dtw(big.detach().double(), (y * 1e15).double(), 0.1, backend="reference")
+    assert not _taken(v)
+    torch.testing.assert_close(v.double(), ref, rtol=1e-6, atol=0)
+
+
+def test_calls_it_does_not_take_run_on_the_python_path(built):
+    x, y = torch.randn(4, 20, 2, device="cuda"), torch.randn(4, 22, 2, device="cuda")
+    fastpath.set_enabled(True)
+    for _ in range(2):
+        softdtw.soft_dtw(x.clone().requires_grad_(), y, 0.1)
+    assert _taken(softdtw.soft_dtw(x.clone().requires_grad_(), y, 0.1))
+    cases = [
+        dict(x=x.transpose(0, 1).contiguous().transpose(0, 1).requires_grad_(), gamma=0.1),  # not contiguous
+        dict(x=x.clone().requires_grad_(), gamma=torch.tensor(0.1, device="cuda")),  # a gamma tensor
+        dict(x=x.clone().requires_grad_(), gamma=0.1, bandwidth=3),
+        dict(x=x.clone().requires_grad_(), gamma=0.1, open_end=True),
+        dict(x=x.clone().requires_grad_(), gamma=0.1, memory="checkpoint"),
+        dict(x=x.clone().requires_grad_(), gamma=0.1, x_lengths=torch.tensor([20, 19, 18, 17], device="cuda")),
+        dict(x=x.clone().requires_grad_(), gamma=0.1, cost="cosine"),  # not a fused kernel cost
+        dict(x=torch.randn(4, 20, 17, device="cuda", requires_grad=True), y=torch.randn(4, 22, 17, device="cuda"),
+             gamma=0.1),  # D > FUSED_D_MAX: the GEMM path
+        dict(x=torch.randn(3, 300, 16, device="cuda", dtype=torch.float64, requires_grad=True),
+             y=torch.randn(3, 260, 16, device="cuda", dtype=torch.float64), gamma=0.1, cost="l1"),  # chained plan
+    ]
+    for kw in cases:
+        xi, yi = kw.pop("x"), kw.pop("y", y)
+        for _ in range(2):
+            v = softdtw.soft_dtw(xi, yi, **kw)
+        assert not _taken(v), kw
+
+
+def test_backward_on_a_side_stream(built):
+    x, y = torch.randn(8, 64, 1, device="cuda"), torch.randn(8, 64, 1, device="cuda")
+    slow, _ = _run(x, y, 0.1, False)
+    fastpath.set_enabled(True)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            xc = x.clone().requires_grad_()
+            v = softdtw.soft_dtw(xc, y, 0.1)
+            v.sum().backward()
+    torch.cuda.current_stream().wait_stream(side)
+    assert _taken(v)
+    assert torch.equal(xc.grad, slow[1])
+
+
+def test_a_cuda_graph_capture_takes_the_python_path(built):
+    from tests._helpers import capture_cuda_graph
+
+    x, y = torch.randn(4, 32, 1, device="cuda"), torch.randn(4, 32, 1, device="cuda")
+    fastpath.set_enabled(True)
+    graph, v = capture_cuda_graph(lambda: softdtw.soft_dtw(x, y, 0.1))
+    graph.replay()
+    torch.cuda.synchronize()
+    fastpath.set_enabled(False)
+    assert torch.equal(v, softdtw.soft_dtw(x, y, 0.1))
