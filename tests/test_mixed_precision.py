@@ -44,11 +44,12 @@ def test_half_inputs(device, dtype, cost):
 
 @pytest.mark.parametrize("device", _devices())
 @pytest.mark.parametrize("cost", ["sqeuclidean", "cosine"])
-def test_autocast_keeps_the_dp_in_fp32_and_gradients_flow(device, cost):
+@pytest.mark.parametrize("D", [16, 64])  # 64: the GEMM ("gram") form on CUDA, whose GEMMs stay in x's dtype
+def test_autocast_keeps_the_dp_in_fp32_and_gradients_flow(device, cost, D):
     low = torch.bfloat16 if device == "cpu" else torch.float16
     g = torch.Generator().manual_seed(1)
-    x = torch.randn(4, 32, 16, generator=g).to(device).requires_grad_()
-    y = torch.randn(4, 36, 16, generator=g).to(device)
+    x = torch.randn(4, 32, D, generator=g).to(device).requires_grad_()
+    y = torch.randn(4, 36, D, generator=g).to(device)
     truth = _truth(x.detach().double().cpu(), y.double().cpu(), 0.5, cost)
     with torch.autocast(device_type=device, dtype=low):
         value = softdtw.soft_dtw(x, y, 0.5, cost=cost)

@@ -13,6 +13,7 @@ import torch
 
 import softdtw
 from softdtw.backends.cuda import fastpath
+from tests._helpers import rel_err
 
 pytestmark = [
     pytest.mark.cuda,
@@ -64,6 +65,9 @@ CASES = [  # (B, N, M, D, cost, dtype)
     (8, 40, 33, 4, "l1", torch.float32),
     (5, 70, 90, 2, "sqeuclidean", torch.float64),
     (4, 64, 48, 16, "l1", torch.float64),
+    (32, 128, 128, 64, "sqeuclidean", torch.float32),  # D > 16: the "gram" form
+    (16, 400, 300, 80, "sqeuclidean", torch.float32),
+    (4, 50, 60, 24, "sqeuclidean", torch.float64),
 ]
 
 
@@ -83,7 +87,7 @@ def test_bitwise_the_python_path(built, B, N, M, D, cost, dtype, needs):
             assert a is None
         else:
             assert a.dtype == b.dtype and a.shape == b.shape
-            assert torch.equal(a, b)
+            assert torch.equal(a, b), rel_err(a, b)
 
 
 def test_unbatched_and_hard_dtw(built):
@@ -187,7 +191,7 @@ def test_calls_it_does_not_take_run_on_the_python_path(built):
         dict(x=x.clone().requires_grad_(), gamma=0.1, x_lengths=torch.tensor([20, 19, 18, 17], device="cuda")),
         dict(x=x.clone().requires_grad_(), gamma=0.1, cost="cosine"),  # not a fused kernel cost
         dict(x=torch.randn(4, 20, 17, device="cuda", requires_grad=True), y=torch.randn(4, 22, 17, device="cuda"),
-             gamma=0.1),  # D > FUSED_D_MAX: the GEMM path
+             gamma=0.1, cost="l1"),  # D > FUSED_D_MAX with l1: cdist, then the precomputed-cost kernels
         dict(x=torch.randn(3, 300, 16, device="cuda", dtype=torch.float64, requires_grad=True),
              y=torch.randn(3, 260, 16, device="cuda", dtype=torch.float64), gamma=0.1, cost="l1"),  # chained plan
     ]
@@ -224,3 +228,18 @@ def test_a_cuda_graph_capture_takes_the_python_path(built):
     torch.cuda.synchronize()
     fastpath.set_enabled(False)
     assert torch.equal(v, softdtw.soft_dtw(x, y, 0.1))
+
+
+def test_gram_form_under_autocast_takes_the_python_path(built):
+    """Autocast would lower the gram form's GEMM to float16; the Python path keeps it in x's dtype."""
+    x, y = torch.randn(4, 32, 64, device="cuda"), torch.randn(4, 36, 64, device="cuda")
+    ref = softdtw.soft_dtw(x.double(), y.double(), 0.5)
+    fastpath.set_enabled(True)
+    for _ in range(2):
+        xc = x.clone().requires_grad_()
+        with torch.autocast("cuda", torch.float16):
+            v = softdtw.soft_dtw(xc, y, 0.5)
+    assert not _taken(v) and v.dtype == torch.float32
+    assert rel_err(v, ref) < 1e-5
+    v.sum().backward()
+    assert torch.isfinite(xc.grad).all()

@@ -771,13 +771,22 @@ def _row_norms(cost, x):
 
 def _gram(x, y):
     """(|x_i| `(B, N)`, |y_j| `(B, M)`, x·yᵀ `(B, N, M)`): the squared Euclidean cost of large D as the kernels
-    take it (cost "gram", kernels/common.cuh): one GEMM and two norms, no elementwise pass over (B, N, M)."""
+    take it (cost "gram", kernels/common.cuh): one GEMM and two norms, no elementwise pass over (B, N, M).
+    In x's dtype also under autocast, which would lower the GEMM to half precision: the kernels read x's dtype,
+    and |x|² + |y|² - 2 x·y cancels too much for a half-precision x·y."""
+    if torch.is_autocast_enabled("cuda"):
+        with torch.autocast("cuda", enabled=False):
+            return _gram(x, y)
     return torch.linalg.vector_norm(x, dim=-1), torch.linalg.vector_norm(y, dim=-1), torch.bmm(x, y.transpose(1, 2))
 
 
 def _gemm_cost(cost, x, y, xx=None):
     """`(B, N, M)` cost for large D without a (B, N, M, D) temporary: |x|² + |y|² - 2 x·yᵀ (one batched
-    GEMM, the rest in place, clamped at 0) for sqeuclidean, torch.cdist for l1. xx: |x|² if known."""
+    GEMM, the rest in place, clamped at 0) for sqeuclidean, torch.cdist for l1. xx: |x|² if known. In x's dtype
+    also under autocast (see :func:`_gram`)."""
+    if torch.is_autocast_enabled("cuda"):
+        with torch.autocast("cuda", enabled=False):
+            return _gemm_cost(cost, x, y, xx)
     if cost == "sqeuclidean":
         C = torch.bmm(x, y.transpose(1, 2)).mul_(-2.0)
         xx = _row_norms(cost, x) if xx is None else xx

@@ -4,9 +4,11 @@
 // (its forward and, above all, its backward: a Python node the engine calls back into), a few torch calls and
 // three ctypes launches. Here the same kernels, with the same arguments, are launched from a C++ autograd
 // Function: the forward queues the value check (check.cu) and forward_kernel, the backward node is C++ and
-// queues backward_kernel. Everything a launch needs besides its tensors (CUfunction, grid, block, sizes) is a
-// Plan registered once per shape by Python, which builds it with the Python path's own pieces. The driver's
-// cuLaunchKernel (and cuCtxGetCurrent / cuCtxSetCurrent) come as addresses from Python (libcuda is opened by ctypes there), so this file needs the
+// queues backward_kernel. With D > 16 and the squared Euclidean cost they take the "gram" form, as on the Python
+// path: two norms and a GEMM before the forward, a GEMM for each gradient after the backward. Everything a launch
+// needs besides its tensors (CUfunction, grid, block, sizes) is a Plan registered once per shape by Python,
+// which builds it with the Python path's own pieces. The driver's cuLaunchKernel, cuCtxGetCurrent and
+// cuCtxSetCurrent come as addresses from Python (libcuda is opened by ctypes there), so this file needs the
 // PyTorch headers only, no CUDA toolkit.
 //
 // What stays in Python: which calls may come here (fastpath.py), reading the value check's answer, and every
@@ -46,6 +48,7 @@ struct Plan {
   std::vector<int64_t> fwd_bnd, bwd_bnd;  // the hand-over buffers' shapes, empty when one column chunk
   int64_t B = 0, N = 0, M = 0, nch = 1;
   std::string cost;
+  bool gram = false;  // large-D squared Euclidean: the kernels take |x_i|, |y_j| and x·yᵀ (cost "gram")
 };
 
 std::mutex g_lock;
@@ -105,12 +108,21 @@ struct Fused : public torch::autograd::Function<Fused> {
     at::Tensor value = at::empty({p.B}, opts);
     at::Tensor saved = store ? at::empty({p.saved_numel}, opts.dtype(p.saved_dtype)) : at::empty({0}, opts);
     at::Tensor bnd = maybe_empty(p.fwd_bnd, opts);
+    at::Tensor xn, yn, G;  // the gram cost's inputs (backends/cuda/__init__.py, _gram)
+    if (p.gram) {
+      xn = at::linalg_vector_norm(x, 2, at::IntArrayRef{-1});
+      yn = at::linalg_vector_norm(y, 2, at::IntArrayRef{-1});
+      G = at::bmm(x, y.transpose(1, 2));
+    }
     launch(p.fwd, stream,
-           {ptr(x), ptr(y), 0, ptr(gamma), ptr(xl), ptr(yl), 0, ptr(value), store ? ptr(saved) : 0, ptr(bnd), p.B,
-            p.N, p.M, p.nch, 0, 0, 0},
+           {p.gram ? ptr(xn) : ptr(x), p.gram ? ptr(yn) : ptr(y), ptr(G), ptr(gamma), ptr(xl), ptr(yl), 0, ptr(value),
+            store ? ptr(saved) : 0, ptr(bnd), p.B, p.N, p.M, p.nch, 0, 0, 0},
            "forward_kernel");
     if (store) {
-      ctx->save_for_backward({x, y, gamma, xl, yl, value, saved});
+      // The gram cost keeps its norms and x·yᵀ for the backward (the Python path builds them again: three
+      // launches fewer here, for tables of at most 64 MiB).
+      ctx->save_for_backward(p.gram ? torch::autograd::variable_list{x, y, gamma, xl, yl, value, saved, xn, yn, G}
+                                    : torch::autograd::variable_list{x, y, gamma, xl, yl, value, saved});
       ctx->saved_data["plan"] = plan_id;
       ctx->saved_data["stream"] = stream;  // the engine runs a node's backward on its forward's stream
     }
@@ -120,7 +132,7 @@ struct Fused : public torch::autograd::Function<Fused> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const auto s = ctx->get_saved_variables();
-    TORCH_CHECK(s.size() == 7, "softdtw fast path: nothing was saved for the backward (a bug, please report it).");
+    TORCH_CHECK(s.size() >= 7, "softdtw fast path: nothing was saved for the backward (a bug, please report it).");
     const at::Tensor &x = s[0], &y = s[1], &gamma = s[2], &xl = s[3], &yl = s[4], &value = s[5], &saved = s[6];
     const Plan& p = plan_of(ctx->saved_data["plan"].toInt());
     at::Tensor grad = grads[0];
@@ -142,9 +154,23 @@ struct Fused : public torch::autograd::Function<Fused> {
     const bool need_x = ctx->needs_input_grad(0), need_y = ctx->needs_input_grad(1);
     bind(p);
     const auto opts = x.options();
-    at::Tensor dx = at::empty_like(x), dy = at::empty_like(y), dgamma = at::empty({p.B}, opts);
-    at::Tensor bnd = maybe_empty(p.bwd_bnd, opts);
-    launch(p.bwd, ctx->saved_data["stream"].toInt(),
+    const int64_t stream = ctx->saved_data["stream"].toInt();
+    at::Tensor bnd = maybe_empty(p.bwd_bnd, opts), dgamma = at::empty({p.B}, opts);
+    if (p.gram) {
+      // grad_b E_b into E with its row and column sums rs, cs; then dx = 2 (rs x - E y), dy = 2 (cs y - Eᵀ x) by
+      // one GEMM each, accumulating into the scaled input in place.
+      const at::Tensor &xn = s[7], &yn = s[8], &G = s[9];
+      at::Tensor E = at::empty_like(G), rs = at::empty_like(xn), cs = at::empty_like(yn);
+      launch(p.bwd, stream,
+             {ptr(xn), ptr(yn), ptr(G), ptr(gamma), ptr(xl), ptr(yl), 0, ptr(grad), ptr(saved), ptr(rs), ptr(cs),
+              ptr(E), ptr(value), ptr(dgamma), ptr(bnd), p.B, p.N, p.M, p.nch, 0, 0, 0, 0},
+             "backward_kernel");
+      if (need_x) out[0] = (x * rs.unsqueeze(-1)).baddbmm_(E, y, 2.0, -2.0);
+      if (need_y) out[1] = (y * cs.unsqueeze(-1)).baddbmm_(E.transpose(1, 2), x, 2.0, -2.0);
+      return out;
+    }
+    at::Tensor dx = at::empty_like(x), dy = at::empty_like(y);
+    launch(p.bwd, stream,
            {ptr(x), ptr(y), 0, ptr(gamma), ptr(xl), ptr(yl), 0, ptr(grad), ptr(saved), ptr(dx), ptr(dy), 0,
             ptr(value), ptr(dgamma), ptr(bnd), p.B, p.N, p.M, p.nch, 0, 0, 0, 0},
            "backward_kernel");
@@ -162,7 +188,7 @@ at::Tensor fused(const at::Tensor& x, const at::Tensor& y, const at::Tensor& gam
 
 int64_t add_plan(int64_t context, std::vector<int64_t> check, std::vector<int64_t> fwd, std::vector<int64_t> bwd, int64_t saved_numel,
                  c10::ScalarType saved_dtype, std::vector<int64_t> fwd_bnd, std::vector<int64_t> bwd_bnd, int64_t B,
-                 int64_t N, int64_t M, int64_t nch, std::string cost) {
+                 int64_t N, int64_t M, int64_t nch, std::string cost, bool gram) {
   auto kernel = [](const std::vector<int64_t>& k) {
     TORCH_CHECK(k.size() == 3, "softdtw fast path: a kernel is (CUfunction, grid, block)");
     Kernel out;
@@ -185,6 +211,7 @@ int64_t add_plan(int64_t context, std::vector<int64_t> check, std::vector<int64_
   p.M = M;
   p.nch = nch;
   p.cost = std::move(cost);
+  p.gram = gram;
   std::lock_guard<std::mutex> guard(g_lock);
   g_plans.push_back(std::move(p));
   return (int64_t)g_plans.size() - 1;

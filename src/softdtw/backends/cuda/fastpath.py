@@ -7,11 +7,11 @@ same kernels with the same arguments from a C++ autograd Function, so the step's
 call into C++ forwards and no Python at all backwards. Results are bitwise those of the Python path (the same
 launches; tests/backends/test_cuda_fastpath.py).
 
-Which calls: :func:`softdtw.soft_dtw` on CUDA tensors with a float gamma, a fused cost of D <= FUSED_D_MAX
-("sqeuclidean", "l1"), no lengths, band or alignment variant, float32 or float64 x and y of one dtype,
-contiguous, on the current device, a single column-chunk-free plan (not the chained long-pair kernels), and a
+Which calls: :func:`softdtw.soft_dtw` on CUDA tensors with a float gamma, the cost "sqeuclidean" (any D; past
+FUSED_D_MAX its "gram" form, x·yᵀ of at most 64 MiB) or "l1" (D <= FUSED_D_MAX), no lengths, band or alignment
+variant, float32 or float64 x and y of one dtype, contiguous, on the current device, a single column-chunk-free plan (not the chained long-pair kernels), and a
 stored table of at most 64 MiB (memory "auto" or "store"), or no gradient. Not under torch.compile, functorch
-transforms or a CUDA-graph capture. Every other call, and the first call of each shape, take the Python path;
+transforms or a CUDA-graph capture, nor the "gram" form under autocast. Every other call, and the first call of each shape, take the Python path;
 so does any call whose value check fails or whose inputs are past the kernels' exact range: the launcher's value
 is then discarded and the Python path runs the call again and raises its error (or reruns on the reference
 backend), so errors and results never depend on the path.
@@ -125,6 +125,7 @@ class _Entry(NamedTuple):
     yl: torch.Tensor
     unbatched: bool
     span: object  # _checks.Span, for the range bound
+    gram: bool  # large D: torch GEMMs inside the op, which autocast would lower
 
 
 _ENTRIES: dict = {}
@@ -148,16 +149,20 @@ def _entry(x, y, gamma: float, cost, memory: str, backend, grad: bool):
     unbatched = x.dim() == 2
     xs, ys = (x.unsqueeze(0), y.unsqueeze(0)) if unbatched else (x, y)
     B, N, D = xs.shape
-    if ys.shape[0] != B or ys.shape[2] != D or D > FUSED_D_MAX or 0 in xs.shape or 0 in ys.shape:
+    if ys.shape[0] != B or ys.shape[2] != D or 0 in xs.shape or 0 in ys.shape:
         return False
     M = ys.shape[1]
+    gram = D > FUSED_D_MAX
+    if gram and (cost != "sqeuclidean" or B * N * M * x.element_size() > _ops._SMALL_TABLE):
+        return False  # large D: l1 builds its cost with cdist; a large x·yᵀ is built band by band
     dev = x.get_device()
     if y.get_device() != dev:
         return False
     if grad and _ops._mode_bytes(_ops.get_backend("cuda"), "store", "fused", B, N, M, D, x.dtype) > _ops._SMALL_TABLE:
         return False  # large tables: memory "auto" may checkpoint, which this launcher does not do
-    fwd = _seq("forward", B, N, M, D, x.dtype, dev, cost, False, grad, False)
-    bwd = _seq("backward", B, N, M, D, x.dtype, dev, cost, False, True, False) if grad else None
+    kind, DK = ("gram", 0) if gram else (cost, D)
+    fwd = _seq("forward", B, N, M, DK, x.dtype, dev, kind, False, grad, False)
+    bwd = _seq("backward", B, N, M, DK, x.dtype, dev, kind, False, True, False) if grad else None
     if not fwd.expr or (bwd is not None and not bwd.expr):
         return False  # the chained long-pair kernels: their launches stay in Python
     _launch.ensure_context(dev)
@@ -166,12 +171,12 @@ def _entry(x, y, gamma: float, cost, memory: str, backend, grad: bool):
     f = [_launch._launcher("forward", fwd.expr, dev).fn, fwd.grid, fwd.block]
     b = [_launch._launcher("backward", bwd.expr, dev).fn, bwd.grid, bwd.block] if bwd is not None else [0, 0, 0]
     plan = _module.add_plan(_context(), check, f, b, fwd.saved_numel, _saved_dtype(x.dtype), list(fwd.bnd),
-                            list(bwd.bnd) if bwd is not None else [], B, N, M, fwd.plan.nch, cost)
+                            list(bwd.bnd) if bwd is not None else [], B, N, M, fwd.plan.nch, cost, gram)
     device = x.device
     return _Entry(plan, dev, _checks.as_gamma(gamma, device, x.dtype),
                   _checks.as_lengths(None, "x_lengths", B, N, device, "x"),
                   _checks.as_lengths(None, "y_lengths", B, M, device, "y"), unbatched,
-                  _checks.Span(cost, D, N, M))
+                  _checks.Span(cost, D, N, M), gram)
 
 
 def _context() -> int:
@@ -207,7 +212,7 @@ def call(x: torch.Tensor, y, gamma: float, cost, memory, backend) -> Optional[to
         _ENTRIES[key] = _entry(x, y, gamma, cost, memory, backend, grad)
         return None
     if e is False or _get_device() != e.dev or not (x.is_contiguous() and y.is_contiguous()) \
-            or torch.cuda.is_current_stream_capturing():
+            or torch.cuda.is_current_stream_capturing() or (e.gram and torch.is_autocast_enabled("cuda")):
         return None
     from ... import _checks
 
