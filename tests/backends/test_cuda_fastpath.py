@@ -243,3 +243,23 @@ def test_gram_form_under_autocast_takes_the_python_path(built):
     assert rel_err(v, ref) < 1e-5
     v.sum().backward()
     assert torch.isfinite(xc.grad).all()
+
+
+def test_a_gamma_schedule_reuses_the_shapes_plan(built):
+    """A gamma that changes every step (annealing) is taken from its first call on, with one C++ plan."""
+    x, y = torch.randn(4, 40, 2, device="cuda"), torch.randn(4, 44, 2, device="cuda")
+    fastpath.set_enabled(True)
+    softdtw.soft_dtw(x.clone().requires_grad_(), y, 1.0)  # the shape's first call: the Python path
+    plans = len(fastpath._PLANS)
+    for gamma in (0.9, 0.5, 0.25, 0.125):
+        xc = x.clone().requires_grad_()
+        v = softdtw.soft_dtw(xc, y, gamma)
+        assert _taken(v), gamma
+        v.sum().backward()
+        fastpath.set_enabled(False)
+        xs = x.clone().requires_grad_()
+        ref = softdtw.soft_dtw(xs, y, gamma)
+        ref.sum().backward()
+        fastpath.set_enabled(True)
+        assert torch.equal(v, ref) and torch.equal(xc.grad, xs.grad)
+    assert len(fastpath._PLANS) == plans

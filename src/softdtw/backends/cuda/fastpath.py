@@ -11,7 +11,8 @@ Which calls: :func:`softdtw.soft_dtw` on CUDA tensors with a float gamma, the co
 FUSED_D_MAX its "gram" form, x·yᵀ of at most 64 MiB) or "l1" (D <= FUSED_D_MAX), no lengths, band or alignment
 variant, float32 or float64 x and y of one dtype, contiguous, on the current device, a single column-chunk-free plan (not the chained long-pair kernels), and a
 stored table of at most 64 MiB (memory "auto" or "store"), or no gradient. Not under torch.compile, functorch
-transforms or a CUDA-graph capture, nor the "gram" form under autocast. Every other call, and the first call of each shape, take the Python path;
+transforms or a CUDA-graph capture, nor the "gram" form under autocast. Every other call, and the first call of
+each shape (a new gamma for a known shape is not a first call), take the Python path;
 so does any call whose value check fails or whose inputs are past the kernels' exact range: the launcher's value
 is then discarded and the Python path runs the call again and raises its error (or reruns on the reference
 backend), so errors and results never depend on the path.
@@ -133,16 +134,43 @@ _ENTRIES_MAX = 1024
 _transforms_active = torch._C._are_functorch_transforms_active
 
 
-def _entry(x, y, gamma: float, cost, memory: str, backend, grad: bool):
-    """The launcher's plan for this call's key, or False when the call is not one it takes (see the module
+#: The C++ plan of each (shapes, dtypes, devices, cost, memory, backend, gradient): a plan does not depend on gamma,
+#: so a gamma that changes every step (annealing) adds entries, not plans. Bounded: past _PLANS_MAX new shapes
+#: take the Python path (the C++ side keeps every plan it was given).
+_PLANS: dict = {}
+_PLANS_MAX = 4096
+
+
+def _entry(x, y, gamma: float, cost, memory: str, backend, grad: bool, pkey: tuple):
+    """The entry of this call's key, or False when the call is not one the launcher takes (see the module
     docstring). Only the shapes and options are looked at: the values are checked on every call."""
+    from ... import _checks
+
+    if not (gamma >= 0 and gamma < float("inf")):
+        return False
+    p = _PLANS.get(pkey)
+    if p is None:
+        if len(_PLANS) >= _PLANS_MAX:
+            return False
+        p = _PLANS[pkey] = _plan(x, y, cost, memory, backend, grad)
+    if p is False:
+        return False
+    plan, unbatched, span, gram = p
+    device, B = x.device, (1 if unbatched else x.shape[0])
+    return _Entry(plan, x.get_device(), _checks.as_gamma(gamma, device, x.dtype),
+                  _checks.as_lengths(None, "x_lengths", B, span.N, device, "x"),
+                  _checks.as_lengths(None, "y_lengths", B, span.M, device, "y"), unbatched, span, gram)
+
+
+def _plan(x, y, cost, memory: str, backend, grad: bool):
+    """(C++ plan id, unbatched, Span, gram) for one plan key, or False (see :func:`_entry`)."""
     from ... import _checks, _ops
     from .. import FUSED_COSTS
     from . import FUSED_D_MAX, _saved_dtype, _seq
     from . import checks as _vchecks
 
     if x.dtype != y.dtype or x.dtype not in (torch.float32, torch.float64) or x.dim() != y.dim() \
-            or x.dim() not in (2, 3) or not (gamma >= 0 and gamma < float("inf")):
+            or x.dim() not in (2, 3):
         return False
     if cost not in FUSED_COSTS or backend not in (None, "cuda") or memory not in ("auto", "store"):
         return False
@@ -172,11 +200,7 @@ def _entry(x, y, gamma: float, cost, memory: str, backend, grad: bool):
     b = [_launch._launcher("backward", bwd.expr, dev).fn, bwd.grid, bwd.block] if bwd is not None else [0, 0, 0]
     plan = _module.add_plan(_context(), check, f, b, fwd.saved_numel, _saved_dtype(x.dtype), list(fwd.bnd),
                             list(bwd.bnd) if bwd is not None else [], B, N, M, fwd.plan.nch, cost, gram)
-    device = x.device
-    return _Entry(plan, dev, _checks.as_gamma(gamma, device, x.dtype),
-                  _checks.as_lengths(None, "x_lengths", B, N, device, "x"),
-                  _checks.as_lengths(None, "y_lengths", B, M, device, "y"), unbatched,
-                  _checks.Span(cost, D, N, M), gram)
+    return plan, unbatched, _checks.Span(cost, D, N, M), gram
 
 
 def _context() -> int:
@@ -192,7 +216,7 @@ _get_device = _launch._get_device
 
 def call(x: torch.Tensor, y, gamma: float, cost, memory, backend) -> Optional[torch.Tensor]:
     """soft_dtw(x, y, gamma, cost=cost, memory=memory, backend=backend) through the launcher, or None: the caller
-    then runs the call on the Python path (a call this launcher does not take, its first call of a shape, a
+    then runs the call on the Python path (a call this launcher does not take, the first call of a shape, a
     failed value check, inputs past the exact range). x is a CUDA tensor and gamma a float (the caller checked)."""
     if torch.compiler.is_compiling():  # first: nothing below is for a traced graph
         return None
@@ -206,11 +230,14 @@ def call(x: torch.Tensor, y, gamma: float, cost, memory, backend) -> Optional[to
     grad = torch.is_grad_enabled() and (x.requires_grad or y.requires_grad)
     key = (x.shape, y.shape, x.dtype, y.dtype, x.get_device(), y.get_device(), cost, memory, backend, gamma, grad)
     e = _ENTRIES.get(key)
-    if e is None:  # first call of this key: the Python path runs it (and validates it); the plan is for the next
+    if e is None:
+        pkey = key[:9] + key[10:]  # without gamma
+        first = pkey not in _PLANS
         if len(_ENTRIES) >= _ENTRIES_MAX:
             _ENTRIES.clear()
-        _ENTRIES[key] = _entry(x, y, gamma, cost, memory, backend, grad)
-        return None
+        e = _ENTRIES[key] = _entry(x, y, gamma, cost, memory, backend, grad, pkey)
+        if first:  # a shape's first call: the Python path runs it (and validates it); the plan is for the next
+            return None
     if e is False or _get_device() != e.dev or not (x.is_contiguous() and y.is_contiguous()) \
             or torch.cuda.is_current_stream_capturing() or (e.gram and torch.is_autocast_enabled("cuda")):
         return None
