@@ -11,6 +11,8 @@ training loop pays per loss call. Rows per shape:
 - ``eager_python``: the same with the C++ launcher off (``fastpath.set_enabled(False)``; trees that have it):
   the Python path;
 - ``eager_nocheck``: ``eager`` with the value checks off (``SOFTDTW_CHECK_VALUES=0``): what the check costs;
+- ``div`` / ``div_python`` (with ``--divergence``): ``softdtw.soft_dtw_divergence(x, y, gamma).mean()``, with the
+  C++ launcher on / off;
 - ``compile``: the soft-DTW loss under ``torch.compile(fullgraph=True)``;
 - ``compile_ro``: ``torch.compile(mode="reduce-overhead", fullgraph=True)`` (CUDA graphs).
 
@@ -70,6 +72,10 @@ softdtw = None  # set in main (--src)
 
 def sdtw_loss(x, y):
     return softdtw.soft_dtw(x, y, GAMMA).mean()
+
+
+def div_loss(x, y):
+    return softdtw.soft_dtw_divergence(x, y, GAMMA).mean()
 
 
 def mse_loss(x, t):
@@ -206,6 +212,7 @@ def main() -> None:
     ap.add_argument("--shapes", type=str, default="", help="indices into SHAPES, e.g. 0,2,6 (default: all)")
     ap.add_argument("--impls", type=str, default="", help="comma-separated subset of the rows")
     ap.add_argument("--no-profile", action="store_true", help="skip the per-piece timers and cProfiles")
+    ap.add_argument("--divergence", action="store_true", help="also the soft_dtw_divergence loss (div, div_python)")
     args = ap.parse_args()
     softdtw = _import_softdtw(args.src.resolve())
     fastpath, built = None, {}
@@ -247,6 +254,10 @@ def main() -> None:
         steps["eager_nocheck"] = make_step(sdtw_loss, x, y, config(check="0"))
         if fastpath is not None:
             steps["eager_python"] = make_step(sdtw_loss, x, y, config(fast=False))
+        if args.divergence:  # soft_dtw_divergence (SoftDTW(normalize=True)): three soft-DTW terms per step
+            steps["div"] = make_step(div_loss, x, y, config())
+            if fastpath is not None:
+                steps["div_python"] = make_step(div_loss, x, y, config(fast=False))
         if args.impls:
             steps = {k: v for k, v in steps.items() if k in args.impls.split(",") or k == "mse"}
         ms = interleaved_ms(steps, args.reps)

@@ -95,6 +95,13 @@ def check_divergence_options(open_begin, open_end) -> None:
             f"subsequence matching; step_penalty works with the divergence.")
 
 
+def _fast_call(x, gamma, x_lengths, y_lengths, bandwidth, itakura_max_slope, step_penalty) -> bool:
+    """Whether a call may try the C++ launcher (backends/cuda/fastpath.py, which checks the rest): a CUDA x, a
+    float gamma, and none of the options it does not take."""
+    return (type(gamma) is float and type(x) is torch.Tensor and x.is_cuda and x_lengths is None
+            and y_lengths is None and bandwidth is None and itakura_max_slope is None and step_penalty is None)
+
+
 def _finish(value: torch.Tensor, p: Problem) -> torch.Tensor:
     value = value.to(p.out_dtype)
     return value[0] if p.unbatched else value
@@ -155,9 +162,8 @@ def soft_dtw(x, y, gamma: Union[float, torch.Tensor] = 1.0, *, cost="sqeuclidean
         >>> softdtw.soft_dtw(q, s, gamma=0.0, open_begin=True, open_end=True)  # q occurs inside s
         tensor(0.)
     """
-    if type(gamma) is float and type(x) is torch.Tensor and x.is_cuda and x_lengths is None and y_lengths is None \
-            and bandwidth is None and itakura_max_slope is None and step_penalty is None and open_begin is False \
-            and open_end is False:
+    if open_begin is False and open_end is False \
+            and _fast_call(x, gamma, x_lengths, y_lengths, bandwidth, itakura_max_slope, step_penalty):
         # A training step's call: the C++ launcher (backends/cuda/fastpath.py) or, when it does not take the
         # call, the Python path below; the two give the same values, gradients and errors.
         value = _fastpath.call(x, y, gamma, cost, memory, backend)
@@ -212,6 +218,14 @@ def soft_dtw_divergence(x, y, gamma: Union[float, torch.Tensor] = 1.0, *, cost="
     """
     if open_begin is not False or open_end is not False:
         check_divergence_options(open_begin, open_end)
+    if _fast_call(x, gamma, x_lengths, y_lengths, bandwidth, itakura_max_slope, step_penalty):
+        # The three terms through the C++ launcher, each with its own value check; any term it does not take
+        # sends the whole call to the Python path below (same values, gradients and errors).
+        vxy = _fastpath.call(x, y, gamma, cost, memory, backend)
+        vxx = None if vxy is None else _fastpath.call(x, x, gamma, cost, memory, backend)
+        vyy = None if vxx is None else _fastpath.call(y, y, gamma, cost, memory, backend)
+        if vyy is not None:
+            return vxy - 0.5 * vxx - 0.5 * vyy
     p = prepare(x, y, gamma, cost=cost, bandwidth=bandwidth, itakura_max_slope=itakura_max_slope,
                 x_lengths=x_lengths, y_lengths=y_lengths, memory=memory, backend=backend, defer=True)
     variant = None

@@ -263,3 +263,33 @@ def test_a_gamma_schedule_reuses_the_shapes_plan(built):
         fastpath.set_enabled(True)
         assert torch.equal(v, ref) and torch.equal(xc.grad, xs.grad)
     assert len(fastpath._PLANS) == plans
+
+
+@pytest.mark.parametrize("D", [3, 64])
+def test_divergence_and_the_module_take_it_too(built, D):
+    """soft_dtw_divergence (SoftDTW(normalize=True)): its three terms through the launcher, as the Python path."""
+    g = torch.Generator(device="cuda").manual_seed(D)
+    x = torch.randn(8, 50, D, device="cuda", generator=g)
+    y = torch.randn(8, 60, D, device="cuda", generator=g)
+    out = {}
+    for enabled in (True, False):
+        fastpath.set_enabled(enabled)
+        for _ in range(4):  # the first call of each term's shape takes the Python path: x·y, then x·x, then y·y
+            xc = x.clone().requires_grad_()
+            v = softdtw.SoftDTW(gamma=0.1, normalize=True, reduction="none")(xc, y)
+        v.sum().backward()
+        out[enabled] = (v, xc.grad, any("CppNode" in n.name() for n in _nodes(v)))
+    assert out[True][2] and not out[False][2]
+    torch.testing.assert_close(out[True][0], out[False][0], rtol=0, atol=0)
+    torch.testing.assert_close(out[True][1], out[False][1], rtol=0, atol=0)
+
+
+def _nodes(v):
+    """Every autograd node under v."""
+    seen, todo = [], [v.grad_fn]
+    while todo:
+        n = todo.pop()
+        if n is not None and n not in seen:
+            seen.append(n)
+            todo.extend(f for f, _ in n.next_functions)
+    return seen
