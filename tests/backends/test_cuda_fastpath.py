@@ -8,6 +8,8 @@ run on the Python path. Marked ``cuda``; the switch and a failed build are teste
 """
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -293,3 +295,41 @@ def _nodes(v):
             seen.append(n)
             todo.extend(f for f, _ in n.next_functions)
     return seen
+
+
+def test_retain_graph_backward_twice(built):
+    """The C++ node's saved tensors (and the gram form's x·yᵀ) survive a first backward: a second one agrees."""
+    for D in (2, 40):
+        x, y = torch.randn(4, 30, D, device="cuda"), torch.randn(4, 34, D, device="cuda")
+        fastpath.set_enabled(True)
+        for _ in range(2):
+            xc = x.clone().requires_grad_()
+            v = softdtw.soft_dtw(xc, y, 0.2)
+        assert _taken(v)
+        (g1,) = torch.autograd.grad(v.sum(), xc, retain_graph=True)
+        (g2,) = torch.autograd.grad(v.sum(), xc)
+        assert torch.equal(g1, g2)
+
+
+def test_the_background_build_loads_in_a_fresh_process():
+    """The default: the first cuda call starts the build in a thread (a cached build here), later calls use it."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import os, torch, softdtw
+        from softdtw.backends.cuda import fastpath
+        x, y = torch.randn(2, 20, 1, device="cuda"), torch.randn(2, 20, 1, device="cuda")
+        softdtw.soft_dtw(x.clone().requires_grad_(), y, 0.1)   # starts the build; the Python path runs this call
+        assert fastpath._thread is not None
+        fastpath._thread.join(600)
+        print(fastpath.status())
+        for _ in range(2):
+            v = softdtw.soft_dtw(x.clone().requires_grad_(), y, 0.1)
+        print(v.grad_fn.name())
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "SOFTDTW_FASTPATH"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "loaded" in out.stdout and "CppNode" in out.stdout, out.stdout
