@@ -342,6 +342,19 @@ def _host_array(t: torch.Tensor):
     return t.detach().numpy()
 
 
+def host_views(a: torch.Tensor, b: torch.Tensor):
+    """NumPy views (no copy) of two CPU tensors for the lean single-pair routes (dtw_path, dtw_search), or None
+    for tensors NumPy cannot view (another device, a negative or conjugate bit). Unlike :func:`_host_array` it
+    makes one torch call per tensor when none requires grad: those routes count every torch call."""
+    try:
+        try:
+            return a.numpy(), b.numpy()
+        except RuntimeError:  # requires grad
+            return a.detach().numpy(), b.detach().numpy()
+    except (RuntimeError, TypeError):
+        return None
+
+
 def _host_values_ok(data, lengths, gamma) -> bool:
     """check_values' "all is well" for CPU tensors, read through NumPy (see _host_array); False when some
     tensor is not on the CPU or a value fails (the torch checks below then find and name it)."""

@@ -27,7 +27,7 @@ import torch
 
 from . import _ops, costs
 from ._checks import (NaNPadded, Problem, Span, _value_checks_enabled, as_variant, check_cost_matrix, cost_name,
-                      make_window, prepare, prepare_cost, rerun_args, route_by_range, run_checked)
+                      host_views, make_window, prepare, prepare_cost, rerun_args, route_by_range, run_checked)
 from .backends import FUSED_COSTS
 from .backends.cuda import fastpath as _fastpath
 
@@ -419,13 +419,10 @@ def _cpu_path_fast(x, y, cost, open_begin, open_end):
     dt = x.dtype
     if dt is not y.dtype or (dt is not torch.float64 and dt is not torch.float32):
         return None
-    try:  # a CPU tensor without a negative bit (else the validating route)
-        try:
-            xn, yn = x.numpy(), y.numpy()
-        except RuntimeError:  # requires grad
-            xn, yn = x.detach().numpy(), y.detach().numpy()
-    except (RuntimeError, TypeError):
+    views = host_views(x, y)  # CPU tensors without a negative bit (else the validating route)
+    if views is None:
         return None
+    xn, yn = views
     if xn.ndim != 2 or yn.ndim != 2 or xn.shape[1] != yn.shape[1] or 0 in xn.shape or 0 in yn.shape:
         return None
     kern = _search_kernels()

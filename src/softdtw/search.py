@@ -14,6 +14,8 @@ from typing import NamedTuple, Optional
 import numpy as np
 import torch
 
+from ._checks import host_views
+
 __all__ = ["SearchResult", "dtw_search"]
 
 _COSTS = {"sqeuclidean": 0, "l1": 1}
@@ -220,13 +222,10 @@ def _search_cpu_one(query: torch.Tensor, series: torch.Tensor, k, gamma, exclusi
     if (dt is not torch.float64 and dt is not torch.float32) or (
             series.dtype is not torch.float64 and series.dtype is not torch.float32):
         return None
-    try:  # CPU tensors without a negative bit
-        try:
-            qn, sn = query.numpy(), series.numpy()
-        except RuntimeError:  # requires grad
-            qn, sn = query.detach().numpy(), series.detach().numpy()
-    except (RuntimeError, TypeError):
+    views = host_views(query, series)  # CPU tensors without a negative bit
+    if views is None:
         return None
+    qn, sn = views
     if qn.ndim == 1:
         qn = qn[:, None]
     if sn.ndim == 1:

@@ -64,11 +64,19 @@ class _Slot:
 
 
 def _take(device_index: int) -> _Slot:
+    """A slot for one check, its flag at 0 (running)."""
     with _lock:
         free = _free.setdefault(device_index, [])
-        if free:
-            return free.pop()
-    return _Slot(device_index)
+        slot = free.pop() if free else None
+    if slot is None:
+        slot = _Slot(device_index)
+    slot.flag.value = 0
+    return slot
+
+
+def blocks(n: int, device_index: int) -> int:
+    """Blocks of check_kernel for n values: four values per thread, at most four blocks per SM."""
+    return max(1, min(-(-n // (4 * _THREADS)), 4 * _launch.sm_count(device_index)))
 
 
 def _give(device_index: int, slot: _Slot) -> None:
@@ -130,10 +138,8 @@ def start(a: torch.Tensor, b: torch.Tensor | None = None, gamma: torch.Tensor | 
         gval = gamma if gamma is not None else torch.zeros((), dtype=a.dtype, device=a.device)
     dev = a.get_device()
     slot = _take(dev)
-    slot.flag.value = 0
     na, nb = a.numel(), (0 if b is None else b.numel())
-    blocks = max(1, min(-(-(na + nb) // (4 * _THREADS)), 4 * _launch.sm_count(dev)))
     args = (a.data_ptr(), np.int64(na), _launch.ptr(b), np.int64(nb), _launch.ptr(gamma), gval.data_ptr(),
             slot.dev, slot.ws.data_ptr(), slot.wmax.data_ptr())
-    _launch.launch("check", _EXPR[a.dtype], dev, blocks, _THREADS, args)
+    _launch.launch("check", _EXPR[a.dtype], dev, blocks(na + nb, dev), _THREADS, args)
     return PendingCheck(dev, _launch._raw_stream(dev), slot)

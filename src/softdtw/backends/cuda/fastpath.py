@@ -7,15 +7,16 @@ same kernels with the same arguments from a C++ autograd Function, so the step's
 call into C++ forwards and no Python at all backwards. Results are bitwise those of the Python path (the same
 launches; tests/backends/test_cuda_fastpath.py).
 
-Which calls: :func:`softdtw.soft_dtw` on CUDA tensors with a float gamma, the cost "sqeuclidean" (any D; past
-FUSED_D_MAX its "gram" form, x·yᵀ of at most 64 MiB) or "l1" (D <= FUSED_D_MAX), no lengths, band or alignment
-variant, float32 or float64 x and y of one dtype, contiguous, on the current device, a single column-chunk-free plan (not the chained long-pair kernels), and a
-stored table of at most 64 MiB (memory "auto" or "store"), or no gradient. Not under torch.compile, functorch
-transforms or a CUDA-graph capture, nor the "gram" form under autocast. Every other call, and the first call of
-each shape (a new gamma for a known shape is not a first call), take the Python path;
-so does any call whose value check fails or whose inputs are past the kernels' exact range: the launcher's value
-is then discarded and the Python path runs the call again and raises its error (or reruns on the reference
-backend), so errors and results never depend on the path.
+Which calls: :func:`softdtw.soft_dtw` (and the three terms of :func:`softdtw.soft_dtw_divergence`) on CUDA
+tensors with a float gamma, the cost "sqeuclidean" (any D; past FUSED_D_MAX its "gram" form, x·yᵀ of at most
+64 MiB) or "l1" (D <= FUSED_D_MAX), no lengths, band or alignment variant, float32 or float64 x and y of one
+dtype, contiguous, on the current device, a plan that is not chained (not the long-pair kernels), and a stored
+table of at most 64 MiB (memory "auto" or "store"), or no gradient. Not under torch.compile, functorch transforms
+or a CUDA-graph capture, nor the "gram" form under autocast. Every other call, and the first call of each shape
+(a new gamma for a known shape is not a first call), take the Python path; so does any call whose value check
+fails or whose inputs are past the kernels' exact range: the launcher's value is then discarded and the Python
+path runs the call again and raises its error (or reruns on the reference backend), so errors and results never
+depend on the path.
 
 How it is built: the first cuda call starts ``torch.utils.cpp_extension.load`` of fastpath.cpp in a background
 thread (the host compiler and ninja, as for any PyTorch C++ extension: about a minute, once; the build is cached
@@ -194,8 +195,8 @@ def _plan(x, y, cost, memory: str, backend, grad: bool):
     if not fwd.expr or (bwd is not None and not bwd.expr):
         return False  # the chained long-pair kernels: their launches stay in Python
     _launch.ensure_context(dev)
-    blocks = max(1, min(-(-(xs.numel() + ys.numel()) // (4 * _vchecks._THREADS)), 4 * _launch.sm_count(dev)))
-    check = [_launch._launcher("check", _vchecks._EXPR[x.dtype], dev).fn, blocks, _vchecks._THREADS]
+    check = [_launch._launcher("check", _vchecks._EXPR[x.dtype], dev).fn,
+             _vchecks.blocks(xs.numel() + ys.numel(), dev), _vchecks._THREADS]
     f = [_launch._launcher("forward", fwd.expr, dev).fn, fwd.grid, fwd.block]
     b = [_launch._launcher("backward", bwd.expr, dev).fn, bwd.grid, bwd.block] if bwd is not None else [0, 0, 0]
     plan = _module.add_plan(_context(), check, f, b, fwd.saved_numel, _saved_dtype(x.dtype), list(fwd.bnd),
@@ -205,9 +206,9 @@ def _plan(x, y, cost, memory: str, backend, grad: bool):
 
 def _context() -> int:
     """The current CUcontext (ensure_context made the device's primary context current)."""
-    lib = _launch.driver().lib
+    drv = _launch.driver()
     ctx = ctypes.c_void_p()
-    _launch.driver().check(lib.cuCtxGetCurrent(ctypes.byref(ctx)), "cuCtxGetCurrent")
+    drv.check(drv.lib.cuCtxGetCurrent(ctypes.byref(ctx)), "cuCtxGetCurrent")
     return ctx.value
 
 
@@ -245,13 +246,13 @@ def call(x: torch.Tensor, y, gamma: float, cost, memory, backend) -> Optional[to
 
     stream = _launch._raw_stream(e.dev)
     xs, ys = (x.unsqueeze(0), y.unsqueeze(0)) if e.unbatched else (x, y)
+    # _checks._value_checks_enabled for this call, whose compile and capture cases returned above (as in _prepared)
     if _checks._trusted_depth or os.environ.get("SOFTDTW_CHECK_VALUES", "1") == "0":
         value = mod.fused(xs, ys, e.gamma, e.xl, e.yl, e.plan, stream, grad, 0, 0, 0)
     else:
         from . import checks as _vchecks
 
         slot = _vchecks._take(e.dev)
-        slot.flag.value = 0
         value = mod.fused(xs, ys, e.gamma, e.xl, e.yl, e.plan, stream, grad, slot.dev, slot.ws.data_ptr(),
                           slot.wmax.data_ptr())
         pending = _vchecks.PendingCheck(e.dev, stream, slot)
