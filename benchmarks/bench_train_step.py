@@ -14,7 +14,10 @@ training loop pays per loss call. Rows per shape:
 - ``div`` / ``div_python`` (with ``--divergence``): ``softdtw.soft_dtw_divergence(x, y, gamma).mean()``, with the
   C++ launcher on / off;
 - ``compile``: the soft-DTW loss under ``torch.compile(fullgraph=True)``;
-- ``compile_ro``: ``torch.compile(mode="reduce-overhead", fullgraph=True)`` (CUDA graphs).
+- ``compile_ro``: ``torch.compile(mode="reduce-overhead", fullgraph=True)`` (CUDA graphs);
+- ``compile_python``: ``compile`` with the C++ launcher off, so the compiled graph's ops run their Python kernels
+  (trees that have the launcher);
+- ``mse_compile_ro``: the MSE step under ``mode="reduce-overhead"``: what CUDA graphs cost any loss here.
 
 Each row gives the median wall-clock ms over repetitions that run every row once in a random order (host
 included: that is the point),
@@ -239,10 +242,8 @@ def main() -> None:
         steps = {
             "mse": make_step(mse_loss, x, t),
             "mse_compile": make_step(torch.compile(mse_loss, fullgraph=True), x, t),
-            "eager": make_step(sdtw_loss, x, y),
-            "compile": make_step(torch.compile(sdtw_loss, fullgraph=True), x, y),
-            "compile_ro": make_step(torch.compile(sdtw_loss, mode="reduce-overhead", fullgraph=True), x, y,
-                                    torch.compiler.cudagraph_mark_step_begin),
+            "mse_compile_ro": make_step(torch.compile(mse_loss, mode="reduce-overhead", fullgraph=True), x, t,
+                                        torch.compiler.cudagraph_mark_step_begin),
         }
         def config(fast=True, check="1"):
             def f():
@@ -250,10 +251,20 @@ def main() -> None:
                 if fastpath is not None:
                     fastpath.set_enabled(fast)
             return f
+        def graph_step(fast=True):
+            def f():
+                config(fast)()
+                torch.compiler.cudagraph_mark_step_begin()
+            return f
+        compiled = torch.compile(sdtw_loss, fullgraph=True)
         steps["eager"] = make_step(sdtw_loss, x, y, config())
+        steps["compile"] = make_step(compiled, x, y, config())
+        steps["compile_ro"] = make_step(torch.compile(sdtw_loss, mode="reduce-overhead", fullgraph=True), x, y,
+                                        graph_step())
         steps["eager_nocheck"] = make_step(sdtw_loss, x, y, config(check="0"))
         if fastpath is not None:
             steps["eager_python"] = make_step(sdtw_loss, x, y, config(fast=False))
+            steps["compile_python"] = make_step(compiled, x, y, config(fast=False))
         if args.divergence:  # soft_dtw_divergence (SoftDTW(normalize=True)): three soft-DTW terms per step
             steps["div"] = make_step(div_loss, x, y, config())
             if fastpath is not None:

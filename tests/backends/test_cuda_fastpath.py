@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import softdtw
+import softdtw._windows
 from softdtw.backends.cuda import fastpath
 from tests._helpers import rel_err
 
@@ -333,3 +334,151 @@ def test_the_background_build_loads_in_a_fresh_process():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "loaded" in out.stdout and "CppNode" in out.stdout, out.stdout
+
+
+# --- the ops' CUDA kernels (fastpath.cpp, register_ops): what a compiled graph runs ------------------------------
+
+def _counts():
+    return fastpath.build().op_counts()
+
+
+def _op_args(B, N, M, D, dtype, lengths=False, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(B, N, D, device="cuda", dtype=dtype, generator=g)
+    y = torch.randn(B, M, D, device="cuda", dtype=dtype, generator=g)
+    gamma = torch.tensor(0.3, device="cuda", dtype=dtype)
+    xl = torch.full((B,), N, device="cuda")
+    yl = torch.full((B,), M, device="cuda")
+    if lengths:
+        xl[0], yl[-1] = max(1, N // 2), max(1, M - 3)
+    return x, y, gamma, xl, yl
+
+
+def _ops_once(args, cost, memory, enabled):
+    """(value, dx, dy, dgamma) of softdtw::forward then softdtw::backward, with the C++ kernels on or off."""
+    from softdtw import _ops
+
+    fastpath.set_enabled(enabled)
+    x, y, gamma, xl, yl = args
+    value, saved = _ops.forward(x, y, gamma, cost, xl, yl, None, memory, "cuda")
+    if memory != "store":
+        return (value,)
+    grad = torch.linspace(0.5, 1.5, x.shape[0], device="cuda", dtype=x.dtype)
+    dx, dy, dgamma, dpen = _ops.backward(grad, x, y, gamma, cost, xl, yl, None, value, saved, memory, "cuda")
+    assert dpen.shape == (0,)
+    return value, dx, dy, dgamma
+
+
+OP_CASES = [  # (B, N, M, D, cost, dtype, lengths)
+    (1, 16, 16, 1, "sqeuclidean", torch.float32, False),
+    (16, 128, 128, 1, "sqeuclidean", torch.float32, True),
+    (64, 96, 96, 7, "sqeuclidean", torch.float32, False),
+    (128, 64, 64, 3, "l1", torch.float32, True),
+    (5, 70, 90, 2, "sqeuclidean", torch.float64, True),
+    (32, 128, 128, 64, "sqeuclidean", torch.float32, False),  # the gram form
+    (4, 50, 60, 24, "sqeuclidean", torch.float64, True),
+]
+
+
+@pytest.mark.parametrize("B,N,M,D,cost,dtype,lengths", OP_CASES)
+@pytest.mark.parametrize("memory", ["store", "none"])
+def test_op_kernels_bitwise_the_python_kernel(built, B, N, M, D, cost, dtype, lengths, memory):
+    """softdtw::forward / softdtw::backward on CUDA: the C++ kernels give bitwise the Python kernel's values and
+    gradients (the stored table is compared through the backward: its padding slots are never written)."""
+    args = _op_args(B, N, M, D, dtype, lengths, seed=B + N + D)
+    before = _counts()
+    fast = _ops_once(args, cost, memory, True)
+    after = _counts()
+    assert after[0] - before[0] == (2 if memory == "store" else 1)  # forward (and backward) ran in C++
+    slow = _ops_once(args, cost, memory, False)
+    for a, b in zip(fast, slow):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_op_kernels_hand_the_rest_to_the_python_kernel(built):
+    from softdtw import _ops
+
+    x, y, gamma, xl, yl = _op_args(3, 40, 33, 2, torch.float32, True)
+    window = softdtw._windows.build_window(xl, yl, 40, 33, 4, None)
+    x20, y20 = torch.randn(3, 40, 20, device="cuda"), torch.randn(3, 33, 20, device="cuda")
+    calls = [
+        lambda: _ops.forward(x, y, gamma, "sqeuclidean", xl, yl, window, "store", "cuda"),  # a band
+        lambda: _ops.forward(x, y, gamma, "sqeuclidean", xl, yl, None, "checkpoint", "cuda"),
+        lambda: _ops.forward(x, y, gamma, "sqeuclidean", xl, yl, None, "store", "cuda", True, False),  # open begin
+        lambda: _ops.forward(x.transpose(1, 2).contiguous().transpose(1, 2), y, gamma, "sqeuclidean", xl, yl, None,
+                             "store", "cuda"),
+        lambda: _ops.forward(x20, y20, gamma, "l1", xl, yl, None, "store", "cuda"),  # D > 16 with l1: cdist
+        lambda: _ops.forward(x, y, gamma, "sqeuclidean", xl, yl, None, "store", "reference"),
+    ]
+    for i, call in enumerate(calls):
+        fastpath.set_enabled(True)
+        before = _counts()
+        v = call()[0]
+        after = _counts()
+        assert after[0] == before[0] and after[1] == before[1] + 1, i
+        fastpath.set_enabled(False)
+        assert torch.equal(v, call()[0]), i
+
+
+@pytest.mark.parametrize("D", [2, 64])
+def test_compiled_step_runs_the_op_kernels(built, D):
+    """torch.compile(fullgraph=True) of a loss step: the compiled graph's ops run the C++ kernels, with bitwise
+    the Python kernels' values and gradients."""
+    x, y = torch.randn(8, 48, D, device="cuda"), torch.randn(8, 40, D, device="cuda")
+    torch._dynamo.reset()
+    loss = torch.compile(lambda a, b: softdtw.soft_dtw(a, b, 0.1).mean(), fullgraph=True)
+    out = {}
+    for enabled in (True, False):
+        fastpath.set_enabled(enabled)
+        before = _counts()
+        for _ in range(2):
+            xc = x.clone().requires_grad_()
+            v = loss(xc, y)
+            v.backward()
+        taken = _counts()[0] - before[0]
+        out[enabled] = (v, xc.grad, taken)
+    assert out[True][2] == 4 and out[False][2] == 0
+    torch.testing.assert_close(out[True][0], out[False][0], rtol=0, atol=0)
+    torch.testing.assert_close(out[True][1], out[False][1], rtol=0, atol=0)
+
+
+def test_compiled_reduce_overhead_runs_the_op_kernels(built):
+    """mode="reduce-overhead" (CUDA graphs): warm-up runs learn the plans, the captured graph replays the C++
+    kernels' launches; values and gradients as eager."""
+    x, y = torch.randn(8, 64, 3, device="cuda"), torch.randn(8, 64, 3, device="cuda")
+    torch._dynamo.reset()
+    fastpath.set_enabled(True)
+    loss = torch.compile(lambda a, b: softdtw.soft_dtw(a, b, 0.1).mean(), mode="reduce-overhead", fullgraph=True)
+    before = _counts()
+    for _ in range(4):
+        torch.compiler.cudagraph_mark_step_begin()
+        xc = x.clone().requires_grad_()
+        v = loss(xc, y)
+        v.backward()
+    assert _counts()[0] > before[0]
+    fastpath.set_enabled(False)
+    xe = x.clone().requires_grad_()
+    ve = softdtw.soft_dtw(xe, y, 0.1).mean()
+    ve.backward()
+    fastpath.set_enabled(True)
+    torch.testing.assert_close(v, ve, rtol=0, atol=0)
+    torch.testing.assert_close(xc.grad, xe.grad, rtol=0, atol=0)
+
+
+def test_create_graph_through_the_op_kernels(built):
+    """A create_graph=True backward calls softdtw::backward (now its C++ kernel) under the op's Python autograd:
+    the gradient penalty's second order is the Python kernels'."""
+    x, y = torch.randn(4, 30, 2, device="cuda", dtype=torch.float64), torch.randn(4, 26, 2, device="cuda",
+                                                                                  dtype=torch.float64)
+    out = {}
+    for enabled in (True, False):
+        fastpath.set_enabled(enabled)
+        before = _counts()
+        for _ in range(2):
+            xc = x.clone().requires_grad_()
+            (g,) = torch.autograd.grad(softdtw.soft_dtw(xc, y, 0.2).sum(), xc, create_graph=True)
+        (h,) = torch.autograd.grad(g.square().sum(), xc)
+        out[enabled] = (g, h, _counts()[0] - before[0])
+    assert out[True][2] > 0 and out[False][2] == 0
+    torch.testing.assert_close(out[True][0], out[False][0], rtol=0, atol=0)
+    torch.testing.assert_close(out[True][1], out[False][1], rtol=0, atol=0)

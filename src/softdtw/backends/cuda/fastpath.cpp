@@ -14,14 +14,26 @@
 // What stays in Python: which calls may come here (fastpath.py), reading the value check's answer, and every
 // other case. A backward with create_graph=True calls the softdtw::backward op through the dispatcher, whose
 // registered autograd formula is the Hessian-vector product (softdtw/_ops.py): the same graph as the Python path.
+//
+// The ops' CUDA kernels (register_ops): a compiled graph (torch.compile) holds the custom ops softdtw::forward and
+// softdtw::backward, whose only kernel was the Python one (CompositeExplicitAutograd, softdtw/_ops.py). Once
+// registered, the CUDA dispatch key runs forward_op / backward_op below, which launch the same kernels with the
+// same arguments as the Python kernel for the calls they take (plain DP, no window, "store" or "none", a plan
+// fastpath.py's learner registered) and hand every other call to the Python kernel, unchanged.
 #include <torch/extension.h>
+#include <torch/library.h>
 
+#include <ATen/autocast_mode.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace {
@@ -186,6 +198,203 @@ at::Tensor fused(const at::Tensor& x, const at::Tensor& y, const at::Tensor& gam
   return Fused::apply(x, y, gamma, xl, yl, plan_id, stream, store, flag, ws, wmax);
 }
 
+// --- the ops' CUDA kernels ------------------------------------------------------------------------------------
+
+// One plan per (B, N, M, D, dtype, device, cost, store), registered by fastpath.py's learner at a key's first
+// call: its plan id, or -1 for a call this file does not take.
+struct OpKey {
+  int64_t B, N, M, D;
+  int dtype, dev;
+  std::string cost;
+  bool store;
+  bool operator==(const OpKey& o) const {
+    return B == o.B && N == o.N && M == o.M && D == o.D && dtype == o.dtype && dev == o.dev && store == o.store &&
+           cost == o.cost;
+  }
+};
+struct OpKeyHash {
+  size_t operator()(const OpKey& k) const {
+    size_t h = std::hash<std::string>()(k.cost);
+    for (int64_t v : {k.B, k.N, k.M, k.D, (int64_t)k.dtype, (int64_t)k.dev, (int64_t)k.store})
+      h = h * 1000003u ^ std::hash<int64_t>()(v);
+    return h;
+  }
+};
+std::unordered_map<OpKey, int64_t, OpKeyHash> g_op_plans;
+constexpr size_t kOpPlansMax = 4096;
+bool g_ops_on = false;
+std::atomic<int64_t> g_ops_taken{0}, g_ops_passed{0};  // calls the kernels below ran / handed to Python (tests)
+// Never freed: Python objects and the registration must outlive the interpreter's teardown of this module.
+py::object* g_learner = nullptr;
+torch::Library* g_ops_lib = nullptr;
+
+bool is_dense(const at::Tensor& t, const at::Tensor& x, int64_t dim) {
+  return t.defined() && t.device() == x.device() && t.dim() == dim && t.is_contiguous();
+}
+
+// The plan of a call the kernels below take, or -1 (then the Python kernel runs it). x, y (B, N, D), (B, M, D)
+// contiguous float32 / float64 of one dtype on one CUDA device, gamma a 0-d tensor of that dtype there, the
+// lengths int64 (B,) there; the plan itself (fused cost, small table, not chained) is fastpath.py's decision.
+int64_t op_plan(const at::Tensor& x, const at::Tensor& y, const at::Tensor& gamma, const at::Tensor& xl,
+                const at::Tensor& yl, c10::string_view cost, bool store) {
+  if (!g_ops_on || g_learner == nullptr || !x.is_cuda() || !is_dense(x, x, 3) || !is_dense(y, x, 3) ||
+      y.scalar_type() != x.scalar_type() || y.size(0) != x.size(0) || y.size(2) != x.size(2) ||
+      (x.scalar_type() != at::kFloat && x.scalar_type() != at::kDouble))
+    return -1;
+  if (!is_dense(gamma, x, 0) || gamma.scalar_type() != x.scalar_type() || !is_dense(xl, x, 1) ||
+      !is_dense(yl, x, 1) || xl.scalar_type() != at::kLong || yl.scalar_type() != at::kLong ||
+      xl.size(0) != x.size(0) || yl.size(0) != x.size(0))
+    return -1;
+  OpKey key{x.size(0), x.size(1), y.size(1), x.size(2), (int)x.scalar_type(), (int)x.get_device(),
+            std::string(cost), store};
+  {
+    std::lock_guard<std::mutex> guard(g_lock);
+    auto it = g_op_plans.find(key);
+    if (it != g_op_plans.end()) return it->second;
+  }
+  int64_t id;
+  {
+    py::gil_scoped_acquire gil;
+    id = (*g_learner)(x, y, key.cost, store).cast<int64_t>();
+  }
+  if (id == -2) return -1;  // not now (a graph capture), ask again next time
+  std::lock_guard<std::mutex> guard(g_lock);
+  if (g_op_plans.size() < kOpPlansMax) g_op_plans.emplace(std::move(key), id);
+  return id;
+}
+
+int64_t current_stream(const at::Tensor& x) {
+  return (int64_t)(uintptr_t)c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(x.device())
+      .native_handle();
+}
+
+// The gram cost's inputs, as backends/cuda/__init__.py's _gram: |x_i|, |y_j| and x·yᵀ.
+void gram_inputs(const at::Tensor& x, const at::Tensor& y, at::Tensor& xn, at::Tensor& yn, at::Tensor& G) {
+  xn = at::linalg_vector_norm(x, 2, at::IntArrayRef{-1});
+  yn = at::linalg_vector_norm(y, 2, at::IntArrayRef{-1});
+  G = at::bmm(x, y.transpose(1, 2));
+}
+
+bool plain(const torch::jit::Stack& s, size_t window, size_t backend) {
+  // no window, backend "cuda", and the alignment variants' defaults (open_begin, open_end, step_penalty)
+  return s[window].isNone() && s[backend].toStringRef() == "cuda" && !s[backend + 1].toBool() &&
+         !s[backend + 2].toBool() && s[backend + 3].isNone();
+}
+
+// softdtw::forward(x, y, gamma, cost, x_lengths, y_lengths, window, memory, backend, open_begin, open_end,
+// step_penalty) -> (value, saved): backends/cuda/__init__.py's forward and _run_forward for the calls it takes.
+void forward_op(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+  auto& s = *stack;
+  const size_t a = s.size() - 12;
+  int64_t id = -1;
+  const std::string& memory = s[a + 7].toStringRef();
+  const bool store = memory == "store";
+  if ((store || memory == "none") && plain(s, a + 6, a + 8)) {
+    id = op_plan(s[a].toTensor(), s[a + 1].toTensor(), s[a + 2].toTensor(), s[a + 4].toTensor(),
+                 s[a + 5].toTensor(), s[a + 3].toStringRef(), store);
+  }
+  if (id >= 0 && plan_of(id).gram && at::autocast::is_autocast_enabled(at::kCUDA)) id = -1;
+  if (id < 0) {
+    ++g_ops_passed;
+    op.callBoxedForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd, s);
+    return;
+  }
+  ++g_ops_taken;
+  const at::Tensor x = s[a].toTensor(), y = s[a + 1].toTensor(), gamma = s[a + 2].toTensor();
+  const at::Tensor xl = s[a + 4].toTensor(), yl = s[a + 5].toTensor();
+  const Plan& p = plan_of(id);
+  bind(p);
+  const auto opts = x.options();
+  at::Tensor value = at::empty({p.B}, opts);
+  at::Tensor saved = store ? at::empty({p.saved_numel}, opts.dtype(p.saved_dtype)) : at::empty({0}, opts);
+  at::Tensor bnd = maybe_empty(p.fwd_bnd, opts), xn, yn, G;
+  if (p.gram) gram_inputs(x, y, xn, yn, G);
+  launch(p.fwd, current_stream(x),
+         {p.gram ? ptr(xn) : ptr(x), p.gram ? ptr(yn) : ptr(y), ptr(G), ptr(gamma), ptr(xl), ptr(yl), 0, ptr(value),
+          store ? ptr(saved) : 0, ptr(bnd), p.B, p.N, p.M, p.nch, 0, 0, 0},
+         "forward_kernel");
+  torch::jit::drop(s, 12);
+  torch::jit::push(s, std::move(value), std::move(saved));
+}
+
+// softdtw::backward(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved, memory, backend,
+// open_begin, open_end, step_penalty) -> (dx, dy, dgamma, dpenalty): backends/cuda/__init__.py's backward
+// (_run_backward, or _backward_gram for the gram cost) for the calls it takes.
+void backward_op(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+  auto& s = *stack;
+  const size_t a = s.size() - 15;
+  int64_t id = -1;
+  if (s[a + 10].toStringRef() == "store" && plain(s, a + 7, a + 11)) {
+    id = op_plan(s[a + 1].toTensor(), s[a + 2].toTensor(), s[a + 3].toTensor(), s[a + 5].toTensor(),
+                 s[a + 6].toTensor(), s[a + 4].toStringRef(), true);
+  }
+  if (id >= 0) {
+    const Plan& p = plan_of(id);
+    const at::Tensor &x = s[a + 1].toTensor(), &grad = s[a].toTensor(), &value = s[a + 8].toTensor(),
+                     &saved = s[a + 9].toTensor();
+    // What the forward of this plan saved, and a gradient per pair; anything else is the Python kernel's.
+    if ((p.gram && at::autocast::is_autocast_enabled(at::kCUDA)) || !is_dense(saved, x, 1) ||
+        saved.numel() != p.saved_numel || saved.scalar_type() != p.saved_dtype || !is_dense(value, x, 1) ||
+        value.size(0) != p.B || value.scalar_type() != x.scalar_type() || !grad.defined() ||
+        grad.device() != x.device() || grad.dim() != 1 || grad.size(0) != p.B || !grad.is_floating_point())
+      id = -1;
+  }
+  if (id < 0) {
+    ++g_ops_passed;
+    op.callBoxedForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd, s);
+    return;
+  }
+  ++g_ops_taken;
+  const Plan& p = plan_of(id);
+  const at::Tensor x = s[a + 1].toTensor(), y = s[a + 2].toTensor(), gamma = s[a + 3].toTensor();
+  const at::Tensor xl = s[a + 5].toTensor(), yl = s[a + 6].toTensor(), value = s[a + 8].toTensor();
+  const at::Tensor saved = s[a + 9].toTensor();
+  at::Tensor grad = s[a].toTensor();
+  if (grad.scalar_type() != x.scalar_type() || !grad.is_contiguous()) grad = grad.to(x.scalar_type()).contiguous();
+  bind(p);
+  const auto opts = x.options();
+  const int64_t stream = current_stream(x);
+  at::Tensor bnd = maybe_empty(p.bwd_bnd, opts), dgamma = at::empty({p.B}, opts), dx, dy;
+  if (p.gram) {
+    // E = grad_b E_b over x·yᵀ in place, its row and column sums rs, cs; dx = 2 (rs x - E y), dy = 2 (cs y - Eᵀ x).
+    at::Tensor xn, yn, G;
+    gram_inputs(x, y, xn, yn, G);
+    at::Tensor rs = at::empty_like(xn), cs = at::empty_like(yn);
+    launch(p.bwd, stream,
+           {ptr(xn), ptr(yn), ptr(G), ptr(gamma), ptr(xl), ptr(yl), 0, ptr(grad), ptr(saved), ptr(rs), ptr(cs), ptr(G),
+            ptr(value), ptr(dgamma), ptr(bnd), p.B, p.N, p.M, p.nch, 0, 0, 0, 0},
+           "backward_kernel");
+    dx = at::baddbmm(x * rs.unsqueeze(-1), G, y, 2.0, -2.0);
+    dy = at::baddbmm(y * cs.unsqueeze(-1), G.transpose(1, 2), x, 2.0, -2.0);
+  } else {
+    dx = at::empty_like(x);
+    dy = at::empty_like(y);
+    launch(p.bwd, stream,
+           {ptr(x), ptr(y), 0, ptr(gamma), ptr(xl), ptr(yl), 0, ptr(grad), ptr(saved), ptr(dx), ptr(dy), 0,
+            ptr(value), ptr(dgamma), ptr(bnd), p.B, p.N, p.M, p.nch, 0, 0, 0, 0},
+           "backward_kernel");
+  }
+  at::Tensor dpen = at::empty({0}, opts);
+  torch::jit::drop(s, 15);
+  torch::jit::push(s, std::move(dx), std::move(dy), std::move(dgamma), std::move(dpen));
+}
+
+// Register forward_op and backward_op at the CUDA key of softdtw::forward / softdtw::backward (once; the ops are
+// defined by softdtw/_ops.py). learner(x, y, cost, store) -> plan id, -1 (not taken) or -2 (not now).
+void register_ops(py::object learner) {
+  std::lock_guard<std::mutex> guard(g_lock);
+  if (g_ops_lib != nullptr) return;
+  g_learner = new py::object(std::move(learner));
+  g_ops_lib = new torch::Library(torch::Library::IMPL, "softdtw", c10::DispatchKey::CUDA, __FILE__, __LINE__);
+  g_ops_lib->impl("forward", torch::CppFunction::makeFromBoxedFunction<&forward_op>());
+  g_ops_lib->impl("backward", torch::CppFunction::makeFromBoxedFunction<&backward_op>());
+  g_ops_on = true;
+}
+
+void set_ops_enabled(bool on) { g_ops_on = on; }
+
+std::vector<int64_t> op_counts() { return {g_ops_taken.load(), g_ops_passed.load()}; }
+
 int64_t add_plan(int64_t context, std::vector<int64_t> check, std::vector<int64_t> fwd, std::vector<int64_t> bwd, int64_t saved_numel,
                  c10::ScalarType saved_dtype, std::vector<int64_t> fwd_bnd, std::vector<int64_t> bwd_bnd, int64_t B,
                  int64_t N, int64_t M, int64_t nch, std::string cost, bool gram) {
@@ -230,4 +439,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_driver", &set_driver, "the addresses of the driver's cuLaunchKernel, cuCtxGetCurrent, cuCtxSetCurrent");
   m.def("add_plan", &add_plan, "register one shape's launches; returns its id");
   m.def("fused", &fused, "soft-DTW values (B,) with a C++ autograd node");
+  m.def("register_ops", &register_ops, "the CUDA kernels of softdtw::forward and softdtw::backward");
+  m.def("set_ops_enabled", &set_ops_enabled, "off: every op call runs the Python kernel");
+  m.def("op_counts", &op_counts, "[op calls the C++ kernels ran, op calls handed to the Python kernel]");
 }

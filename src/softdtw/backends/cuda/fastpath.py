@@ -18,6 +18,14 @@ fails or whose inputs are past the kernels' exact range: the launcher's value is
 path runs the call again and raises its error (or reruns on the reference backend), so errors and results never
 depend on the path.
 
+Under torch.compile the graph holds the custom ops softdtw::forward and softdtw::backward; once loaded, the
+launcher also registers their CUDA kernels in C++ (fastpath.cpp, ``register_ops``), which launch the same
+kernels as the ops' Python kernel for the calls they take (the plain DP: no band or alignment variant, memory
+"store" or "none", int64 lengths of any values, a 0-d gamma tensor, the plans of :func:`_op_plan`) and hand
+every other call to the Python kernel. So a compiled step runs no Python of ours but the ops' autograd wrapper
+(registered in Python, and only where a graph is traced), and a create_graph=True backward's softdtw::backward
+runs in C++ too. :func:`set_enabled` switches both.
+
 How it is built: the first cuda call starts ``torch.utils.cpp_extension.load`` of fastpath.cpp in a background
 thread (the host compiler and ninja, as for any PyTorch C++ extension: about a minute, once; the build is cached
 in PyTorch's extensions directory, keyed by the source and the PyTorch version); until it is loaded, calls take
@@ -53,6 +61,8 @@ def set_enabled(on: bool) -> None:
     """Turn the C++ launcher on or off for this process (off: every call takes the Python path)."""
     global _enabled
     _enabled = bool(on)
+    if _module is not None:
+        _module.set_ops_enabled(_enabled)
 
 
 def status() -> str:
@@ -79,6 +89,8 @@ def _compile():
         lib = _launch.driver().lib
         mod.set_driver(*(ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
                          for name in ("cuLaunchKernel", "cuCtxGetCurrent", "cuCtxSetCurrent")))
+        mod.register_ops(_op_plan)  # softdtw._ops, imported with softdtw, has defined the ops
+        mod.set_ops_enabled(_enabled)
         _module = mod
         _log.info("softdtw: the C++ launcher is loaded (%s)", mod.__file__)
     except Exception as e:  # no compiler, no ninja, a failed build: the Python path keeps running everything
@@ -202,6 +214,24 @@ def _plan(x, y, cost, memory: str, backend, grad: bool):
     plan = _module.add_plan(_context(), check, f, b, fwd.saved_numel, _saved_dtype(x.dtype), list(fwd.bnd),
                             list(bwd.bnd) if bwd is not None else [], B, N, M, fwd.plan.nch, cost, gram)
     return plan, unbatched, _checks.Span(cost, D, N, M), gram
+
+
+def _op_plan(x, y, cost: str, store: bool) -> int:
+    """The learner of the ops' CUDA kernels (fastpath.cpp, register_ops): the C++ plan id for softdtw::forward /
+    softdtw::backward calls on x `(B, N, D)`, y `(B, M, D)` with this cost, storing the table (memory "store") or
+    not ("none"), or -1 where the Python kernel keeps the call (the same cases as :func:`_entry`), or -2 during a
+    CUDA-graph capture (no plan is built there: NVRTC and module loads are not capturable; asked again later).
+    The C++ side asks once per (B, N, M, D, dtype, device, cost, store)."""
+    if torch.cuda.is_current_stream_capturing():
+        return -2
+    pkey = (x.shape, y.shape, x.dtype, y.dtype, x.get_device(), y.get_device(), cost, "store" if store else "auto",
+            "cuda", store)
+    p = _PLANS.get(pkey)
+    if p is None:
+        if len(_PLANS) >= _PLANS_MAX:
+            return -1
+        p = _PLANS[pkey] = _plan(x, y, cost, "store" if store else "auto", "cuda", store)
+    return -1 if p is False else p[0]
 
 
 def _context() -> int:
