@@ -30,6 +30,9 @@ def main():
     p.add_argument("--out", default=None)
     args = p.parse_args()
     pred, target = _data(args.B, args.N, args.N, "cuda", torch.float32)
+    from softdtw.backends.cuda import fastpath
+
+    fastpath.build()  # the soft-DTW step through the C++ launcher, as in bench_dilate
     losses = {"sdtw": lambda a, b: softdtw.soft_dtw(a, b, GAMMA),
               "dilate": lambda a, b: softdtw.dilate_loss(a, b, alpha=0.5, gamma=GAMMA)}
     report = []

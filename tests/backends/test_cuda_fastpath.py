@@ -482,3 +482,74 @@ def test_create_graph_through_the_op_kernels(built):
     assert out[True][2] > 0 and out[False][2] == 0
     torch.testing.assert_close(out[True][0], out[False][0], rtol=0, atol=0)
     torch.testing.assert_close(out[True][1], out[False][1], rtol=0, atol=0)
+
+
+# --- DILATE through the launcher (fastpath.dilate_call, fastpath.cpp's Dilate) -----------------------------------
+
+def _dilate_run(x, y, enabled, needs=(True, False), alpha=0.5, gamma=0.05, calls=2):
+    fastpath.set_enabled(enabled)
+    for _ in range(calls):  # a shape's first call takes the Python path
+        xc, yc = x.clone().requires_grad_(needs[0]), y.clone().requires_grad_(needs[1])
+        v = softdtw.dilate_loss(xc, yc, alpha=alpha, gamma=gamma)
+    v.mean().backward()
+    return v, xc.grad, yc.grad
+
+
+@pytest.mark.parametrize("B,N,M,D,dtype", [(64, 256, 256, 1, torch.float32), (64, 96, 96, 1, torch.float32),
+                                           (32, 512, 512, 1, torch.float32), (8, 40, 33, 3, torch.float32),
+                                           (5, 70, 90, 2, torch.float64)])
+@pytest.mark.parametrize("needs,alpha", [((True, False), 0.5), ((True, True), 0.3), ((True, False), 1.0)])
+def test_dilate_bitwise_the_python_path(built, B, N, M, D, dtype, needs, alpha):
+    """The launcher's DILATE replays the Python path's torch calls and kernels: bitwise its losses and gradients."""
+    g = torch.Generator(device="cuda").manual_seed(N + D)
+    t = torch.randn(B, max(N, M), D, device="cuda", dtype=dtype, generator=g).cumsum(1) * 0.1
+    x = (t[:, :N] + 0.3 * torch.randn(B, N, D, device="cuda", dtype=dtype, generator=g)).contiguous()
+    y = t[:, :M].contiguous()
+    fast = _dilate_run(x, y, True, needs, alpha)
+    assert _taken(fast[0])
+    slow = _dilate_run(x, y, False, needs, alpha)
+    assert not _taken(slow[0])
+    for a, b in zip(fast, slow):
+        if b is None:
+            assert a is None
+        else:
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_dilate_calls_it_does_not_take(built):
+    x, y = torch.randn(4, 30, 1, device="cuda"), torch.randn(4, 28, 1, device="cuda")
+    fastpath.set_enabled(True)
+    cases = [
+        dict(x_lengths=torch.tensor([30, 20, 10, 5], device="cuda")),
+        dict(omega=torch.rand(30, 28, device="cuda")),
+        dict(divergence=True),
+        dict(cost="l1"),
+        dict(bandwidth=5),
+        dict(gamma=torch.tensor(0.1, device="cuda")),
+    ]
+    for kw in cases:
+        kw = {"gamma": 0.1, **kw}
+        for _ in range(2):
+            v = softdtw.dilate_loss(x.clone().requires_grad_(), y, **kw)
+        assert not _taken(v), kw
+    for _ in range(2):  # no gradient, and the terms
+        with torch.no_grad():
+            v = softdtw.dilate_loss(x, y, gamma=0.1)
+        loss, shape, temporal = softdtw.dilate_loss(x.clone().requires_grad_(), y, gamma=0.1, return_terms=True)
+    assert v.grad_fn is None and not _taken(loss)
+    torch.testing.assert_close(loss, v, rtol=1e-5, atol=1e-6)
+
+
+def test_dilate_errors_are_the_python_paths(built):
+    x, y = torch.randn(4, 30, 1, device="cuda"), torch.randn(4, 28, 1, device="cuda")
+    fastpath.set_enabled(True)
+    for _ in range(2):
+        xc = x.clone().requires_grad_()
+        v = softdtw.dilate_loss(xc, y, gamma=0.1)
+    assert _taken(v)
+    with pytest.raises(NotImplementedError, match="double backward through dilate_loss"):
+        torch.autograd.grad(v.sum(), xc, create_graph=True)
+    bad = x.clone()
+    bad[1, 3, 0] = float("nan")
+    with pytest.raises(ValueError, match="x contains NaN"):
+        softdtw.dilate_loss(bad.requires_grad_(), y, gamma=0.1)

@@ -61,6 +61,10 @@ struct Plan {
   int64_t B = 0, N = 0, M = 0, nch = 1;
   std::string cost;
   bool gram = false;  // large-D squared Euclidean: the kernels take |x_i|, |y_j| and x·yᵀ (cost "gram")
+  // DILATE (set_hvp): fwd is the value-only forward of a precomputed cost, hvp is hvp_warp_kernel (hvp.py)
+  Kernel hvp;
+  int64_t rec_numel = 0;  // its per-cell records, in the data dtype
+  int64_t vec_group = 1;  // values per 16 bytes: its vectorised path needs M a multiple of it
 };
 
 std::mutex g_lock;
@@ -191,6 +195,85 @@ struct Fused : public torch::autograd::Function<Fused> {
     return out;
   }
 };
+
+// DILATE (softdtw/dilate.py) of x (B, N, D), y (B, M, D) with the squared Euclidean cost, the default Omega and
+// no lengths or band: loss = alpha sdtw + (1 - alpha) <E, Omega>. The same torch calls and kernels as the Python
+// path (dilate._terms, _Dilate, cuda hvp_cost), in the same order, so the loss and the gradients are bitwise the
+// Python path's: C by broadcasting, a value-only forward of C, one hvp_cost along Omega, and a backward that
+// replays what autograd does for _Dilate's backward and C's broadcast formula.
+struct Dilate : public torch::autograd::Function<Dilate> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& y,
+                            const at::Tensor& gamma, const at::Tensor& xl, const at::Tensor& yl, const at::Tensor& om,
+                            const at::Tensor& gdot, int64_t plan_id, int64_t stream, int64_t flag, int64_t ws,
+                            int64_t wmax, double alpha) {
+    const Plan& p = plan_of(plan_id);
+    bind(p);
+    if (flag != 0) {
+      launch(p.check, stream, {ptr(x), x.numel(), ptr(y), y.numel(), 0, ptr(gamma), flag, ws, wmax}, "check_kernel");
+    }
+    const auto opts = x.options();
+    at::Tensor diff = x.unsqueeze(2) - y.unsqueeze(1);  // costs.sqeuclidean's broadcast form
+    at::Tensor C = diff.pow(2).sum(-1);
+    at::Tensor value = at::empty({p.B}, opts), bnd = maybe_empty(p.fwd_bnd, opts);
+    launch(p.fwd, stream,
+           {0, 0, ptr(C), ptr(gamma), ptr(xl), ptr(yl), 0, ptr(value), 0, ptr(bnd), p.B, p.N, p.M, p.nch, 0, 0, 0},
+           "forward_kernel");
+    at::Tensor E = at::empty_like(C), Ed = at::empty_like(C), vg = at::empty({p.B}, opts),
+               vgd = at::empty({p.B}, opts), rec = at::empty({p.rec_numel}, opts);
+    bool vec = p.M % p.vec_group == 0;
+    for (int64_t a : {ptr(C), ptr(om), ptr(E), ptr(Ed)}) vec = vec && a % 16 == 0;
+    launch(p.hvp, stream,
+           {ptr(C), ptr(om), ptr(gamma), ptr(gdot), ptr(xl), ptr(yl), 0, ptr(rec), ptr(E), ptr(Ed), ptr(vg), ptr(vgd),
+            p.B, p.N, p.M, vec ? 1 : 0, 0, 0, 0, 0, 0, 0},
+           "hvp_warp_kernel");
+    at::Tensor temporal = (E * om).sum({1, 2});
+    ctx->save_for_backward({diff, value, E, Ed});
+    ctx->saved_data["alpha"] = alpha;
+    return at::add(at::mul(value, alpha), at::mul(temporal, 1.0 - alpha));
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    torch::autograd::variable_list out(13);
+    const at::Tensor& grad = grads[0];
+    if (!grad.defined()) return out;
+    TORCH_CHECK_NOT_IMPLEMENTED(!at::GradMode::is_enabled(),
+                "a double backward through dilate_loss is not supported: DILATE's gradient is already a second "
+                "derivative of soft-DTW (softdtw::hvp_cost), which has no derivative of its own. Take its "
+                "backward with create_graph=False.");
+    const auto s = ctx->get_saved_variables();
+    const at::Tensor &diff = s[0], &value = s[1], &E = s[2], &Ed = s[3];
+    const double alpha = ctx->saved_data["alpha"].toDouble();
+    // loss = alpha * shape + (1 - alpha) * temporal: MulBackward0 of each term, then _Dilate.backward.
+    const at::Tensor keep = at::isfinite(value).to(E.scalar_type());
+    const at::Tensor gs = grad.mul(alpha) * keep, gt = grad.mul(1.0 - alpha) * keep;
+    const at::Tensor dC = gs.view({-1, 1, 1}) * E + gt.view({-1, 1, 1}) * Ed;
+    // C = (x[:, :, None] - y[:, None]).pow(2).sum(-1): SumBackward0, PowBackward0 (grad * (2 * diff^1)), then
+    // SubBackward0 with the broadcast dimension summed (keepdim) and UnsqueezeBackward0.
+    const at::Tensor t = dC.unsqueeze(-1).expand(diff.sizes()) * (diff.pow(1.0) * 2.0);
+    if (ctx->needs_input_grad(0)) out[0] = t.sum({2}, true).squeeze(2);
+    if (ctx->needs_input_grad(1)) out[1] = (-t).sum({1}, true).squeeze(1);
+    return out;
+  }
+};
+
+at::Tensor dilate(const at::Tensor& x, const at::Tensor& y, const at::Tensor& gamma, const at::Tensor& xl,
+                  const at::Tensor& yl, const at::Tensor& om, const at::Tensor& gdot, int64_t plan_id, int64_t stream,
+                  int64_t flag, int64_t ws, int64_t wmax, double alpha) {
+  return Dilate::apply(x, y, gamma, xl, yl, om, gdot, plan_id, stream, flag, ws, wmax, alpha);
+}
+
+// The hvp kernel of a DILATE plan (add_plan registered its check and value-only forward).
+void set_hvp(int64_t id, int64_t fn, int64_t grid, int64_t block, int64_t rec_numel, int64_t vec_group) {
+  std::lock_guard<std::mutex> guard(g_lock);
+  TORCH_CHECK(id >= 0 && id < (int64_t)g_plans.size(), "softdtw fast path: unknown plan ", id);
+  Plan& p = g_plans[id];
+  p.hvp.fn = (void*)(uintptr_t)fn;
+  p.hvp.grid = (unsigned)grid;
+  p.hvp.block = (unsigned)block;
+  p.rec_numel = rec_numel;
+  p.vec_group = vec_group;
+}
 
 at::Tensor fused(const at::Tensor& x, const at::Tensor& y, const at::Tensor& gamma, const at::Tensor& xl,
                  const at::Tensor& yl, int64_t plan_id, int64_t stream, bool store, int64_t flag, int64_t ws,
@@ -439,6 +522,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_driver", &set_driver, "the addresses of the driver's cuLaunchKernel, cuCtxGetCurrent, cuCtxSetCurrent");
   m.def("add_plan", &add_plan, "register one shape's launches; returns its id");
   m.def("fused", &fused, "soft-DTW values (B,) with a C++ autograd node");
+  m.def("dilate", &dilate, "DILATE losses (B,) with a C++ autograd node");
+  m.def("set_hvp", &set_hvp, "the hvp kernel of a DILATE plan");
   m.def("register_ops", &register_ops, "the CUDA kernels of softdtw::forward and softdtw::backward");
   m.def("set_ops_enabled", &set_ops_enabled, "off: every op call runs the Python kernel");
   m.def("op_counts", &op_counts, "[op calls the C++ kernels ran, op calls handed to the Python kernel]");

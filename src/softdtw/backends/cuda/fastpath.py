@@ -272,20 +272,125 @@ def call(x: torch.Tensor, y, gamma: float, cost, memory, backend) -> Optional[to
     if e is False or _get_device() != e.dev or not (x.is_contiguous() and y.is_contiguous()) \
             or torch.cuda.is_current_stream_capturing() or (e.gram and torch.is_autocast_enabled("cuda")):
         return None
-    from ... import _checks
-
     stream = _launch._raw_stream(e.dev)
     xs, ys = (x.unsqueeze(0), y.unsqueeze(0)) if e.unbatched else (x, y)
-    # _checks._value_checks_enabled for this call, whose compile and capture cases returned above (as in _prepared)
-    if _checks._trusted_depth or os.environ.get("SOFTDTW_CHECK_VALUES", "1") == "0":
-        value = mod.fused(xs, ys, e.gamma, e.xl, e.yl, e.plan, stream, grad, 0, 0, 0)
-    else:
-        from . import checks as _vchecks
-
-        slot = _vchecks._take(e.dev)
-        value = mod.fused(xs, ys, e.gamma, e.xl, e.yl, e.plan, stream, grad, slot.dev, slot.ws.data_ptr(),
-                          slot.wmax.data_ptr())
-        pending = _vchecks.PendingCheck(e.dev, stream, slot)
-        if not pending.ok() or _checks._out_of_range(pending.vmax, pending.gamma, e.span, "cuda", x.dtype):
-            return None  # the Python path runs the call again: its error, its NaN-padding rerun or the reference
+    value = _checked(e.dev, stream, e.span, x.dtype,
+                     lambda *check: mod.fused(xs, ys, e.gamma, e.xl, e.yl, e.plan, stream, grad, *check))
+    if value is None:
+        return None
     return value[0] if e.unbatched else value
+
+
+def _checked(dev: int, stream: int, span, dtype, run):
+    """run(flag, ws, wmax) with the value check queued in front of the call's kernels (three zeros: no check), then
+    the check's answer: the value, or None when the inputs hold NaN / Inf or are past the kernels' exact range (the
+    caller then runs the call on the Python path, which raises its error or reruns)."""
+    from ... import _checks
+
+    # _checks._value_checks_enabled for this call, whose compile and capture cases the callers excluded
+    if _checks._trusted_depth or os.environ.get("SOFTDTW_CHECK_VALUES", "1") == "0":
+        return run(0, 0, 0)
+    from . import checks as _vchecks
+
+    slot = _vchecks._take(dev)
+    value = run(slot.dev, slot.ws.data_ptr(), slot.wmax.data_ptr())
+    pending = _vchecks.PendingCheck(dev, stream, slot)
+    if not pending.ok() or _checks._out_of_range(pending.vmax, pending.gamma, span, "cuda", dtype):
+        return None
+    return value
+
+
+# --- DILATE ------------------------------------------------------------------------------------------------------
+
+class _DilateEntry(NamedTuple):
+    plan: int
+    dev: int
+    gamma: torch.Tensor
+    xl: torch.Tensor
+    yl: torch.Tensor
+    omega: torch.Tensor  # the default Omega of the shape, (B, N, M)
+    gdot: torch.Tensor  # hvp_cost's gamma direction: zeros (B,)
+    span: object
+
+
+def dilate_call(x: torch.Tensor, y, alpha: float, gamma: float, backend) -> Optional[torch.Tensor]:
+    """dilate_loss(x, y, alpha, gamma, backend=backend) with the squared Euclidean cost and the default Omega,
+    through the launcher (fastpath.cpp, Dilate: the Python path's torch calls and kernels, bitwise its losses and
+    gradients), or None: the caller runs the Python path (a call it does not take: no gradient, a first call of
+    the shape, lengths, a band, Omega, the divergence; a failed value check; inputs past the exact range). x is a
+    CUDA tensor and gamma a float (the caller checked)."""
+    if torch.compiler.is_compiling():
+        return None
+    mod = _module
+    if mod is None:
+        if _enabled and _thread is None and _error is None:
+            _start()
+        return None
+    if not _enabled or type(y) is not torch.Tensor or _transforms_active() \
+            or not (torch.is_grad_enabled() and (x.requires_grad or y.requires_grad)):
+        return None
+    key = ("dilate", x.shape, y.shape, x.dtype, y.dtype, x.get_device(), y.get_device(), backend, gamma)
+    e = _ENTRIES.get(key)
+    if e is None:
+        pkey = key[:-1]
+        first = pkey not in _PLANS
+        if first and len(_PLANS) < _PLANS_MAX:
+            _PLANS[pkey] = _dilate_plan(x, y, backend)
+        p = _PLANS.get(pkey, False)
+        if len(_ENTRIES) >= _ENTRIES_MAX:
+            _ENTRIES.clear()
+        e = _ENTRIES[key] = False if p is False or not (gamma >= 0 and gamma < float("inf")) else p._replace(
+            gamma=_as_gamma(gamma, x))
+        if first:
+            return None
+    if e is False or _get_device() != e.dev or not (x.is_contiguous() and y.is_contiguous()) \
+            or torch.cuda.is_current_stream_capturing() or torch.is_autocast_enabled("cuda"):
+        return None
+    stream = _launch._raw_stream(e.dev)
+    return _checked(e.dev, stream, e.span, x.dtype, lambda *check: mod.dilate(
+        x, y, e.gamma, e.xl, e.yl, e.omega, e.gdot, e.plan, stream, *check, float(alpha)))
+
+
+def _as_gamma(gamma: float, x: torch.Tensor) -> torch.Tensor:
+    from ... import _checks
+
+    return _checks.as_gamma(gamma, x.device, x.dtype)
+
+
+def _dilate_plan(x, y, backend):
+    """A _DilateEntry without its gamma for one shape, or False where DILATE's launcher does not apply: float32 /
+    float64 (B, N, D), (B, M, D) with B·N·M·D within the cost's broadcast form, M within hvp_warp_kernel's reach,
+    a value-only forward that is not chained."""
+    from ... import _checks, costs
+    from ...dilate import _omega_tensor
+    from . import _saved_dtype, _seq
+    from . import checks as _vchecks
+    from . import hvp as _hvp
+
+    if x.dtype != y.dtype or x.dtype not in (torch.float32, torch.float64) or x.dim() != 3 or y.dim() != 3 \
+            or backend not in (None, "cuda"):
+        return False
+    B, N, D = x.shape
+    M = y.shape[1]
+    dev = x.get_device()
+    if y.shape[0] != B or y.shape[2] != D or 0 in x.shape or 0 in y.shape or y.get_device() != dev \
+            or B * N * M * D > costs._BROADCAST_LIMIT or _hvp._warp_k(M, x.dtype) is None:
+        return False
+    K, W = _hvp._warp_plan(B, M, x.dtype, dev)
+    fwd = _seq("forward", B, N, M, 0, x.dtype, dev, "precomputed", False, False, False)
+    if not fwd.expr:
+        return False
+    _launch.ensure_context(dev)
+    check = [_launch._launcher("check", _vchecks._EXPR[x.dtype], dev).fn,
+             _vchecks.blocks(x.numel() + y.numel(), dev), _vchecks._THREADS]
+    f = [_launch._launcher("forward", fwd.expr, dev).fn, fwd.grid, fwd.block]
+    plan = _module.add_plan(_context(), check, f, [0, 0, 0], 0, _saved_dtype(x.dtype), list(fwd.bnd), [], B, N, M,
+                            fwd.plan.nch, "precomputed", False)
+    hexpr = f"sdtw::hvp_warp_kernel<{_launch._CTYPE[x.dtype]}, false, {K}, {W}>"  # as hvp.hvp_cost names it
+    _module.set_hvp(plan, _launch._launcher("hvp_warp", hexpr, dev).fn, B, 32 * W, B * N * 4 * 32 * W * K,
+                    16 // x.element_size())
+    xl = _checks.as_lengths(None, "x_lengths", B, N, x.device, "x")
+    yl = _checks.as_lengths(None, "y_lengths", B, M, x.device, "y")
+    omega = _omega_tensor(None, B, N, M, xl, yl, x.dtype, x.device)
+    return _DilateEntry(plan, dev, None, xl, yl, omega, torch.zeros(B, dtype=x.dtype, device=x.device),
+                        _checks.Span("sqeuclidean", D, N, M))
