@@ -18,6 +18,11 @@ fails or whose inputs are past the kernels' exact range: the launcher's value is
 path runs the call again and raises its error (or reruns on the reference backend), so errors and results never
 depend on the path.
 
+DILATE (:func:`softdtw.dilate_loss`, :func:`dilate_call`) takes the same route for its training call: a CUDA x and y
+needing a gradient, the squared Euclidean cost, the default Omega, a float gamma, no lengths, band, divergence or
+return_terms, M within hvp_warp_kernel's reach; a C++ autograd Function makes the Python path's torch calls and
+launches in the same order, so its losses and gradients are bitwise the Python path's too.
+
 Under torch.compile the graph holds the custom ops softdtw::forward and softdtw::backward; once loaded, the
 launcher also registers their CUDA kernels in C++ (fastpath.cpp, ``register_ops``), which launch the same
 kernels as the ops' Python kernel for the calls they take (the plain DP: no band or alignment variant, memory
@@ -245,18 +250,26 @@ def _context() -> int:
 _get_device = _launch._get_device
 
 
-def call(x: torch.Tensor, y, gamma: float, cost, memory, backend) -> Optional[torch.Tensor]:
-    """soft_dtw(x, y, gamma, cost=cost, memory=memory, backend=backend) through the launcher, or None: the caller
-    then runs the call on the Python path (a call this launcher does not take, the first call of a shape, a
-    failed value check, inputs past the exact range). x is a CUDA tensor and gamma a float (the caller checked)."""
-    if torch.compiler.is_compiling():  # first: nothing below is for a traced graph
+def _ready():
+    """The loaded launcher, for a call it may take, or None: under torch.compile (first: nothing here is for a
+    traced graph) or a functorch transform, when it is off, and until it is built (the first call starts the
+    build)."""
+    if torch.compiler.is_compiling():
         return None
     mod = _module
     if mod is None:
         if _enabled and _thread is None and _error is None:
             _start()
         return None
-    if not _enabled or type(y) is not torch.Tensor or type(cost) is not str or _transforms_active():
+    return mod if _enabled and not _transforms_active() else None
+
+
+def call(x: torch.Tensor, y, gamma: float, cost, memory, backend) -> Optional[torch.Tensor]:
+    """soft_dtw(x, y, gamma, cost=cost, memory=memory, backend=backend) through the launcher, or None: the caller
+    then runs the call on the Python path (a call this launcher does not take, the first call of a shape, a
+    failed value check, inputs past the exact range). x is a CUDA tensor and gamma a float (the caller checked)."""
+    mod = _ready()
+    if mod is None or type(y) is not torch.Tensor or type(cost) is not str:
         return None
     grad = torch.is_grad_enabled() and (x.requires_grad or y.requires_grad)
     key = (x.shape, y.shape, x.dtype, y.dtype, x.get_device(), y.get_device(), cost, memory, backend, gamma, grad)
@@ -319,15 +332,9 @@ def dilate_call(x: torch.Tensor, y, alpha: float, gamma: float, backend) -> Opti
     gradients), or None: the caller runs the Python path (a call it does not take: no gradient, a first call of
     the shape, lengths, a band, Omega, the divergence; a failed value check; inputs past the exact range). x is a
     CUDA tensor and gamma a float (the caller checked)."""
-    if torch.compiler.is_compiling():
-        return None
-    mod = _module
-    if mod is None:
-        if _enabled and _thread is None and _error is None:
-            _start()
-        return None
-    if not _enabled or type(y) is not torch.Tensor or _transforms_active() \
-            or not (torch.is_grad_enabled() and (x.requires_grad or y.requires_grad)):
+    mod = _ready()
+    if mod is None or type(y) is not torch.Tensor or not (torch.is_grad_enabled() and (x.requires_grad or
+                                                                                     y.requires_grad)):
         return None
     key = ("dilate", x.shape, y.shape, x.dtype, y.dtype, x.get_device(), y.get_device(), backend, gamma)
     e = _ENTRIES.get(key)
