@@ -83,6 +83,9 @@ def cpu_name() -> str:
 
 
 def git_sha() -> str:
+    """The tree's commit; SOFTDTW_GIT_SHA overrides it (the device machine's copy reports a stale HEAD)."""
+    if os.environ.get("SOFTDTW_GIT_SHA"):
+        return os.environ["SOFTDTW_GIT_SHA"]
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                              text=True, check=True)

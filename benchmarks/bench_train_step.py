@@ -289,7 +289,7 @@ def main() -> None:
             profile_text.append("\n".join(text))
     from torch._dynamo.utils import counters
     meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-            "git_sha": os.environ.get("SOFTDTW_GIT_SHA") or git_sha(), "src": str(args.src),
+            "git_sha": git_sha(), "src": str(args.src),
             "what": "loss step (clone, loss, mean, backward, sync), median wall ms", "reps": args.reps,
             "cudagraph_skips": dict(counters["inductor"]).get("cudagraph_skips", 0),
             "kernel_names": kernel_names, **built}
