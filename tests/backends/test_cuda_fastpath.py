@@ -553,3 +553,87 @@ def test_dilate_errors_are_the_python_paths(built):
     bad[1, 3, 0] = float("nan")
     with pytest.raises(ValueError, match="x contains NaN"):
         softdtw.dilate_loss(bad.requires_grad_(), y, gamma=0.1)
+
+
+# --- the cost ops' CUDA kernels: forward_cost, backward_cost, hvp_cost -------------------------------------------
+
+@pytest.mark.parametrize("B,N,M,dtype,lengths", [(1, 16, 16, torch.float32, False), (16, 128, 100, torch.float32, True),
+                                                 (64, 256, 256, torch.float32, False),
+                                                 (5, 70, 90, torch.float64, True)])
+def test_cost_op_kernels_bitwise_the_python_kernel(built, B, N, M, dtype, lengths):
+    from softdtw import _ops
+
+    x, y, gamma, xl, yl = _op_args(B, N, M, 2, dtype, lengths, seed=N + M)
+    C = (x.unsqueeze(2) - y.unsqueeze(1)).square().sum(-1)
+    g = torch.Generator(device="cuda").manual_seed(1)
+    Cdot = torch.randn(B, N, M, device="cuda", dtype=dtype, generator=g)
+    gdot = torch.rand(B, device="cuda", dtype=dtype, generator=g)
+    grad = torch.linspace(0.5, 1.5, B, device="cuda", dtype=dtype)
+    out = {}
+    for enabled in (True, False):
+        fastpath.set_enabled(enabled)
+        before = _counts()
+        value_only = _ops.forward_cost(C, gamma, xl, yl, None, "none", "cuda")[0]
+        value, saved = _ops.forward_cost(C, gamma, xl, yl, None, "store", "cuda")
+        dC, dgamma, dpen = _ops.backward_cost(grad, C, gamma, xl, yl, None, value, saved, "store", "cuda")
+        hvp = _ops.hvp_cost(C, gamma, xl, yl, None, Cdot, gdot, "cuda")
+        out[enabled] = (value_only, value, dC, dgamma, *hvp)
+        assert _counts()[0] - before[0] == (4 if enabled else 0) and dpen.shape == (0,)
+    for a, b in zip(out[True], out[False]):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_dilate_with_lengths_and_omega_takes_the_op_kernels(built):
+    """DILATE's Python path (lengths, a user Omega) calls forward_cost and hvp_cost: their C++ kernels, bitwise."""
+    x, y = torch.randn(8, 40, 1, device="cuda"), torch.randn(8, 36, 1, device="cuda")
+    xl = torch.tensor([40, 30, 20, 40, 33, 12, 40, 7], device="cuda")
+    omega = torch.rand(40, 36, device="cuda")
+    out = {}
+    for enabled in (True, False):
+        fastpath.set_enabled(enabled)
+        before = _counts()
+        xc = x.clone().requires_grad_()
+        v = softdtw.dilate_loss(xc, y, gamma=0.1, x_lengths=xl, omega=omega)
+        v.sum().backward()
+        out[enabled] = (v, xc.grad, _counts()[0] - before[0])
+    assert out[True][2] == 2 and out[False][2] == 0
+    torch.testing.assert_close(out[True][0], out[False][0], rtol=0, atol=0)
+    torch.testing.assert_close(out[True][1], out[False][1], rtol=0, atol=0)
+
+
+def test_compiled_precomputed_cost_runs_the_op_kernels(built):
+    """A compiled loss on a cost the fused kernels do not have (cosine): forward_cost / backward_cost in C++."""
+    x, y = torch.randn(8, 48, 5, device="cuda"), torch.randn(8, 40, 5, device="cuda")
+    torch._dynamo.reset()
+    loss = torch.compile(lambda a, b: softdtw.soft_dtw(a, b, 0.1, cost="cosine").mean(), fullgraph=True)
+    out = {}
+    for enabled in (True, False):
+        fastpath.set_enabled(enabled)
+        before = _counts()
+        for _ in range(2):
+            xc = x.clone().requires_grad_()
+            v = loss(xc, y)
+            v.backward()
+        out[enabled] = (v, xc.grad, _counts()[0] - before[0])
+    assert out[True][2] == 4 and out[False][2] == 0
+    torch.testing.assert_close(out[True][0], out[False][0], rtol=0, atol=0)
+    torch.testing.assert_close(out[True][1], out[False][1], rtol=0, atol=0)
+
+
+def test_a_forced_plan_keeps_the_launcher_out(built):
+    """Under launch.forced_plan (tests, probes) the forced layout runs, and no plan learnt under it stays."""
+    from softdtw import _ops
+    from softdtw.backends.cuda import launch
+
+    x, y, gamma, xl, yl = _op_args(4, 64, 64, 1, torch.float32, seed=3)
+    fastpath.set_enabled(True)
+    with launch.forced_plan(1, 2):
+        for _ in range(2):
+            v = softdtw.soft_dtw(x.clone().requires_grad_(), y, 0.1)
+        assert not _taken(v)
+        before = _counts()
+        _ops.forward(x, y, gamma, "sqeuclidean", xl, yl, None, "store", "cuda")
+        assert _counts()[1] == before[1] + 1
+    for _ in range(2):
+        v = softdtw.soft_dtw(x.clone().requires_grad_(), y, 0.1)
+    assert _taken(v)

@@ -15,11 +15,13 @@
 // other case. A backward with create_graph=True calls the softdtw::backward op through the dispatcher, whose
 // registered autograd formula is the Hessian-vector product (softdtw/_ops.py): the same graph as the Python path.
 //
-// The ops' CUDA kernels (register_ops): a compiled graph (torch.compile) holds the custom ops softdtw::forward and
-// softdtw::backward, whose only kernel was the Python one (CompositeExplicitAutograd, softdtw/_ops.py). Once
-// registered, the CUDA dispatch key runs forward_op / backward_op below, which launch the same kernels with the
-// same arguments as the Python kernel for the calls they take (plain DP, no window, "store" or "none", a plan
-// fastpath.py's learner registered) and hand every other call to the Python kernel, unchanged.
+// The ops' CUDA kernels (register_ops): a compiled graph (torch.compile) holds the custom ops softdtw::forward,
+// backward, forward_cost, backward_cost and hvp_cost, whose only kernel was the Python one (CompositeExplicitAutograd,
+// softdtw/_ops.py). Once registered, the CUDA dispatch key runs the *_op functions below, which launch the same
+// kernels with the same arguments as the Python kernel for the calls they take (plain DP, no window, "store" or
+// "none", a plan fastpath.py's learner registered) and hand every other call to the Python kernel, unchanged.
+//
+// DILATE's training call (Dilate, dilate) is the third piece: softdtw/dilate.py's Python path replayed in C++.
 #include <torch/extension.h>
 #include <torch/library.h>
 
@@ -196,6 +198,19 @@ struct Fused : public torch::autograd::Function<Fused> {
   }
 };
 
+// hvp_warp_kernel (backends/cuda/hvp.py's hvp_cost, no window or variant) along (Cd, gd); its vectorised path
+// wants M a multiple of 16 bytes' values and 16-byte aligned tables.
+void launch_hvp(const Plan& p, int64_t stream, const at::Tensor& C, const at::Tensor& Cd, const at::Tensor& gamma,
+                const at::Tensor& gd, const at::Tensor& xl, const at::Tensor& yl, const at::Tensor& rec,
+                const at::Tensor& E, const at::Tensor& Ed, const at::Tensor& vg, const at::Tensor& vgd) {
+  bool vec = p.M % p.vec_group == 0;
+  for (int64_t a : {ptr(C), ptr(Cd), ptr(E), ptr(Ed)}) vec = vec && a % 16 == 0;
+  launch(p.hvp, stream,
+         {ptr(C), ptr(Cd), ptr(gamma), ptr(gd), ptr(xl), ptr(yl), 0, ptr(rec), ptr(E), ptr(Ed), ptr(vg), ptr(vgd), p.B,
+          p.N, p.M, vec ? 1 : 0, 0, 0, 0, 0, 0, 0},
+         "hvp_warp_kernel");
+}
+
 // DILATE (softdtw/dilate.py) of x (B, N, D), y (B, M, D) with the squared Euclidean cost, the default Omega and
 // no lengths or band: loss = alpha sdtw + (1 - alpha) <E, Omega>. The same torch calls and kernels as the Python
 // path (dilate._terms, _Dilate, cuda hvp_cost), in the same order, so the loss and the gradients are bitwise the
@@ -220,12 +235,7 @@ struct Dilate : public torch::autograd::Function<Dilate> {
            "forward_kernel");
     at::Tensor E = at::empty_like(C), Ed = at::empty_like(C), vg = at::empty({p.B}, opts),
                vgd = at::empty({p.B}, opts), rec = at::empty({p.rec_numel}, opts);
-    bool vec = p.M % p.vec_group == 0;
-    for (int64_t a : {ptr(C), ptr(om), ptr(E), ptr(Ed)}) vec = vec && a % 16 == 0;
-    launch(p.hvp, stream,
-           {ptr(C), ptr(om), ptr(gamma), ptr(gdot), ptr(xl), ptr(yl), 0, ptr(rec), ptr(E), ptr(Ed), ptr(vg), ptr(vgd),
-            p.B, p.N, p.M, vec ? 1 : 0, 0, 0, 0, 0, 0, 0},
-           "hvp_warp_kernel");
+    launch_hvp(p, stream, C, om, gamma, gdot, xl, yl, rec, E, Ed, vg, vgd);
     at::Tensor temporal = (E * om).sum({1, 2});
     ctx->save_for_backward({diff, value, E, Ed});
     ctx->saved_data["alpha"] = alpha;
@@ -315,21 +325,20 @@ bool is_dense(const at::Tensor& t, const at::Tensor& x, int64_t dim) {
   return t.defined() && t.device() == x.device() && t.dim() == dim && t.is_contiguous();
 }
 
-// The plan of a call the kernels below take, or -1 (then the Python kernel runs it). x, y (B, N, D), (B, M, D)
-// contiguous float32 / float64 of one dtype on one CUDA device, gamma a 0-d tensor of that dtype there, the
-// lengths int64 (B,) there; the plan itself (fused cost, small table, not chained) is fastpath.py's decision.
-int64_t op_plan(const at::Tensor& x, const at::Tensor& y, const at::Tensor& gamma, const at::Tensor& xl,
-                const at::Tensor& yl, c10::string_view cost, bool store) {
-  if (!g_ops_on || g_learner == nullptr || !x.is_cuda() || !is_dense(x, x, 3) || !is_dense(y, x, 3) ||
-      y.scalar_type() != x.scalar_type() || y.size(0) != x.size(0) || y.size(2) != x.size(2) ||
-      (x.scalar_type() != at::kFloat && x.scalar_type() != at::kDouble))
-    return -1;
-  if (!is_dense(gamma, x, 0) || gamma.scalar_type() != x.scalar_type() || !is_dense(xl, x, 1) ||
-      !is_dense(yl, x, 1) || xl.scalar_type() != at::kLong || yl.scalar_type() != at::kLong ||
-      xl.size(0) != x.size(0) || yl.size(0) != x.size(0))
-    return -1;
-  OpKey key{x.size(0), x.size(1), y.size(1), x.size(2), (int)x.scalar_type(), (int)x.get_device(),
-            std::string(cost), store};
+// Whether gamma and the lengths are what the kernels read for data x: gamma a 0-d tensor of x's dtype on its
+// device, the lengths int64 (B,) there.
+bool scalars_ok(const at::Tensor& x, const at::Tensor& gamma, const at::Tensor& xl, const at::Tensor& yl) {
+  return is_dense(gamma, x, 0) && gamma.scalar_type() == x.scalar_type() && is_dense(xl, x, 1) &&
+         is_dense(yl, x, 1) && xl.scalar_type() == at::kLong && yl.scalar_type() == at::kLong &&
+         xl.size(0) == x.size(0) && yl.size(0) == x.size(0);
+}
+
+bool data_ok(const at::Tensor& x) {
+  return x.is_cuda() && is_dense(x, x, 3) && (x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble);
+}
+
+// The plan id of a key, asking fastpath.py's learner (with a and b: x and y, or C twice) at the key's first call.
+int64_t lookup(OpKey key, const at::Tensor& a, const at::Tensor& b) {
   {
     std::lock_guard<std::mutex> guard(g_lock);
     auto it = g_op_plans.find(key);
@@ -338,12 +347,32 @@ int64_t op_plan(const at::Tensor& x, const at::Tensor& y, const at::Tensor& gamm
   int64_t id;
   {
     py::gil_scoped_acquire gil;
-    id = (*g_learner)(x, y, key.cost, store).cast<int64_t>();
+    id = (*g_learner)(a, b, key.cost, key.store).cast<int64_t>();
   }
-  if (id == -2) return -1;  // not now (a graph capture), ask again next time
+  if (id == -2) return -1;  // not now (a graph capture, a forced plan), ask again next time
   std::lock_guard<std::mutex> guard(g_lock);
   if (g_op_plans.size() < kOpPlansMax) g_op_plans.emplace(std::move(key), id);
   return id;
+}
+
+// The plan of a fused-cost call the kernels below take, or -1 (then the Python kernel runs it). x, y (B, N, D),
+// (B, M, D) contiguous float32 / float64 of one dtype on one CUDA device; the plan itself (fused cost, small
+// table, not chained) is fastpath.py's decision.
+int64_t op_plan(const at::Tensor& x, const at::Tensor& y, const at::Tensor& gamma, const at::Tensor& xl,
+                const at::Tensor& yl, c10::string_view cost, bool store) {
+  if (!g_ops_on || g_learner == nullptr || !data_ok(x) || !is_dense(y, x, 3) || y.scalar_type() != x.scalar_type() ||
+      y.size(0) != x.size(0) || y.size(2) != x.size(2) || !scalars_ok(x, gamma, xl, yl))
+    return -1;
+  return lookup({x.size(0), x.size(1), y.size(1), x.size(2), (int)x.scalar_type(), (int)x.get_device(),
+                 std::string(cost), store},
+                x, y);
+}
+
+// The same for a precomputed cost C (B, N, M): kind "precomputed" (forward_cost, backward_cost) or "hvp" (hvp_cost).
+int64_t cost_plan(const at::Tensor& C, const at::Tensor& gamma, const at::Tensor& xl, const at::Tensor& yl,
+                  const char* kind, bool store) {
+  if (!g_ops_on || g_learner == nullptr || !data_ok(C) || !scalars_ok(C, gamma, xl, yl)) return -1;
+  return lookup({C.size(0), C.size(1), C.size(2), 0, (int)C.scalar_type(), (int)C.get_device(), kind, store}, C, C);
 }
 
 int64_t current_stream(const at::Tensor& x) {
@@ -356,6 +385,16 @@ void gram_inputs(const at::Tensor& x, const at::Tensor& y, at::Tensor& xn, at::T
   xn = at::linalg_vector_norm(x, 2, at::IntArrayRef{-1});
   yn = at::linalg_vector_norm(y, 2, at::IntArrayRef{-1});
   G = at::bmm(x, y.transpose(1, 2));
+}
+
+// A backward op's value and saved table as the forward of plan p left them (data: x or C), and a gradient per
+// pair; anything else is the Python kernel's.
+bool stored_as_planned(const Plan& p, const at::Tensor& data, const at::Tensor& grad, const at::Tensor& value,
+                       const at::Tensor& saved) {
+  return is_dense(saved, data, 1) && saved.numel() == p.saved_numel && saved.scalar_type() == p.saved_dtype &&
+         is_dense(value, data, 1) && value.size(0) == p.B && value.scalar_type() == data.scalar_type() &&
+         grad.defined() && grad.device() == data.device() && grad.dim() == 1 && grad.size(0) == p.B &&
+         grad.is_floating_point();
 }
 
 bool plain(const torch::jit::Stack& s, size_t window, size_t backend) {
@@ -413,13 +452,8 @@ void backward_op(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
   }
   if (id >= 0) {
     const Plan& p = plan_of(id);
-    const at::Tensor &x = s[a + 1].toTensor(), &grad = s[a].toTensor(), &value = s[a + 8].toTensor(),
-                     &saved = s[a + 9].toTensor();
-    // What the forward of this plan saved, and a gradient per pair; anything else is the Python kernel's.
-    if ((p.gram && at::autocast::is_autocast_enabled(at::kCUDA)) || !is_dense(saved, x, 1) ||
-        saved.numel() != p.saved_numel || saved.scalar_type() != p.saved_dtype || !is_dense(value, x, 1) ||
-        value.size(0) != p.B || value.scalar_type() != x.scalar_type() || !grad.defined() ||
-        grad.device() != x.device() || grad.dim() != 1 || grad.size(0) != p.B || !grad.is_floating_point())
+    if ((p.gram && at::autocast::is_autocast_enabled(at::kCUDA)) ||
+        !stored_as_planned(p, s[a + 1].toTensor(), s[a].toTensor(), s[a + 8].toTensor(), s[a + 9].toTensor()))
       id = -1;
   }
   if (id < 0) {
@@ -462,8 +496,112 @@ void backward_op(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
   torch::jit::push(s, std::move(dx), std::move(dy), std::move(dgamma), std::move(dpen));
 }
 
-// Register forward_op and backward_op at the CUDA key of softdtw::forward / softdtw::backward (once; the ops are
-// defined by softdtw/_ops.py). learner(x, y, cost, store) -> plan id, -1 (not taken) or -2 (not now).
+// softdtw::forward_cost(C, gamma, x_lengths, y_lengths, window, memory, backend, open_begin, open_end,
+// step_penalty) -> (value, saved): backends/cuda/__init__.py's forward_cost for the calls it takes.
+void forward_cost_op(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+  auto& s = *stack;
+  const size_t a = s.size() - 10;
+  int64_t id = -1;
+  const std::string& memory = s[a + 5].toStringRef();
+  const bool store = memory == "store";
+  if ((store || memory == "none") && plain(s, a + 4, a + 6)) {
+    id = cost_plan(s[a].toTensor(), s[a + 1].toTensor(), s[a + 2].toTensor(), s[a + 3].toTensor(), "precomputed",
+                   store);
+  }
+  if (id < 0) {
+    ++g_ops_passed;
+    op.callBoxedForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd, s);
+    return;
+  }
+  ++g_ops_taken;
+  const at::Tensor C = s[a].toTensor(), gamma = s[a + 1].toTensor(), xl = s[a + 2].toTensor(),
+                   yl = s[a + 3].toTensor();
+  const Plan& p = plan_of(id);
+  bind(p);
+  const auto opts = C.options();
+  at::Tensor value = at::empty({p.B}, opts);
+  at::Tensor saved = store ? at::empty({p.saved_numel}, opts.dtype(p.saved_dtype)) : at::empty({0}, opts);
+  at::Tensor bnd = maybe_empty(p.fwd_bnd, opts);
+  launch(p.fwd, current_stream(C),
+         {0, 0, ptr(C), ptr(gamma), ptr(xl), ptr(yl), 0, ptr(value), store ? ptr(saved) : 0, ptr(bnd), p.B, p.N, p.M,
+          p.nch, 0, 0, 0},
+         "forward_kernel");
+  torch::jit::drop(s, 10);
+  torch::jit::push(s, std::move(value), std::move(saved));
+}
+
+// softdtw::backward_cost(grad, C, gamma, x_lengths, y_lengths, window, value, saved, memory, backend, open_begin,
+// open_end, step_penalty) -> (dC, dgamma, dpenalty): backends/cuda/__init__.py's backward_cost for the calls it
+// takes (a stored table).
+void backward_cost_op(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+  auto& s = *stack;
+  const size_t a = s.size() - 13;
+  int64_t id = -1;
+  if (s[a + 8].toStringRef() == "store" && plain(s, a + 5, a + 9)) {
+    id = cost_plan(s[a + 1].toTensor(), s[a + 2].toTensor(), s[a + 3].toTensor(), s[a + 4].toTensor(),
+                   "precomputed", true);
+  }
+  if (id >= 0 && !stored_as_planned(plan_of(id), s[a + 1].toTensor(), s[a].toTensor(), s[a + 6].toTensor(),
+                                    s[a + 7].toTensor()))
+    id = -1;
+  if (id < 0) {
+    ++g_ops_passed;
+    op.callBoxedForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd, s);
+    return;
+  }
+  ++g_ops_taken;
+  const Plan& p = plan_of(id);
+  const at::Tensor C = s[a + 1].toTensor(), gamma = s[a + 2].toTensor(), xl = s[a + 3].toTensor(),
+                   yl = s[a + 4].toTensor(), value = s[a + 6].toTensor(), saved = s[a + 7].toTensor();
+  at::Tensor grad = s[a].toTensor();
+  if (grad.scalar_type() != C.scalar_type() || !grad.is_contiguous()) grad = grad.to(C.scalar_type()).contiguous();
+  bind(p);
+  const auto opts = C.options();
+  at::Tensor dC = at::empty_like(C), dgamma = at::empty({p.B}, opts), bnd = maybe_empty(p.bwd_bnd, opts);
+  launch(p.bwd, current_stream(C),
+         {0, 0, ptr(C), ptr(gamma), ptr(xl), ptr(yl), 0, ptr(grad), ptr(saved), 0, 0, ptr(dC), ptr(value), ptr(dgamma),
+          ptr(bnd), p.B, p.N, p.M, p.nch, 0, 0, 0, 0},
+         "backward_kernel");
+  at::Tensor dpen = at::empty({0}, opts);
+  torch::jit::drop(s, 13);
+  torch::jit::push(s, std::move(dC), std::move(dgamma), std::move(dpen));
+}
+
+// softdtw::hvp_cost(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot, backend, open_begin, open_end,
+// step_penalty, penalty_dot) -> (E, vgamma, Edot, vgamma_dot, vpen, vpen_dot): backends/cuda/hvp.py's hvp_cost
+// for the calls hvp_warp_kernel takes (plan "hvp": set_hvp).
+void hvp_cost_op(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+  auto& s = *stack;
+  const size_t a = s.size() - 12;
+  int64_t id = -1;
+  if (plain(s, a + 4, a + 7) && s[a + 11].isNone()) {
+    const at::Tensor &C = s[a].toTensor(), &Cd = s[a + 5].toTensor(), &gd = s[a + 6].toTensor();
+    // C-dot and gamma-dot as the kernel reads them: C's shape and dtype, contiguous; (B,)
+    if (is_dense(Cd, C, 3) && Cd.sizes() == C.sizes() && Cd.scalar_type() == C.scalar_type() &&
+        is_dense(gd, C, 1) && gd.scalar_type() == C.scalar_type() && gd.size(0) == C.size(0))
+      id = cost_plan(C, s[a + 1].toTensor(), s[a + 2].toTensor(), s[a + 3].toTensor(), "hvp", false);
+  }
+  if (id < 0) {
+    ++g_ops_passed;
+    op.callBoxedForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd, s);
+    return;
+  }
+  ++g_ops_taken;
+  const Plan& p = plan_of(id);
+  const at::Tensor C = s[a].toTensor(), gamma = s[a + 1].toTensor(), xl = s[a + 2].toTensor(),
+                   yl = s[a + 3].toTensor(), Cd = s[a + 5].toTensor(), gd = s[a + 6].toTensor();
+  bind(p);
+  const auto opts = C.options();
+  at::Tensor E = at::empty_like(C), Ed = at::empty_like(C), vg = at::empty({p.B}, opts),
+             vgd = at::empty({p.B}, opts), rec = at::empty({p.rec_numel}, opts);
+  launch_hvp(p, current_stream(C), C, Cd, gamma, gd, xl, yl, rec, E, Ed, vg, vgd);
+  torch::jit::drop(s, 12);
+  torch::jit::push(s, std::move(E), std::move(vg), std::move(Ed), std::move(vgd), at::empty({0}, opts),
+                   at::empty({0}, opts));
+}
+
+// Register the kernels above at the CUDA key of softdtw::forward, backward, forward_cost, backward_cost and hvp_cost
+// (once; the ops are defined by softdtw/_ops.py). learner(x, y, cost, store) -> plan id, -1 (not taken) or -2 (not now).
 void register_ops(py::object learner) {
   std::lock_guard<std::mutex> guard(g_lock);
   if (g_ops_lib != nullptr) return;
@@ -471,6 +609,9 @@ void register_ops(py::object learner) {
   g_ops_lib = new torch::Library(torch::Library::IMPL, "softdtw", c10::DispatchKey::CUDA, __FILE__, __LINE__);
   g_ops_lib->impl("forward", torch::CppFunction::makeFromBoxedFunction<&forward_op>());
   g_ops_lib->impl("backward", torch::CppFunction::makeFromBoxedFunction<&backward_op>());
+  g_ops_lib->impl("forward_cost", torch::CppFunction::makeFromBoxedFunction<&forward_cost_op>());
+  g_ops_lib->impl("backward_cost", torch::CppFunction::makeFromBoxedFunction<&backward_cost_op>());
+  g_ops_lib->impl("hvp_cost", torch::CppFunction::makeFromBoxedFunction<&hvp_cost_op>());
   g_ops_on = true;
 }
 

@@ -23,13 +23,15 @@ needing a gradient, the squared Euclidean cost, the default Omega, a float gamma
 return_terms, M within hvp_warp_kernel's reach; a C++ autograd Function makes the Python path's torch calls and
 launches in the same order, so its losses and gradients are bitwise the Python path's too.
 
-Under torch.compile the graph holds the custom ops softdtw::forward and softdtw::backward; once loaded, the
-launcher also registers their CUDA kernels in C++ (fastpath.cpp, ``register_ops``), which launch the same
-kernels as the ops' Python kernel for the calls they take (the plain DP: no band or alignment variant, memory
-"store" or "none", int64 lengths of any values, a 0-d gamma tensor, the plans of :func:`_op_plan`) and hand
-every other call to the Python kernel. So a compiled step runs no Python of ours but the ops' autograd wrapper
-(registered in Python, and only where a graph is traced), and a create_graph=True backward's softdtw::backward
-runs in C++ too. :func:`set_enabled` switches both.
+Under torch.compile the graph holds the custom ops (softdtw::forward, backward, forward_cost, backward_cost,
+hvp_cost); once loaded, the launcher also registers their CUDA kernels in C++ (fastpath.cpp, ``register_ops``),
+which launch the same kernels as the ops' Python kernel for the calls they take (the plain DP: no band or
+alignment variant, memory "store" or "none", int64 lengths of any values, a 0-d gamma tensor, the plans of
+:func:`_op_plan`; hvp_cost where hvp_warp_kernel runs) and hand every other call to the Python kernel. So a
+compiled step runs no Python of ours but the ops' autograd wrapper, and the eager calls that go through the ops
+run their kernels from C++ too: a create_graph=True backward (softdtw::backward, hvp_cost), DILATE's Python path
+(lengths, an Omega of the user's). :func:`set_enabled` switches both; a forced plan (launch.forced_plan, tests
+and probes) keeps both out.
 
 How it is built: the first cuda call starts ``torch.utils.cpp_extension.load`` of fastpath.cpp in a background
 thread (the host compiler and ninja, as for any PyTorch C++ extension: about a minute, once; the build is cached
@@ -50,6 +52,7 @@ from typing import NamedTuple, Optional
 
 import torch
 
+from . import hvp as _hvp
 from . import launch as _launch
 
 _log = logging.getLogger("softdtw")
@@ -66,8 +69,13 @@ def set_enabled(on: bool) -> None:
     """Turn the C++ launcher on or off for this process (off: every call takes the Python path)."""
     global _enabled
     _enabled = bool(on)
+    _sync_ops()
+
+
+def _sync_ops() -> None:
+    """The ops' C++ kernels run while the launcher is on and no plan is forced (launch.forced_plan calls this)."""
     if _module is not None:
-        _module.set_ops_enabled(_enabled)
+        _module.set_ops_enabled(_enabled and not _launch._forced)
 
 
 def status() -> str:
@@ -95,8 +103,9 @@ def _compile():
         mod.set_driver(*(ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
                          for name in ("cuLaunchKernel", "cuCtxGetCurrent", "cuCtxSetCurrent")))
         mod.register_ops(_op_plan)  # softdtw._ops, imported with softdtw, has defined the ops
-        mod.set_ops_enabled(_enabled)
         _module = mod
+        _launch.force_hooks.append(_sync_ops)
+        _sync_ops()
         _log.info("softdtw: the C++ launcher is loaded (%s)", mod.__file__)
     except Exception as e:  # no compiler, no ninja, a failed build: the Python path keeps running everything
         _error = f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"
@@ -222,13 +231,17 @@ def _plan(x, y, cost, memory: str, backend, grad: bool):
 
 
 def _op_plan(x, y, cost: str, store: bool) -> int:
-    """The learner of the ops' CUDA kernels (fastpath.cpp, register_ops): the C++ plan id for softdtw::forward /
-    softdtw::backward calls on x `(B, N, D)`, y `(B, M, D)` with this cost, storing the table (memory "store") or
-    not ("none"), or -1 where the Python kernel keeps the call (the same cases as :func:`_entry`), or -2 during a
-    CUDA-graph capture (no plan is built there: NVRTC and module loads are not capturable; asked again later).
-    The C++ side asks once per (B, N, M, D, dtype, device, cost, store)."""
-    if torch.cuda.is_current_stream_capturing():
+    """The learner of the ops' CUDA kernels (fastpath.cpp, register_ops): the C++ plan id for calls of
+    softdtw::forward / backward on x `(B, N, D)`, y `(B, M, D)` with this fused cost, of softdtw::forward_cost /
+    backward_cost (cost "precomputed", x = y = C `(B, N, M)`) or of softdtw::hvp_cost (cost "hvp"), storing the
+    table (memory "store") or not ("none"); -1 where the Python kernel keeps the call (the cases of :func:`_entry`;
+    for C, a chained plan or a table past 64 MiB; for hvp_cost, pairs wider than hvp_warp_kernel takes); -2 during a
+    CUDA-graph capture (NVRTC and module loads are not capturable) or under a forced plan (tests, probes): no plan
+    is built and the C++ side asks again next time. It asks once per (B, N, M, D, dtype, device, cost, store)."""
+    if torch.cuda.is_current_stream_capturing() or _forced():
         return -2
+    if cost in ("precomputed", "hvp"):
+        return _cost_plan(x, cost, store)
     pkey = (x.shape, y.shape, x.dtype, y.dtype, x.get_device(), y.get_device(), cost, "store" if store else "auto",
             "cuda", store)
     p = _PLANS.get(pkey)
@@ -237,6 +250,49 @@ def _op_plan(x, y, cost: str, store: bool) -> int:
             return -1
         p = _PLANS[pkey] = _plan(x, y, cost, "store" if store else "auto", "cuda", store)
     return -1 if p is False else p[0]
+
+
+def _forced() -> bool:
+    """A plan forced for tests or probes (launch.forced_plan, hvp.force_plan): the launcher keeps out, so that the
+    forced layout runs and no plan learnt under it is kept for later calls."""
+    return bool(_launch._forced) or _hvp.force_plan is not None
+
+
+def _cost_plan(C, kind: str, store: bool) -> int:
+    """The C++ plan of _op_plan's "precomputed" and "hvp" kinds, or -1."""
+    from ... import _ops
+    from . import _saved_dtype, _seq
+
+    B, N, M = C.shape
+    dtype, dev = C.dtype, C.get_device()
+    if kind == "hvp":
+        if _hvp._warp_k(M, dtype) is None:
+            return -1
+        K, W = _hvp._warp_plan(B, M, dtype, dev)
+        rec = B * N * 4 * 32 * W * K
+        if rec * C.element_size() > _ops._SMALL_TABLE:
+            return -1
+        _launch.ensure_context(dev)
+        plan = _module.add_plan(_context(), [0, 0, 0], [0, 0, 0], [0, 0, 0], 0, _saved_dtype(dtype), [], [], B, N, M,
+                                1, "hvp", False)
+        _module.set_hvp(plan, _launch._launcher("hvp_warp", _hvp_expr(dtype, K, W), dev).fn, B, 32 * W, rec,
+                        16 // C.element_size())
+        return plan
+    fwd = _seq("forward", B, N, M, 0, dtype, dev, "precomputed", False, store, False)
+    bwd = _seq("backward", B, N, M, 0, dtype, dev, "precomputed", False, True, False) if store else None
+    if not fwd.expr or (bwd is not None and not bwd.expr) \
+            or (store and fwd.saved_numel * _saved_dtype(dtype).itemsize > _ops._SMALL_TABLE):
+        return -1
+    _launch.ensure_context(dev)
+    f = [_launch._launcher("forward", fwd.expr, dev).fn, fwd.grid, fwd.block]
+    b = [_launch._launcher("backward", bwd.expr, dev).fn, bwd.grid, bwd.block] if bwd is not None else [0, 0, 0]
+    return _module.add_plan(_context(), [0, 0, 0], f, b, fwd.saved_numel, _saved_dtype(dtype), list(fwd.bnd),
+                            list(bwd.bnd) if bwd is not None else [], B, N, M, fwd.plan.nch, "precomputed", False)
+
+
+def _hvp_expr(dtype, K: int, W: int) -> str:
+    """hvp_warp_kernel's instantiation without a window or variant, named as hvp.hvp_cost names it."""
+    return f"sdtw::hvp_warp_kernel<{_launch._CTYPE[dtype]}, false, {K}, {W}>"
 
 
 def _context() -> int:
@@ -261,7 +317,7 @@ def _ready():
         if _enabled and _thread is None and _error is None:
             _start()
         return None
-    return mod if _enabled and not _transforms_active() else None
+    return mod if _enabled and not _transforms_active() and not _forced() else None
 
 
 def call(x: torch.Tensor, y, gamma: float, cost, memory, backend) -> Optional[torch.Tensor]:
@@ -372,7 +428,6 @@ def _dilate_plan(x, y, backend):
     from ...dilate import _omega_tensor
     from . import _saved_dtype, _seq
     from . import checks as _vchecks
-    from . import hvp as _hvp
 
     if x.dtype != y.dtype or x.dtype not in (torch.float32, torch.float64) or x.dim() != 3 or y.dim() != 3 \
             or backend not in (None, "cuda"):
@@ -393,8 +448,8 @@ def _dilate_plan(x, y, backend):
     f = [_launch._launcher("forward", fwd.expr, dev).fn, fwd.grid, fwd.block]
     plan = _module.add_plan(_context(), check, f, [0, 0, 0], 0, _saved_dtype(x.dtype), list(fwd.bnd), [], B, N, M,
                             fwd.plan.nch, "precomputed", False)
-    hexpr = f"sdtw::hvp_warp_kernel<{_launch._CTYPE[x.dtype]}, false, {K}, {W}>"  # as hvp.hvp_cost names it
-    _module.set_hvp(plan, _launch._launcher("hvp_warp", hexpr, dev).fn, B, 32 * W, B * N * 4 * 32 * W * K,
+    _module.set_hvp(plan, _launch._launcher("hvp_warp", _hvp_expr(x.dtype, K, W), dev).fn, B, 32 * W,
+                    B * N * 4 * 32 * W * K,
                     16 // x.element_size())
     xl = _checks.as_lengths(None, "x_lengths", B, N, x.device, "x")
     yl = _checks.as_lengths(None, "y_lengths", B, M, x.device, "y")

@@ -215,6 +215,9 @@ def choose_plan(B: int, N: int, M: int, kmax: int, sms: int, kring: tuple = (), 
 
 
 _forced: list = []
+#: Called with no argument whenever forced_plan enters or leaves (fastpath.py: the ops' C++ kernels keep out while a
+#: plan is forced, their cached plans being the planner's).
+force_hooks: list = []
 
 
 @contextlib.contextmanager
@@ -228,10 +231,14 @@ def forced_plan(K: int, W: int, chain: bool = False, TH: int | None = None):
     if K not in K_CHOICES or W not in W_CHOICES:
         raise ValueError(f"K must be one of {K_CHOICES} and W one of {W_CHOICES}; got K={K}, W={W}.")
     _forced.append((K, W, chain, TH))
+    for hook in force_hooks:
+        hook()
     try:
         yield
     finally:
         _forced.pop()
+        for hook in force_hooks:
+            hook()
 
 
 def plan_for(B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index: int,
