@@ -7,9 +7,13 @@ timed from the call to the end of the backward (synchronised on CUDA), median of
 (benchmarks/_harness.py). Rows per size:
 
 - ``sdtw``: ``softdtw.soft_dtw(pred, target, gamma)``, the soft-DTW loss (fused cost, store);
-- ``dilate``: ``softdtw.dilate_loss(pred, target, alpha=0.5, gamma)``: a forward and a first-order backward
-  for the value and E, then one ``hvp_cost`` in its backward (softdtw/dilate.py);
-- ``mse``: ``F.mse_loss`` on the same tensors (N = M only), the floor of any loss step.
+- ``dilate``: ``softdtw.dilate_loss(pred, target, alpha=0.5, gamma)``: a value-only forward and one ``hvp_cost``
+  along Omega, whose E and E-dot give the temporal term and both gradients (softdtw/dilate.py; on cuda through
+  the C++ launcher once it is built);
+- ``mse``: ``F.mse_loss`` on the same tensors (N = M only), the floor of any loss step;
+- with ``--variants`` (cuda): ``dilate_python`` (the C++ launcher off), ``dilate_lengths`` (x_lengths given, all
+  full: DILATE's Python path, whose forward_cost and hvp_cost run their C++ op kernels) and
+  ``dilate_lengths_python`` (the same with the launcher off).
 
 x_sdtw = dilate over sdtw (issue 24's target on the H100: <= 3 at B = 64, N = M = 256, D = 1). Mcells_per_s =
 B·N·M / time, cells counted once (issue 24's CPU target: DILATE forward + backward >= 60 M cells/s on 2 cores,
@@ -32,6 +36,7 @@ import _harness  # noqa: E402
 import softdtw  # noqa: E402
 
 GAMMA = 0.01
+fastpath = None  # softdtw.backends.cuda.fastpath on cuda (main)
 SIZES = [(64, 256, 256), (64, 96, 96), (32, 512, 512), (256, 128, 128), (64, 100, 120)]
 
 
@@ -43,21 +48,31 @@ def _data(B, N, M, device, dtype, seed=0):
     return pred, target
 
 
-def _steps(pred, target, sync):
-    def step(loss_fn):
+def _steps(pred, target, sync, variants=False):
+    def step(loss_fn, fast=True):
         def run():
+            if fastpath is not None:
+                fastpath.set_enabled(fast)
             p = pred.detach().requires_grad_()
             loss_fn(p, target).mean().backward()
             sync()
             return p.grad
         return run
 
+    def dilate(**kw):
+        return lambda p, t: softdtw.dilate_loss(p, t, alpha=0.5, gamma=GAMMA, **kw)
+
     steps = {
         "sdtw": step(lambda p, t: softdtw.soft_dtw(p, t, GAMMA)),
-        "dilate": step(lambda p, t: softdtw.dilate_loss(p, t, alpha=0.5, gamma=GAMMA)),
+        "dilate": step(dilate()),
     }
     if pred.shape == target.shape:
         steps["mse"] = step(F.mse_loss)
+    if variants and fastpath is not None:
+        full = torch.full((pred.shape[0],), pred.shape[1], device=pred.device)
+        steps["dilate_python"] = step(dilate(), fast=False)
+        steps["dilate_lengths"] = step(dilate(x_lengths=full))
+        steps["dilate_lengths_python"] = step(dilate(x_lengths=full), fast=False)
     return steps
 
 
@@ -67,11 +82,15 @@ def main(argv=None):
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--smoke", action="store_true", help="one tiny size, 2 reps (a check of the script)")
+    parser.add_argument("--variants", action="store_true",
+                        help="cuda: also DILATE with the launcher off (dilate_python) and with lengths given "
+                             "(dilate_lengths, its Python path on the ops' C++ kernels; dilate_lengths_python)")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
     sizes = [(4, 16, 16)] if args.smoke else SIZES
     reps = 2 if args.smoke else args.reps
+    global fastpath
     launcher = None
     if device.type == "cuda":  # the soft-DTW step as a training loop has it after its first minute: through the
         from softdtw.backends.cuda import fastpath  # C++ launcher (built in the background otherwise)
@@ -84,7 +103,7 @@ def main(argv=None):
     rows = []
     for B, N, M in sizes:
         pred, target = _data(B, N, M, device, torch.float32)
-        fns = _steps(pred, target, sync)
+        fns = _steps(pred, target, sync, args.variants)
         ms = _harness.interleaved_median_ms(fns, reps, warmup=2, desc=f"{device.type} B={B} N={N} M={M}")
         for name, t in ms.items():
             rows.append(dict(device=device.type, B=B, N=N, M=M, D=1, gamma=GAMMA, loss=name, ms=t,
