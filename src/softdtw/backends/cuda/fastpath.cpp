@@ -110,6 +110,28 @@ at::Tensor maybe_empty(const std::vector<int64_t>& shape, const at::TensorOption
   return shape.empty() ? at::Tensor() : at::empty(shape, opts);
 }
 
+// The gram cost's inputs, as backends/cuda/__init__.py's _gram: |x_i|, |y_j| and x·yᵀ.
+void gram_inputs(const at::Tensor& x, const at::Tensor& y, at::Tensor& xn, at::Tensor& yn, at::Tensor& G) {
+  xn = at::linalg_vector_norm(x, 2, at::IntArrayRef{-1});
+  yn = at::linalg_vector_norm(y, 2, at::IntArrayRef{-1});
+  G = at::bmm(x, y.transpose(1, 2));
+}
+
+// forward_kernel of plan p on (a0, a1, C): the features x and y (fused costs), the gram cost's norms and x·yᵀ, or
+// 0, 0 and a precomputed C. Returns the values (B,) and, storing, the link table (else an empty tensor).
+std::pair<at::Tensor, at::Tensor> run_forward(const Plan& p, int64_t stream, int64_t a0, int64_t a1, int64_t C,
+                                              const at::Tensor& gamma, const at::Tensor& xl, const at::Tensor& yl,
+                                              bool store, const at::TensorOptions& opts) {
+  at::Tensor value = at::empty({p.B}, opts);
+  at::Tensor saved = store ? at::empty({p.saved_numel}, opts.dtype(p.saved_dtype)) : at::empty({0}, opts);
+  at::Tensor bnd = maybe_empty(p.fwd_bnd, opts);
+  launch(p.fwd, stream,
+         {a0, a1, C, ptr(gamma), ptr(xl), ptr(yl), 0, ptr(value), store ? ptr(saved) : 0, ptr(bnd), p.B, p.N, p.M,
+          p.nch, 0, 0, 0},
+         "forward_kernel");
+  return {value, saved};
+}
+
 struct Fused : public torch::autograd::Function<Fused> {
   // x (B, N, D), y (B, M, D) contiguous in the plan's dtype, gamma a 0-d constant of that dtype (a float gamma:
   // never differentiated), xl / yl the constant (B,) lengths. check: the value check's slot (mapped flag, the
@@ -122,20 +144,10 @@ struct Fused : public torch::autograd::Function<Fused> {
     if (flag != 0) {
       launch(p.check, stream, {ptr(x), x.numel(), ptr(y), y.numel(), 0, ptr(gamma), flag, ws, wmax}, "check_kernel");
     }
-    const auto opts = x.options();
-    at::Tensor value = at::empty({p.B}, opts);
-    at::Tensor saved = store ? at::empty({p.saved_numel}, opts.dtype(p.saved_dtype)) : at::empty({0}, opts);
-    at::Tensor bnd = maybe_empty(p.fwd_bnd, opts);
     at::Tensor xn, yn, G;  // the gram cost's inputs (backends/cuda/__init__.py, _gram)
-    if (p.gram) {
-      xn = at::linalg_vector_norm(x, 2, at::IntArrayRef{-1});
-      yn = at::linalg_vector_norm(y, 2, at::IntArrayRef{-1});
-      G = at::bmm(x, y.transpose(1, 2));
-    }
-    launch(p.fwd, stream,
-           {p.gram ? ptr(xn) : ptr(x), p.gram ? ptr(yn) : ptr(y), ptr(G), ptr(gamma), ptr(xl), ptr(yl), 0, ptr(value),
-            store ? ptr(saved) : 0, ptr(bnd), p.B, p.N, p.M, p.nch, 0, 0, 0},
-           "forward_kernel");
+    if (p.gram) gram_inputs(x, y, xn, yn, G);
+    auto [value, saved] = run_forward(p, stream, p.gram ? ptr(xn) : ptr(x), p.gram ? ptr(yn) : ptr(y), ptr(G), gamma,
+                                      xl, yl, store, x.options());
     if (store) {
       // The gram cost keeps its norms and x·yᵀ for the backward (the Python path builds them again: three
       // launches fewer here, for tables of at most 64 MiB).
@@ -211,6 +223,7 @@ void launch_hvp(const Plan& p, int64_t stream, const at::Tensor& C, const at::Te
          "hvp_warp_kernel");
 }
 
+
 // DILATE (softdtw/dilate.py) of x (B, N, D), y (B, M, D) with the squared Euclidean cost, the default Omega and
 // no lengths or band: loss = alpha sdtw + (1 - alpha) <E, Omega>. The same torch calls and kernels as the Python
 // path (dilate._terms, _Dilate, cuda hvp_cost), in the same order, so the loss and the gradients are bitwise the
@@ -229,10 +242,7 @@ struct Dilate : public torch::autograd::Function<Dilate> {
     const auto opts = x.options();
     at::Tensor diff = x.unsqueeze(2) - y.unsqueeze(1);  // costs.sqeuclidean's broadcast form
     at::Tensor C = diff.pow(2).sum(-1);
-    at::Tensor value = at::empty({p.B}, opts), bnd = maybe_empty(p.fwd_bnd, opts);
-    launch(p.fwd, stream,
-           {0, 0, ptr(C), ptr(gamma), ptr(xl), ptr(yl), 0, ptr(value), 0, ptr(bnd), p.B, p.N, p.M, p.nch, 0, 0, 0},
-           "forward_kernel");
+    const at::Tensor value = run_forward(p, stream, 0, 0, ptr(C), gamma, xl, yl, false, opts).first;
     at::Tensor E = at::empty_like(C), Ed = at::empty_like(C), vg = at::empty({p.B}, opts),
                vgd = at::empty({p.B}, opts), rec = at::empty({p.rec_numel}, opts);
     launch_hvp(p, stream, C, om, gamma, gdot, xl, yl, rec, E, Ed, vg, vgd);
@@ -380,12 +390,6 @@ int64_t current_stream(const at::Tensor& x) {
       .native_handle();
 }
 
-// The gram cost's inputs, as backends/cuda/__init__.py's _gram: |x_i|, |y_j| and x·yᵀ.
-void gram_inputs(const at::Tensor& x, const at::Tensor& y, at::Tensor& xn, at::Tensor& yn, at::Tensor& G) {
-  xn = at::linalg_vector_norm(x, 2, at::IntArrayRef{-1});
-  yn = at::linalg_vector_norm(y, 2, at::IntArrayRef{-1});
-  G = at::bmm(x, y.transpose(1, 2));
-}
 
 // A backward op's value and saved table as the forward of plan p left them (data: x or C), and a gradient per
 // pair; anything else is the Python kernel's.
@@ -403,6 +407,17 @@ bool plain(const torch::jit::Stack& s, size_t window, size_t backend) {
          !s[backend + 2].toBool() && s[backend + 3].isNone();
 }
 
+// Counts the call and, when no plan takes it (id < 0), hands it to the Python kernel: true when handed over.
+bool handed_over(const c10::OperatorHandle& op, torch::jit::Stack& s, int64_t id) {
+  if (id >= 0) {
+    ++g_ops_taken;
+    return false;
+  }
+  ++g_ops_passed;
+  op.callBoxedForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd, s);
+  return true;
+}
+
 // softdtw::forward(x, y, gamma, cost, x_lengths, y_lengths, window, memory, backend, open_begin, open_end,
 // step_penalty) -> (value, saved): backends/cuda/__init__.py's forward and _run_forward for the calls it takes.
 void forward_op(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
@@ -416,25 +431,15 @@ void forward_op(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::
                  s[a + 5].toTensor(), s[a + 3].toStringRef(), store);
   }
   if (id >= 0 && plan_of(id).gram && at::autocast::is_autocast_enabled(at::kCUDA)) id = -1;
-  if (id < 0) {
-    ++g_ops_passed;
-    op.callBoxedForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd, s);
-    return;
-  }
-  ++g_ops_taken;
+  if (handed_over(op, s, id)) return;
   const at::Tensor x = s[a].toTensor(), y = s[a + 1].toTensor(), gamma = s[a + 2].toTensor();
   const at::Tensor xl = s[a + 4].toTensor(), yl = s[a + 5].toTensor();
   const Plan& p = plan_of(id);
   bind(p);
-  const auto opts = x.options();
-  at::Tensor value = at::empty({p.B}, opts);
-  at::Tensor saved = store ? at::empty({p.saved_numel}, opts.dtype(p.saved_dtype)) : at::empty({0}, opts);
-  at::Tensor bnd = maybe_empty(p.fwd_bnd, opts), xn, yn, G;
+  at::Tensor xn, yn, G;
   if (p.gram) gram_inputs(x, y, xn, yn, G);
-  launch(p.fwd, current_stream(x),
-         {p.gram ? ptr(xn) : ptr(x), p.gram ? ptr(yn) : ptr(y), ptr(G), ptr(gamma), ptr(xl), ptr(yl), 0, ptr(value),
-          store ? ptr(saved) : 0, ptr(bnd), p.B, p.N, p.M, p.nch, 0, 0, 0},
-         "forward_kernel");
+  auto [value, saved] = run_forward(p, current_stream(x), p.gram ? ptr(xn) : ptr(x), p.gram ? ptr(yn) : ptr(y),
+                                    ptr(G), gamma, xl, yl, store, x.options());
   torch::jit::drop(s, 12);
   torch::jit::push(s, std::move(value), std::move(saved));
 }
@@ -456,12 +461,7 @@ void backward_op(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
         !stored_as_planned(p, s[a + 1].toTensor(), s[a].toTensor(), s[a + 8].toTensor(), s[a + 9].toTensor()))
       id = -1;
   }
-  if (id < 0) {
-    ++g_ops_passed;
-    op.callBoxedForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd, s);
-    return;
-  }
-  ++g_ops_taken;
+  if (handed_over(op, s, id)) return;
   const Plan& p = plan_of(id);
   const at::Tensor x = s[a + 1].toTensor(), y = s[a + 2].toTensor(), gamma = s[a + 3].toTensor();
   const at::Tensor xl = s[a + 5].toTensor(), yl = s[a + 6].toTensor(), value = s[a + 8].toTensor();
@@ -508,24 +508,12 @@ void forward_cost_op(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::
     id = cost_plan(s[a].toTensor(), s[a + 1].toTensor(), s[a + 2].toTensor(), s[a + 3].toTensor(), "precomputed",
                    store);
   }
-  if (id < 0) {
-    ++g_ops_passed;
-    op.callBoxedForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd, s);
-    return;
-  }
-  ++g_ops_taken;
+  if (handed_over(op, s, id)) return;
   const at::Tensor C = s[a].toTensor(), gamma = s[a + 1].toTensor(), xl = s[a + 2].toTensor(),
                    yl = s[a + 3].toTensor();
   const Plan& p = plan_of(id);
   bind(p);
-  const auto opts = C.options();
-  at::Tensor value = at::empty({p.B}, opts);
-  at::Tensor saved = store ? at::empty({p.saved_numel}, opts.dtype(p.saved_dtype)) : at::empty({0}, opts);
-  at::Tensor bnd = maybe_empty(p.fwd_bnd, opts);
-  launch(p.fwd, current_stream(C),
-         {0, 0, ptr(C), ptr(gamma), ptr(xl), ptr(yl), 0, ptr(value), store ? ptr(saved) : 0, ptr(bnd), p.B, p.N, p.M,
-          p.nch, 0, 0, 0},
-         "forward_kernel");
+  auto [value, saved] = run_forward(p, current_stream(C), 0, 0, ptr(C), gamma, xl, yl, store, C.options());
   torch::jit::drop(s, 10);
   torch::jit::push(s, std::move(value), std::move(saved));
 }
@@ -544,12 +532,7 @@ void backward_cost_op(const c10::OperatorHandle& op, c10::DispatchKeySet, torch:
   if (id >= 0 && !stored_as_planned(plan_of(id), s[a + 1].toTensor(), s[a].toTensor(), s[a + 6].toTensor(),
                                     s[a + 7].toTensor()))
     id = -1;
-  if (id < 0) {
-    ++g_ops_passed;
-    op.callBoxedForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd, s);
-    return;
-  }
-  ++g_ops_taken;
+  if (handed_over(op, s, id)) return;
   const Plan& p = plan_of(id);
   const at::Tensor C = s[a + 1].toTensor(), gamma = s[a + 2].toTensor(), xl = s[a + 3].toTensor(),
                    yl = s[a + 4].toTensor(), value = s[a + 6].toTensor(), saved = s[a + 7].toTensor();
@@ -581,12 +564,7 @@ void hvp_cost_op(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
         is_dense(gd, C, 1) && gd.scalar_type() == C.scalar_type() && gd.size(0) == C.size(0))
       id = cost_plan(C, s[a + 1].toTensor(), s[a + 2].toTensor(), s[a + 3].toTensor(), "hvp", false);
   }
-  if (id < 0) {
-    ++g_ops_passed;
-    op.callBoxedForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd, s);
-    return;
-  }
-  ++g_ops_taken;
+  if (handed_over(op, s, id)) return;
   const Plan& p = plan_of(id);
   const at::Tensor C = s[a].toTensor(), gamma = s[a + 1].toTensor(), xl = s[a + 2].toTensor(),
                    yl = s[a + 3].toTensor(), Cd = s[a + 5].toTensor(), gd = s[a + 6].toTensor();
