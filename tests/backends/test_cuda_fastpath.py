@@ -424,9 +424,15 @@ def test_op_kernels_hand_the_rest_to_the_python_kernel(built):
 def test_compiled_step_runs_the_op_kernels(built, D):
     """torch.compile(fullgraph=True) of a loss step: the compiled graph's ops run the C++ kernels, with bitwise
     the Python kernels' values and gradients."""
+    _compiled_on_and_off(lambda a, b: softdtw.soft_dtw(a, b, 0.1).mean(), D)
+
+
+def _compiled_on_and_off(loss_fn, D):
+    """Two steps of torch.compile(loss_fn, fullgraph=True) with the C++ kernels on, then off: four op calls taken
+    (forward and backward, twice) against none, and bitwise the same loss and gradient."""
     x, y = torch.randn(8, 48, D, device="cuda"), torch.randn(8, 40, D, device="cuda")
     torch._dynamo.reset()
-    loss = torch.compile(lambda a, b: softdtw.soft_dtw(a, b, 0.1).mean(), fullgraph=True)
+    loss = torch.compile(loss_fn, fullgraph=True)
     out = {}
     for enabled in (True, False):
         fastpath.set_enabled(enabled)
@@ -435,8 +441,7 @@ def test_compiled_step_runs_the_op_kernels(built, D):
             xc = x.clone().requires_grad_()
             v = loss(xc, y)
             v.backward()
-        taken = _counts()[0] - before[0]
-        out[enabled] = (v, xc.grad, taken)
+        out[enabled] = (v, xc.grad, _counts()[0] - before[0])
     assert out[True][2] == 4 and out[False][2] == 0
     torch.testing.assert_close(out[True][0], out[False][0], rtol=0, atol=0)
     torch.testing.assert_close(out[True][1], out[False][1], rtol=0, atol=0)
@@ -603,21 +608,7 @@ def test_dilate_with_lengths_and_omega_takes_the_op_kernels(built):
 
 def test_compiled_precomputed_cost_runs_the_op_kernels(built):
     """A compiled loss on a cost the fused kernels do not have (cosine): forward_cost / backward_cost in C++."""
-    x, y = torch.randn(8, 48, 5, device="cuda"), torch.randn(8, 40, 5, device="cuda")
-    torch._dynamo.reset()
-    loss = torch.compile(lambda a, b: softdtw.soft_dtw(a, b, 0.1, cost="cosine").mean(), fullgraph=True)
-    out = {}
-    for enabled in (True, False):
-        fastpath.set_enabled(enabled)
-        before = _counts()
-        for _ in range(2):
-            xc = x.clone().requires_grad_()
-            v = loss(xc, y)
-            v.backward()
-        out[enabled] = (v, xc.grad, _counts()[0] - before[0])
-    assert out[True][2] == 4 and out[False][2] == 0
-    torch.testing.assert_close(out[True][0], out[False][0], rtol=0, atol=0)
-    torch.testing.assert_close(out[True][1], out[False][1], rtol=0, atol=0)
+    _compiled_on_and_off(lambda a, b: softdtw.soft_dtw(a, b, 0.1, cost="cosine").mean(), 5)
 
 
 def test_a_forced_plan_keeps_the_launcher_out(built):
