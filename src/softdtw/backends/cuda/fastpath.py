@@ -194,7 +194,6 @@ def _plan(x, y, cost, memory: str, backend, grad: bool):
     from ... import _checks, _ops
     from .. import FUSED_COSTS
     from . import FUSED_D_MAX, _saved_dtype, _seq
-    from . import checks as _vchecks
 
     if x.dtype != y.dtype or x.dtype not in (torch.float32, torch.float64) or x.dim() != y.dim() \
             or x.dim() not in (2, 3):
@@ -221,12 +220,10 @@ def _plan(x, y, cost, memory: str, backend, grad: bool):
     if not fwd.expr or (bwd is not None and not bwd.expr):
         return False  # the chained long-pair kernels: their launches stay in Python
     _launch.ensure_context(dev)
-    check = [_launch._launcher("check", _vchecks._EXPR[x.dtype], dev).fn,
-             _vchecks.blocks(xs.numel() + ys.numel(), dev), _vchecks._THREADS]
-    f = [_launch._launcher("forward", fwd.expr, dev).fn, fwd.grid, fwd.block]
-    b = [_launch._launcher("backward", bwd.expr, dev).fn, bwd.grid, bwd.block] if bwd is not None else [0, 0, 0]
-    plan = _module.add_plan(_context(), check, f, b, fwd.saved_numel, _saved_dtype(x.dtype), list(fwd.bnd),
-                            list(bwd.bnd) if bwd is not None else [], B, N, M, fwd.plan.nch, cost, gram)
+    plan = _module.add_plan(_context(), _check_kernel(x.dtype, xs.numel() + ys.numel(), dev),
+                            _kernel("forward", fwd, dev), _kernel("backward", bwd, dev), fwd.saved_numel,
+                            _saved_dtype(x.dtype), list(fwd.bnd), list(bwd.bnd) if bwd is not None else [], B, N, M,
+                            fwd.plan.nch, cost, gram)
     return plan, unbatched, _checks.Span(cost, D, N, M), gram
 
 
@@ -266,17 +263,12 @@ def _cost_plan(C, kind: str, store: bool) -> int:
     B, N, M = C.shape
     dtype, dev = C.dtype, C.get_device()
     if kind == "hvp":
-        if _hvp._warp_k(M, dtype) is None:
-            return -1
-        K, W = _hvp._warp_plan(B, M, dtype, dev)
-        rec = B * N * 4 * 32 * W * K
-        if rec * C.element_size() > _ops._SMALL_TABLE:
+        if _hvp._warp_k(M, dtype) is None or _hvp_rec(B, N, M, dtype, dev) * C.element_size() > _ops._SMALL_TABLE:
             return -1
         _launch.ensure_context(dev)
         plan = _module.add_plan(_context(), [0, 0, 0], [0, 0, 0], [0, 0, 0], 0, _saved_dtype(dtype), [], [], B, N, M,
                                 1, "hvp", False)
-        _module.set_hvp(plan, _launch._launcher("hvp_warp", _hvp_expr(dtype, K, W), dev).fn, B, 32 * W, rec,
-                        16 // C.element_size())
+        _set_hvp(plan, B, N, M, dtype, dev)
         return plan
     fwd = _seq("forward", B, N, M, 0, dtype, dev, "precomputed", False, store, False)
     bwd = _seq("backward", B, N, M, 0, dtype, dev, "precomputed", False, True, False) if store else None
@@ -284,15 +276,36 @@ def _cost_plan(C, kind: str, store: bool) -> int:
             or (store and fwd.saved_numel * _saved_dtype(dtype).itemsize > _ops._SMALL_TABLE):
         return -1
     _launch.ensure_context(dev)
-    f = [_launch._launcher("forward", fwd.expr, dev).fn, fwd.grid, fwd.block]
-    b = [_launch._launcher("backward", bwd.expr, dev).fn, bwd.grid, bwd.block] if bwd is not None else [0, 0, 0]
-    return _module.add_plan(_context(), [0, 0, 0], f, b, fwd.saved_numel, _saved_dtype(dtype), list(fwd.bnd),
+    return _module.add_plan(_context(), [0, 0, 0], _kernel("forward", fwd, dev), _kernel("backward", bwd, dev),
+                            fwd.saved_numel, _saved_dtype(dtype), list(fwd.bnd),
                             list(bwd.bnd) if bwd is not None else [], B, N, M, fwd.plan.nch, "precomputed", False)
 
 
-def _hvp_expr(dtype, K: int, W: int) -> str:
-    """hvp_warp_kernel's instantiation without a window or variant, named as hvp.hvp_cost names it."""
-    return f"sdtw::hvp_warp_kernel<{_launch._CTYPE[dtype]}, false, {K}, {W}>"
+def _kernel(name: str, spec, dev: int) -> list:
+    """(CUfunction, grid, block) of a _seq launch spec (forward_kernel or backward_kernel), or zeros for none."""
+    return [0, 0, 0] if spec is None else [_launch._launcher(name, spec.expr, dev).fn, spec.grid, spec.block]
+
+
+def _check_kernel(dtype, numel: int, dev: int) -> list:
+    """(CUfunction, grid, block) of the value check (check.cu) over numel values of x and y."""
+    from . import checks as _vchecks
+
+    return [_launch._launcher("check", _vchecks._EXPR[dtype], dev).fn, _vchecks.blocks(numel, dev),
+            _vchecks._THREADS]
+
+
+def _hvp_rec(B: int, N: int, M: int, dtype, dev: int) -> int:
+    """hvp_warp_kernel's per-cell records (values of the data dtype) in its planned layout, as hvp.hvp_cost."""
+    K, W = _hvp._warp_plan(B, M, dtype, dev)
+    return B * N * 4 * 32 * W * K
+
+
+def _set_hvp(plan: int, B: int, N: int, M: int, dtype, dev: int) -> None:
+    """Give a C++ plan hvp_warp_kernel (no window or variant, named as hvp.hvp_cost names it) in hvp.hvp_cost's
+    layout for B pairs of N x M cells."""
+    K, W = _hvp._warp_plan(B, M, dtype, dev)
+    fn = _launch._launcher("hvp_warp", f"sdtw::hvp_warp_kernel<{_launch._CTYPE[dtype]}, false, {K}, {W}>", dev).fn
+    _module.set_hvp(plan, fn, B, 32 * W, _hvp_rec(B, N, M, dtype, dev), 16 // dtype.itemsize)
 
 
 def _context() -> int:
@@ -427,7 +440,6 @@ def _dilate_plan(x, y, backend):
     from ... import _checks, costs
     from ...dilate import _omega_tensor
     from . import _saved_dtype, _seq
-    from . import checks as _vchecks
 
     if x.dtype != y.dtype or x.dtype not in (torch.float32, torch.float64) or x.dim() != 3 or y.dim() != 3 \
             or backend not in (None, "cuda"):
@@ -438,19 +450,14 @@ def _dilate_plan(x, y, backend):
     if y.shape[0] != B or y.shape[2] != D or 0 in x.shape or 0 in y.shape or y.get_device() != dev \
             or B * N * M * D > costs._BROADCAST_LIMIT or _hvp._warp_k(M, x.dtype) is None:
         return False
-    K, W = _hvp._warp_plan(B, M, x.dtype, dev)
     fwd = _seq("forward", B, N, M, 0, x.dtype, dev, "precomputed", False, False, False)
     if not fwd.expr:
         return False
     _launch.ensure_context(dev)
-    check = [_launch._launcher("check", _vchecks._EXPR[x.dtype], dev).fn,
-             _vchecks.blocks(x.numel() + y.numel(), dev), _vchecks._THREADS]
-    f = [_launch._launcher("forward", fwd.expr, dev).fn, fwd.grid, fwd.block]
-    plan = _module.add_plan(_context(), check, f, [0, 0, 0], 0, _saved_dtype(x.dtype), list(fwd.bnd), [], B, N, M,
-                            fwd.plan.nch, "precomputed", False)
-    _module.set_hvp(plan, _launch._launcher("hvp_warp", _hvp_expr(x.dtype, K, W), dev).fn, B, 32 * W,
-                    B * N * 4 * 32 * W * K,
-                    16 // x.element_size())
+    plan = _module.add_plan(_context(), _check_kernel(x.dtype, x.numel() + y.numel(), dev),
+                            _kernel("forward", fwd, dev), [0, 0, 0], 0, _saved_dtype(x.dtype), list(fwd.bnd), [], B,
+                            N, M, fwd.plan.nch, "precomputed", False)
+    _set_hvp(plan, B, N, M, x.dtype, dev)
     xl = _checks.as_lengths(None, "x_lengths", B, N, x.device, "x")
     yl = _checks.as_lengths(None, "y_lengths", B, M, x.device, "y")
     omega = _omega_tensor(None, B, N, M, xl, yl, x.dtype, x.device)
