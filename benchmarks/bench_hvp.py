@@ -11,6 +11,12 @@ Rows, float32 unless noted, D = 1 (squared Euclidean), gamma = 1, cells counted 
 - "value_grad_hvp": value + gradient + one HVP as the double backward runs them: the fused forward and
   backward, then C and Cdot = dC/dx · xdot built by elementwise torch ops (D = 1), then hvp_cost (the issue's
   target: >= 150 GCUPS at B = 1024, N = M = 256 on an H100);
+- "value_grad_hvp_xy": value + gradient + one HVP with the cost formed in the HVP kernel (backend hvp_xy: x, y and
+  the direction x-dot in, the double backward's contractions dx, dy, <C-dot, E> out; no (B, N, M) tensor besides
+  the kernel's record), what the double backward of soft_dtw(x, y) runs for the squared Euclidean cost, D <= 16;
+- "penalty_step" / "penalty_step_general": a gradient-penalty step through the public API as a user writes it
+  (soft_dtw, autograd.grad with create_graph=True, loss = value + |grad|², backward), with hvp_xy and with the
+  general path (C, C-dot by torch ops, hvp_cost, the contractions by torch ops);
 - peak_mb: memory above what was allocated before the timed closure.
 Timings: CUDA events around the closure, median of the repetitions after two warm-up calls (the first compiles
 with NVRTC; compile time is kept out). Writes <out>.json and <out>.md (default
@@ -72,7 +78,33 @@ def closures(B, N, M, dtype, gamma):
         Cc, Cd = cost_and_direction()
         return backend.hvp_cost(Cc, gam, xl, yl, None, Cd, gdot)
 
+    ydot = torch.zeros_like(y)
+
+    def value_grad_hvp_xy():
+        value_grad()
+        return backend.hvp_xy("sqeuclidean", x, y, gam, xl, yl, None, xdot, ydot, gdot)
+
+    import softdtw
+
+    def penalty_step():
+        xr = x.detach().requires_grad_(True)
+        v = softdtw.soft_dtw(xr, y, gamma=gamma, backend="cuda")
+        (gx,) = torch.autograd.grad(v.sum(), xr, create_graph=True)
+        (v.sum() + gx.square().sum()).backward()
+        return xr.grad
+
+    def penalty_step_general():
+        saved, backend.HVP_XY = backend.HVP_XY, False
+        try:
+            return penalty_step()
+        finally:
+            backend.HVP_XY = saved
+
     fns = {"value_grad": value_grad, "hvp_cost": hvp, "value_grad_hvp": value_grad_hvp}
+    if backend.hvp_xy("sqeuclidean", x, y, gam, xl, yl, None, xdot, ydot, gdot) is not None:
+        fns["value_grad_hvp_xy"] = value_grad_hvp_xy
+        fns["penalty_step"] = penalty_step
+    fns["penalty_step_general"] = penalty_step_general
     if _hvp._warp_k(M, dtype) is not None:
         def hvp_block():
             saved, _hvp._warp_k = _hvp._warp_k, lambda M, dtype: None

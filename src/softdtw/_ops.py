@@ -24,8 +24,10 @@ in the penalty too.
 Second order: with create_graph=True the first-order backward calls the backward ops under autograd, and
 they have their own autograd formulas (``register_autograd``), the Hessian-vector products of Mensch & Blondel
 (2018) through ``softdtw::hvp_cost``: the double backward of soft-DTW works eagerly, through the custom ops and
-under opcheck. The fused costs' double backward materialises C and its derivative (each `(B, N, M)`) from
-x and y with torch ops; the first-order backward stays fused. A backend without ``hvp_cost`` raises a
+under opcheck. The fused costs' double backward takes the backend's ``hvp_xy`` where it has one and it applies
+(cuda: squared Euclidean, D <= 16, no alignment variant; the cost and its derivative formed in the kernel, the
+contractions reduced there), and otherwise materialises C and its derivative (each `(B, N, M)`) from x and y
+with torch ops for ``softdtw::hvp_cost``; the first-order backward stays fused. A backend without ``hvp_cost`` raises a
 NotImplementedError at the first backward with create_graph=True (never a gradient without its graph), and a
 third derivative (a backward through ``softdtw::hvp_cost``) raises one too.
 
@@ -438,13 +440,17 @@ def _backward_backward(ctx, Gx, Gy, h, gp):
 
     With Cdot = J (Gx, Gy) (the cost's derivative along the upstream), per pair along (Cdot, h, gp):
     dg = <Cdot, E> + h vgamma + gp vpen, (dx, dy) = J^T (g Edot) + the cost's own second derivative along
-    (Gx, Gy) weighted by g E, dgamma = sum_b g vgamma_dot, dpenalty = sum_b g vpen_dot. Materialises C and Cdot
-    `(B, N, M)` with torch ops (the first-order backward does not: it stays fused).
+    (Gx, Gy) weighted by g E, dgamma = sum_b g vgamma_dot, dpenalty = sum_b g vpen_dot. The backend's hvp_xy
+    gives all of it without a (B, N, M) tensor where it applies (:func:`_hvp_xy`); otherwise C and Cdot `(B, N, M)`
+    are materialised with torch ops (the first-order backward does not: it stays fused).
     """
     if torch.is_grad_enabled():
         raise _third_order_error()
     grad, x, y, gamma, x_lengths, y_lengths, window, value, pen = ctx.saved_tensors
     cost = ctx.cost
+    fused = _hvp_xy(ctx, grad, value, cost, x, y, gamma, x_lengths, y_lengths, window, Gx, Gy, h, pen)
+    if fused is not None:
+        return fused
     C = costs.pairwise_cost(cost, x, y).contiguous()
     Cdot = costs.cost_jvp(cost, x, y, Gx, Gy).contiguous()
     E, vgamma, Edot, vgamma_dot, vpen, vpen_dot = _variant_hvp(ctx, C, gamma, x_lengths, y_lengths, window, Cdot,
@@ -466,6 +472,28 @@ def _backward_backward(ctx, Gx, Gy, h, gp):
     dgamma = (gk.view(-1) * vgamma_dot).sum().reshape(gamma.shape) if need[3] else None
     dpen = _penalty_grad(gk.view(-1), vpen_dot, pen) if pen is not None and need[14] else None
     return dgrad, dx, dy, dgamma, None, None, None, None, None, None, None, None, None, None, dpen
+
+
+def _hvp_xy(ctx, grad, value, cost, x, y, gamma, x_lengths, y_lengths, window, Gx, Gy, h, pen):
+    """_backward_backward's outputs from the backend's ``hvp_xy`` (the cost and its direction formed in the kernel,
+    the contractions with E and E-dot reduced there: no (B, N, M) tensor), or None where it does not apply (no
+    hvp_xy, an alignment variant, or the backend declines); the same values as the general path up to rounding."""
+    fn = getattr(get_backend(ctx.backend), "hvp_xy", None)
+    if fn is None or pen is not None or ctx.open_begin or ctx.open_end:
+        return None
+    out = fn(cost, x, y, gamma, x_lengths, y_lengths, window, torch.zeros_like(x) if Gx is None else Gx,
+             torch.zeros_like(y) if Gy is None else Gy, h)
+    if out is None:
+        return None
+    s1, vgamma, vgamma_dot, dxp, dyp = out
+    keep = torch.isfinite(value).to(x.dtype)
+    gk = grad * keep
+    need = ctx.needs_input_grad
+    dgrad = (s1 + h * vgamma) * keep if need[0] else None
+    dx = dxp * gk.view(-1, 1, 1) if need[1] else None
+    dy = dyp * gk.view(-1, 1, 1) if need[2] else None
+    dgamma = (gk * vgamma_dot).sum().reshape(gamma.shape) if need[3] else None
+    return dgrad, dx, dy, dgamma, None, None, None, None, None, None, None, None, None, None, None
 
 
 torch.library.register_autograd("softdtw::backward", _backward_backward, setup_context=_backward_setup, lib=_LIB)

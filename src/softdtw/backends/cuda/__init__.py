@@ -813,6 +813,11 @@ def _cost_vjp(cost, x, y, dC):
 # --- second order (issue 24) ------------------------------------------------------------------------
 
 from .hvp import hvp_cost as _hvp_cost  # noqa: E402  (kernels/hvp.cu: the Hessian-vector product, SECOND_ORDER.md)
+from .hvp import hvp_xy as _hvp_xy  # noqa: E402
+
+#: Whether the double backward of a fused squared Euclidean call takes :func:`hvp_xy` (tests switch it off to
+#: compare with the hvp_cost path).
+HVP_XY = True
 
 
 #: hvp_cost takes the alignment variants (read by softdtw._ops).
@@ -827,3 +832,12 @@ def hvp_cost(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot, *, open_be
     reference.hvp_cost."""
     return _hvp_cost(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot, open_begin=open_begin,
                      open_end=open_end, step_penalty=step_penalty, penalty_dot=penalty_dot)
+
+
+def hvp_xy(cost, x, y, gamma, x_lengths, y_lengths, window, xdot, ydot, gamma_dot):
+    """The double backward's contractions with the cost formed in the kernel (:func:`softdtw.backends.cuda.hvp.hvp_xy`):
+    (s1, vgamma, vgamma_dot, dx, dy), or None where it does not apply (another cost, D > FUSED_D_MAX, pairs
+    wider than its kernel, HVP_XY off); the caller then builds C and C-dot and takes :func:`hvp_cost`."""
+    if not HVP_XY or cost != "sqeuclidean" or x.shape[2] > FUSED_D_MAX:
+        return None
+    return _hvp_xy(x, y, gamma, x_lengths, y_lengths, window, xdot, ydot, gamma_dot)

@@ -156,13 +156,37 @@ __device__ __forceinline__ void hvpw_end(const double (&R)[K], const double (&Q)
   }
 }
 
-template <typename T, bool WINDOW, int K, int W, bool HARD, int VAR = 0>
+// The squared Euclidean cost of DX features formed in the cells (hvp_warp_xy_kernel, DX > 0): C and C-dot from x, y
+// and the direction (x-dot, y-dot) instead of two (B, N, M) tables, and instead of E and E-dot the contractions the
+// double backward of soft_dtw(x, y) takes of them (backends/cuda/hvp.py, hvp_xy):
+//   s1_b    = sum_ij E_ij C-dot_ij,                                C-dot_ij = 2 <x_i - y_j, xdot_i - ydot_j>,
+//   dx_i    =  sum_j (E-dot_ij (x_i - y_j) + E_ij (xdot_i - ydot_j)),
+//   dy_j    = -sum_i (E-dot_ij (x_i - y_j) + E_ij (xdot_i - ydot_j))   (both without the cost's factor 2).
+// A row's dx travels with the backward's left message (lane L to lane L - 1, warp to warp through hand), and lane 0
+// of the pair writes it; each lane sums dy of its K columns in registers. No (B, N, M) value is read or written
+// besides the record.
+template <typename T>
+struct HvpXY {
+  const T* x = nullptr;   // (B, N, DX)
+  const T* y = nullptr;   // (B, M, DX)
+  const T* xd = nullptr;  // (B, N, DX)
+  const T* yd = nullptr;  // (B, M, DX)
+  T* dx = nullptr;        // (B, N, DX)
+  T* dy = nullptr;        // (B, M, DX)
+  T* s1 = nullptr;        // (B,)
+  T* hand = nullptr;      // W > 1: shared [2][W][DX], the dx hand-over between warps
+};
+
+template <typename T, bool WINDOW, int K, int W, bool HARD, int VAR = 0, int DX = 0>
 __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __restrict__ Cdot, const T g, const T gd,
                                           const long long* __restrict__ xlen, const long long* __restrict__ ylen,
                                           const int* __restrict__ window, T* __restrict__ rec, T* __restrict__ E,
                                           T* __restrict__ Edot, T* __restrict__ vgamma, T* __restrict__ vgamma_dot,
                                           const int b, const int N, const int M, const bool vec, T* ring,
-                                          HvpwHand<T, W>& hand, const HvpVar<T> var = HvpVar<T>{}) {
+                                          HvpwHand<T, W>& hand, const HvpVar<T> var = HvpVar<T>{},
+                                          const HvpXY<T> xy = HvpXY<T>{}) {
+  constexpr bool XY = DX > 0;
+  constexpr int DXA = XY ? DX : 1;  // array extents
   constexpr bool OB = (VAR & VAR_OPEN_BEGIN) != 0, OE = (VAR & VAR_OPEN_END) != 0, PEN = (VAR & VAR_PENALTY) != 0;
   constexpr int NL = 32 * W;
   constexpr int CW = NL * K;
@@ -194,11 +218,37 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
   const double pen2 = (PEN && !HARD) ? double(penT) * scale : 0.0;
   const double pdot = (PEN && !HARD) ? double(var.pdot[size_t(b) * var.pdot_stride]) : 0.0;
 
-  // Outside the pair: rows past n, and columns past m of the first n rows (the backward writes j < m only).
-  for (size_t q = size_t(n) * M + L; q < NM; q += NL) { Eb[q] = T(0); Fb[q] = T(0); }
-  if (m < M)
-    for (int i = 0; i < n; ++i)
-      for (int j = m + L; j < M; j += NL) { Eb[size_t(i) * M + j] = T(0); Fb[size_t(i) * M + j] = T(0); }
+  if constexpr (XY) {
+    // dx of the rows past n (the backward writes rows i < n, each lane its own columns of dy).
+    for (int q = n * DX + L; q < N * DX; q += NL) xy.dx[size_t(b) * N * DX + q] = T(0);
+  } else {
+    // Outside the pair: rows past n, and columns past m of the first n rows (the backward writes j < m only).
+    for (size_t q = size_t(n) * M + L; q < NM; q += NL) { Eb[q] = T(0); Fb[q] = T(0); }
+    if (m < M)
+      for (int i = 0; i < n; ++i)
+        for (int j = m + L; j < M; j += NL) { Eb[size_t(i) * M + j] = T(0); Fb[size_t(i) * M + j] = T(0); }
+  }
+  // XY: y and y-dot of this lane's columns (0 past m), and the row inputs x_i, x-dot_i of row i = t - L, loaded a
+  // step ahead by xrow.
+  T yv[XY ? K : 1][DXA], ydv[XY ? K : 1][DXA];
+  if constexpr (XY) {
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+#pragma unroll
+      for (int d = 0; d < DX; ++d) {
+        const bool in = j0 + k < m;
+        yv[k][d] = in ? xy.y[(size_t(b) * M + j0 + k) * DX + d] : T(0);
+        ydv[k][d] = in ? xy.yd[(size_t(b) * M + j0 + k) * DX + d] : T(0);
+      }
+  }
+  auto xrow = [&](const int i, T (&xv)[DXA], T (&xdv)[DXA]) {
+    const bool in = i >= 0 && i < n;
+#pragma unroll
+    for (int d = 0; d < DXA; ++d) {
+      xv[d] = (XY && in) ? xy.x[(size_t(b) * N + i) * DX + d] : T(0);
+      xdv[d] = (XY && in) ? xy.xd[(size_t(b) * N + i) * DX + d] : T(0);
+    }
+  };
 
   // Open end: T's shares of the last row's E and E-dot, and its terms of vgamma, vgamma_dot (hvpw_end).
   T se[OE ? K : 1], sf[OE ? K : 1];
@@ -229,7 +279,10 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
       }
       cp_async_commit();
     };
-    for (int t = 0; t < P - 1; ++t) issue(t);
+    if constexpr (!XY)
+      for (int t = 0; t < P - 1; ++t) issue(t);
+    T nx[DXA], nxd[DXA];  // XY: row t - L's inputs (for step t), loaded at step t - 1
+    xrow(-L, nx, nxd);
 
     double R[K], Q[K];
 #pragma unroll
@@ -271,13 +324,35 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
           nhi = w2.y;
         }
       }
-      issue(t + P - 1);
-      cp_async_wait<P - 1>();
-      if (live) {
-        const T* src = ring + size_t((t & (P - 1)) * 2) * NL * K + size_t(L) * K;
-        T cr[K], dr[K];
+      T xv[DXA], xdv[DXA];
+      if constexpr (XY) {
 #pragma unroll
-        for (int k = 0; k < K; ++k) { cr[k] = src[k]; dr[k] = src[NL * K + k]; }
+        for (int d = 0; d < DXA; ++d) { xv[d] = nx[d]; xdv[d] = nxd[d]; }
+        xrow(i + 1, nx, nxd);
+      } else {
+        issue(t + P - 1);
+        cp_async_wait<P - 1>();
+      }
+      if (live) {
+        T cr[K], dr[K];
+        if constexpr (XY) {
+#pragma unroll
+          for (int k = 0; k < K; ++k) {
+            T c = T(0), cd = T(0);
+#pragma unroll
+            for (int d = 0; d < DX; ++d) {
+              const T df = xv[d] - yv[k][d];
+              c += df * df;
+              cd += df * (xdv[d] - ydv[k][d]);
+            }
+            cr[k] = c;
+            dr[k] = T(2) * cd;
+          }
+        } else {
+          const T* src = ring + size_t((t & (P - 1)) * 2) * NL * K + size_t(L) * K;
+#pragma unroll
+          for (int k = 0; k < K; ++k) { cr[k] = src[k]; dr[k] = src[NL * K + k]; }
+        }
         double lR = inR, lQ = inQ;
         T wu_[K], wl_[K], du_[K], dl_[K];
 #pragma unroll
@@ -365,7 +440,7 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
         __syncthreads();
       }
     }
-    cp_async_wait<0>();
+    if constexpr (!XY) cp_async_wait<0>();
     // R, Q hold the last row now (every lane holding a column finished row n - 1 at its last live step).
     if constexpr (OE) hvpw_end<T, K, W, HARD>(R, Q, j0, m, gd, ig, se, sf, endvg, endvgd, hand);
   }
@@ -375,6 +450,7 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
   // ---- backward ------------------------------------------------------------------------------------------
   double vg = 0.0, vgd = 0.0;
   double vp = 0.0, vpd = 0.0;  // step penalty: vpen, vpen_dot
+  double s1 = 0.0;             // XY: sum of E C-dot
   if constexpr (OE) {
     vg = endvg;
     vgd = endvgd;
@@ -399,6 +475,15 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
 #pragma unroll
       for (int k = 0; k < K; ++k) { upE[k] = se[k]; upF[k] = sf[k]; }
     }
+    T rcvX[DXA], cy[XY ? K : 1][DXA];  // XY: row's dx from lane L + 1 (with rcvE); this lane's dy sums
+#pragma unroll
+    for (int d = 0; d < DXA; ++d) rcvX[d] = T(0);
+#pragma unroll
+    for (int k = 0; k < (XY ? K : 1); ++k)
+#pragma unroll
+      for (int d = 0; d < DXA; ++d) cy[k][d] = T(0);
+    T nx[DXA], nxd[DXA];
+    xrow(steps - 1 - L, nx, nxd);
     T rcvE = T(0), rcvF = T(0);        // left message of lane L + 1's column 0, one step old
     T dnE = T(0), dnF = T(0);          // diagonal message of lane L + 1's column 0, one step old
     T doE = T(0), doF = T(0);          // ... two steps old (column K - 1's diagonal successor)
@@ -409,11 +494,23 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
       issue(t - (PB - 1));
       cp_async_wait<PB - 1>();
       T sLE = T(0), sLF = T(0), sDE = T(0), sDF = T(0);  // what column 0 sends lane L - 1
+      T sX[DXA];  // XY: the row's dx so far, to lane L - 1
+      T xv[DXA], xdv[DXA];
+#pragma unroll
+      for (int d = 0; d < DXA; ++d) {
+        sX[d] = T(0);
+        xv[d] = nx[d];
+        xdv[d] = nxd[d];
+      }
+      if constexpr (XY) xrow(i - 1, nx, nxd);
       if (live) {
         const T* src = ring + size_t((t & (PB - 1)) * HVPW_REC) * NL * K + size_t(L) * K;
         T rE = rcvE, rF = rcvF;  // the right successor's message
         T cE = doE, cF = doF;    // the diagonal successor's message
         T eo[K], fo[K];
+        T acc[DXA], ss1 = T(0);
+#pragma unroll
+        for (int d = 0; d < DXA; ++d) acc[d] = rcvX[d];
         double svg = 0.0, svgd = 0.0;
         double svp = 0.0, svpd = 0.0;
 #pragma unroll
@@ -462,6 +559,28 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
           cF = oF;
           eo[k] = e;
           fo[k] = f;
+          if constexpr (XY) {
+            T cd = T(0);
+#pragma unroll
+            for (int d = 0; d < DX; ++d) {
+              const T df = xv[d] - yv[k][d], dd = xdv[d] - ydv[k][d];
+              cd += df * dd;
+              const T term = f * df + e * dd;
+              acc[d] += term;
+              cy[k][d] -= term;
+            }
+            ss1 += e * cd;
+          }
+        }
+        if constexpr (XY) {
+          s1 += double(T(2) * ss1);
+          if (L == 0) {
+#pragma unroll
+            for (int d = 0; d < DX; ++d) xy.dx[(size_t(b) * N + i) * DX + d] = acc[d];
+          } else {
+#pragma unroll
+            for (int d = 0; d < DX; ++d) sX[d] = acc[d];
+          }
         }
         vg += svg;
         vgd += svgd;
@@ -473,9 +592,10 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
         sLF = rF;
         sDE = dgE[0];
         sDF = dgF[0];
-        T* er = Eb + size_t(i) * M + j0;
-        T* fr = Fb + size_t(i) * M + j0;
-        if (vst && j0 + K <= m) {
+        T* er = XY ? nullptr : Eb + size_t(i) * M + j0;
+        T* fr = XY ? nullptr : Fb + size_t(i) * M + j0;
+        if (XY) {
+        } else if (vst && j0 + K <= m) {
 #pragma unroll
           for (int k = 0; k < K; k += G) {
             Vec<T, G>::store(er + k, eo + k);
@@ -496,9 +616,18 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
           hand.msg[t & 1][wg][1] = sLF;
           hand.msg[t & 1][wg][2] = sDE;
           hand.msg[t & 1][wg][3] = sDF;
+          if constexpr (XY)
+#pragma unroll
+            for (int d = 0; d < DX; ++d) xy.hand[((t & 1) * W + wg) * DX + d] = sX[d];
         }
         __syncthreads();
       }
+      if constexpr (XY)
+#pragma unroll
+        for (int d = 0; d < DX; ++d) {
+          rcvX[d] = __shfl_down_sync(FULL_MASK, sX[d], 1);
+          if (lane == 31) rcvX[d] = (W > 1 && wg < W - 1) ? xy.hand[((t & 1) * W + wg + 1) * DX + d] : T(0);
+        }
       rcvE = __shfl_down_sync(FULL_MASK, sLE, 1);
       rcvF = __shfl_down_sync(FULL_MASK, sLF, 1);
       doE = dnE;
@@ -514,6 +643,13 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
       }
     }
     cp_async_wait<0>();
+    if constexpr (XY) {
+#pragma unroll
+      for (int k = 0; k < K; ++k)
+        if (j0 + k < M)
+#pragma unroll
+          for (int d = 0; d < DX; ++d) xy.dy[(size_t(b) * M + j0 + k) * DX + d] = cy[k][d];
+    }
   }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
@@ -535,6 +671,11 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
   if (L == 0) {
     vgamma[b] = HARD ? T(0) : T(vg);
     vgamma_dot[b] = HARD ? T(0) : T(vgd);
+  }
+  if constexpr (XY) {
+    double unused = 0.0;
+    hvpw_all2<T, W, false>(s1, unused, hand);
+    if (L == 0) xy.s1[b] = T(s1);
   }
   if constexpr (PEN) {
     hvpw_all2<T, W, false>(vp, vpd, hand);
@@ -574,6 +715,43 @@ hvp_warp_kernel(const T* __restrict__ C, const T* __restrict__ Cdot, const T* __
   } else {
     hvpw_pair<T, WINDOW, K, W, false, VAR>(C, Cdot, g, gamma_dot[b], xlen, ylen, window, rec, E, Edot, vgamma,
                                            vgamma_dot, b, N, M, vec != 0, ring, hand, var);
+  }
+}
+
+// The second order of soft_dtw(x, y) with the squared Euclidean cost of D = DX features formed in the cells (HvpXY):
+// grid B blocks of W warps, rec as hvp_warp_kernel's; dx (B, N, DX), dy (B, M, DX), s1, vgamma, vgamma_dot (B,).
+// No window-free restriction; no alignment variants (hvp.py falls back to hvp_cost for those).
+template <typename T, bool WINDOW, int K, int W, int DX>
+__global__ void __launch_bounds__(32 * W)
+hvp_warp_xy_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* __restrict__ xdot,
+                   const T* __restrict__ ydot, const T* __restrict__ gamma, const T* __restrict__ gamma_dot,
+                   const long long* __restrict__ xlen, const long long* __restrict__ ylen,
+                   const int* __restrict__ window, T* __restrict__ rec, T* __restrict__ dx, T* __restrict__ dy,
+                   T* __restrict__ s1, T* __restrict__ vgamma, T* __restrict__ vgamma_dot, int B, int N, int M) {
+  constexpr int RSTAGE = HVPW_REC * 32 * W * K * int(sizeof(T));
+  constexpr int RING = hvpw_depth(RSTAGE) * RSTAGE / int(sizeof(T));
+  __shared__ __align__(16) T ring[RING];  // the backward's record ring (the forward reads no table)
+  __shared__ HvpwHand<T, W> hand;
+  __shared__ T xhand[2 * W * DX];
+  const int b = blockIdx.x;
+  if (b >= B) return;
+  const T g = *gamma;
+  HvpXY<T> xy;
+  xy.x = x;
+  xy.y = y;
+  xy.xd = xdot;
+  xy.yd = ydot;
+  xy.dx = dx;
+  xy.dy = dy;
+  xy.s1 = s1;
+  xy.hand = xhand;
+  if (g == T(0)) {
+    hvpw_pair<T, WINDOW, K, W, true, 0, DX>(nullptr, nullptr, g, T(0), xlen, ylen, window, rec, nullptr, nullptr,
+                                            vgamma, vgamma_dot, b, N, M, false, ring, hand, HvpVar<T>{}, xy);
+  } else {
+    hvpw_pair<T, WINDOW, K, W, false, 0, DX>(nullptr, nullptr, g, gamma_dot[b], xlen, ylen, window, rec, nullptr,
+                                             nullptr, vgamma, vgamma_dot, b, N, M, false, ring, hand, HvpVar<T>{},
+                                             xy);
   }
 }
 

@@ -1,0 +1,193 @@
+"""The cuda backend's ``hvp_xy``: the double backward of soft_dtw(x, y) with the squared Euclidean cost formed in the
+HVP kernel's cells (kernels/hvp_warp.cu, hvp_warp_xy_kernel; backends/cuda/hvp.py).
+
+Checked against what the general path computes from hvp_cost's E and E-dot (C and C-dot built by torch, the
+contractions by costs.cost_vjp / cost_vjp_jvp), in float64 to 1e-10 and float32 against that float64 result;
+over N != M, D = 1..3, per-pair lengths, bands, gamma in {0 (hard), 1e-3, 0.1, 1, 10}, every (K, W) class of the
+warp kernel (forced plans W = 2, 4 cross the warps' hand-over of dx), and where it does not run (pairs wider
+than the warp kernel, K·D above HVPX_MAX_KD: None). End to end, a gradient penalty's gradient through
+soft_dtw(backend="cuda") with hvp_xy on and off, and against the cpu backend.
+
+Marked ``cuda``, skipped without a GPU:
+``PYTHONPATH=src python3 -m pytest -m cuda tests/backends/test_cuda_hvp_xy.py``.
+"""
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+
+import softdtw
+from softdtw import costs
+from softdtw._checks import make_window
+from tests._helpers import rel_err
+
+pytestmark = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+F64 = torch.float64
+
+
+def cuda_backend():
+    return importlib.import_module("softdtw.backends.cuda")
+
+
+def _problem(B, N, M, D, seed=0, lengths=False, band=None):
+    """x, y and a direction (xd, yd), gamma_dot `(B,)`, lengths and the window, float64 on the GPU."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(B, N, D, generator=g, dtype=F64).cumsum(1) * 0.3
+    y = torch.randn(B, M, D, generator=g, dtype=F64).cumsum(1) * 0.3
+    xd = torch.randn(B, N, D, generator=g, dtype=F64)
+    yd = torch.randn(B, M, D, generator=g, dtype=F64)
+    gd = torch.randn(B, generator=g, dtype=F64)
+    xl = torch.full((B,), N, dtype=torch.int64)
+    yl = torch.full((B,), M, dtype=torch.int64)
+    if lengths and B > 1:
+        xl[1:] = torch.randint(max(1, N // 2), N + 1, (B - 1,), generator=g)
+        yl[1:] = torch.randint(max(1, M // 2), M + 1, (B - 1,), generator=g)
+    window = make_window(xl, yl, N, M, band, None)
+    dev = "cuda"
+    return ([t.to(dev) for t in (x, y, xd, yd, gd)], xl.to(dev), yl.to(dev),
+            None if window is None else window.to(dev))
+
+
+def _general(x, y, xd, yd, gd, gamma, xl, yl, window):
+    """(s1, vgamma, vgamma_dot, dx, dy) as _ops._backward_backward's general path forms them from hvp_cost."""
+    be = cuda_backend()
+    C = costs.pairwise_cost("sqeuclidean", x, y).contiguous()
+    Cd = costs.cost_jvp("sqeuclidean", x, y, xd, yd).contiguous()
+    E, vg, Ed, vgd = be.hvp_cost(C, gamma, xl, yl, window, Cd, gd)
+    s1 = (Cd * E).sum((1, 2))
+    dx, dy = costs.cost_vjp("sqeuclidean", x, y, Ed)
+    hx, hy = costs.cost_vjp_jvp("sqeuclidean", x, y, E, xd, yd)
+    return s1, vg, vgd, dx + hx, dy + hy
+
+
+def _fused(x, y, xd, yd, gd, gamma, xl, yl, window):
+    out = cuda_backend().hvp_xy("sqeuclidean", x, y, gamma, xl, yl, window, xd, yd, gd)
+    assert out is not None, "hvp_xy declined a call it should take"
+    for t in out:
+        assert torch.isfinite(t).all(), "non-finite output of hvp_xy"
+    return out
+
+
+def _close(got, want, tol):
+    names = ("s1", "vgamma", "vgamma_dot", "dx", "dy")
+    for name, a, b in zip(names, got, want):
+        assert a.shape == b.shape, name
+        err = rel_err(a.double(), b.double())
+        assert err < tol, f"{name}: relative error {err:.2e} >= {tol:.0e}"
+
+
+CASES = [  # B, N, M, D, lengths, band
+    (3, 17, 23, 1, False, None),
+    (4, 40, 33, 2, True, None),
+    (2, 33, 40, 3, True, None),
+    (5, 64, 256, 1, True, None),      # K = 8 at one warp
+    (3, 12, 7, 1, False, None),
+    (4, 60, 70, 1, True, 9),          # a band
+    (1, 1, 5, 1, False, None),
+    (2, 9, 1, 2, False, None),
+]
+
+
+@pytest.mark.parametrize("B,N,M,D,lengths,band", CASES)
+@pytest.mark.parametrize("gamma", [1.0, 0.1, 1e-3, 10.0, 0.0])
+def test_matches_the_general_path_float64(B, N, M, D, lengths, band, gamma):
+    (x, y, xd, yd, gd), xl, yl, window = _problem(B, N, M, D, seed=B * N + M, lengths=lengths, band=band)
+    g = torch.tensor(gamma, dtype=F64, device="cuda")
+    want = _general(x, y, xd, yd, gd, g, xl, yl, window)
+    got = _fused(x, y, xd, yd, gd, g, xl, yl, window)
+    _close(got, want, 1e-10)
+    for b in range(B):  # rows past the pair's length get zero
+        assert (got[3][b, int(xl[b]):] == 0).all() and (got[4][b, int(yl[b]):] == 0).all()
+
+
+@pytest.mark.parametrize("B,N,M,D,lengths,band", CASES[:6] + [(2, 50, 500, 1, False, None)])  # 500: K = 16
+@pytest.mark.parametrize("gamma", [1.0, 0.1])
+def test_float32_against_float64(B, N, M, D, lengths, band, gamma):
+    (x, y, xd, yd, gd), xl, yl, window = _problem(B, N, M, D, seed=7 + N, lengths=lengths, band=band)
+    want = _general(x, y, xd, yd, gd, torch.tensor(gamma, dtype=F64, device="cuda"), xl, yl, window)
+    f = [t.float() for t in (x, y, xd, yd, gd)]
+    got = _fused(*f, torch.tensor(gamma, device="cuda"), xl, yl, window)
+    assert all(t.dtype == torch.float32 for t in got)
+    _close(got, want, 2e-3)
+
+
+@pytest.mark.parametrize("plan", [(1, 4), (2, 4), (2, 2), (4, 2), (8, 1)])
+@pytest.mark.parametrize("dtype", [F64, torch.float32])
+def test_every_warp_layout(plan, dtype):
+    """Forced (K, W) layouts: W > 1 hands each row's dx from warp to warp through shared memory."""
+    from softdtw.backends.cuda import hvp as _hvp
+
+    (x, y, xd, yd, gd), xl, yl, window = _problem(3, 70, 128, 1, seed=3, lengths=True)
+    g = torch.tensor(0.5, dtype=F64, device="cuda")
+    want = _general(x, y, xd, yd, gd, g, xl, yl, window)
+    saved, _hvp.force_plan = _hvp.force_plan, plan
+    try:
+        assert _hvp.hvp_xy_plan(3, 70, 128, 1, dtype) == plan
+        got = _fused(*[t.to(dtype) for t in (x, y, xd, yd, gd)], g.to(dtype), xl, yl, window)
+    finally:
+        _hvp.force_plan = saved
+    _close(got, want, 1e-10 if dtype == F64 else 2e-3)
+
+
+def test_declines_what_it_does_not_run():
+    be = cuda_backend()
+    (x, y, xd, yd, gd), xl, yl, _ = _problem(2, 20, 600, 1)  # wider than the warp kernel (float64: 256)
+    g = torch.tensor(1.0, dtype=F64, device="cuda")
+    assert be.hvp_xy("sqeuclidean", x, y, g, xl, yl, None, xd, yd, gd) is None
+    from softdtw.backends.cuda import hvp as _hvp
+
+    (x, y, xd, yd, gd), xl, yl, _ = _problem(2, 20, 256, 4)
+    saved, _hvp.force_plan = _hvp.force_plan, (8, 1)  # K = 8 times D = 4 features: too many registers
+    try:
+        assert be.hvp_xy("sqeuclidean", x, y, g, xl, yl, None, xd, yd, gd) is None
+    finally:
+        _hvp.force_plan = saved
+    (x, y, xd, yd, gd), xl, yl, _ = _problem(2, 20, 30, 1)
+    assert be.hvp_xy("l1", x, y, g, xl, yl, None, xd, yd, gd) is None
+
+
+def _penalty_grads(backend, x0, y0, gamma, **kw):
+    """Gradient of soft_dtw + |d soft_dtw / dx|² in x and y (the gradient-penalty case of issue 24)."""
+    x = x0.clone().requires_grad_(True)
+    y = y0.clone().requires_grad_(True)
+    v = softdtw.soft_dtw(x, y, gamma=gamma, backend=backend, **kw)
+    (gx,) = torch.autograd.grad(v.sum(), x, create_graph=True)
+    loss = v.sum() + gx.square().sum()
+    return torch.autograd.grad(loss, (x, y))
+
+
+@pytest.mark.parametrize("D", [1, 2])
+def test_gradient_penalty_on_and_off_and_cpu(D):
+    be = cuda_backend()
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(6, 48, D, generator=g, dtype=F64)
+    y = torch.randn(6, 40, D, generator=g, dtype=F64)
+    on = _penalty_grads("cuda", x.cuda(), y.cuda(), 0.3)
+    saved, be.HVP_XY = be.HVP_XY, False
+    try:
+        off = _penalty_grads("cuda", x.cuda(), y.cuda(), 0.3)
+    finally:
+        be.HVP_XY = saved
+    cpu = _penalty_grads("cpu", x, y, 0.3)
+    for a, b, c in zip(on, off, cpu):
+        assert rel_err(a, b) < 1e-10
+        assert rel_err(a.cpu(), c) < 1e-9
+
+
+def test_gradient_penalty_with_lengths_float32():
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(5, 64, 1, generator=g, dtype=F64)
+    y = torch.randn(5, 50, 1, generator=g, dtype=F64)
+    xl = torch.tensor([64, 30, 41, 64, 7])
+    yl = torch.tensor([50, 50, 22, 9, 31])
+    kw = dict(x_lengths=xl, y_lengths=yl)
+    want = _penalty_grads("cpu", x, y, 0.5, **kw)
+    got = _penalty_grads("cuda", x.float().cuda(), y.float().cuda(), 0.5, x_lengths=xl.cuda(), y_lengths=yl.cuda())
+    for a, b in zip(got, want):
+        assert rel_err(a.double().cpu(), b) < 2e-3
