@@ -444,11 +444,22 @@ def _backward_backward(ctx, Gx, Gy, h, gp):
     gives all of it without a (B, N, M) tensor where it applies (:func:`_hvp_xy`); otherwise C and Cdot `(B, N, M)`
     are materialised with torch ops (the first-order backward does not: it stays fused).
     """
+    need, saved = ctx.needs_input_grad, ctx.saved_tensors
+    # need[14] (the step penalty) only with one: under opcheck's AOT dispatch the tuple has 12 entries (the
+    # defaulted arguments left out).
+    dgrad, dx, dy, dgamma, dpen = _double_backward(ctx, saved, Gx, Gy, h, gp, (
+        need[0], need[1], need[2], need[3], saved[8] is not None and need[14]))
+    return dgrad, dx, dy, dgamma, None, None, None, None, None, None, None, None, None, None, dpen
+
+
+def _double_backward(ctx, saved, Gx, Gy, h, gp, need):
+    """_backward_backward's (dgrad, dx, dy, dgamma, dpen) from the saved (grad, x, y, gamma, x_lengths, y_lengths,
+    window, value, pen); need: whether each of those five is wanted. ctx: cost, backend, open_begin, open_end."""
     if torch.is_grad_enabled():
         raise _third_order_error()
-    grad, x, y, gamma, x_lengths, y_lengths, window, value, pen = ctx.saved_tensors
+    grad, x, y, gamma, x_lengths, y_lengths, window, value, pen = saved
     cost = ctx.cost
-    fused = _hvp_xy(ctx, grad, value, cost, x, y, gamma, x_lengths, y_lengths, window, Gx, Gy, h, pen)
+    fused = _hvp_xy(ctx, grad, value, cost, x, y, gamma, x_lengths, y_lengths, window, Gx, Gy, h, pen, need)
     if fused is not None:
         return fused
     C = costs.pairwise_cost(cost, x, y).contiguous()
@@ -457,7 +468,6 @@ def _backward_backward(ctx, Gx, Gy, h, gp):
                                                                h, gp, pen)
     keep = torch.isfinite(value).to(C.dtype)
     gk = (grad * keep).view(-1, 1, 1)
-    need = ctx.needs_input_grad
     dgrad = None
     if need[0]:
         dgrad = (Cdot * E).sum((1, 2)) + h * vgamma
@@ -470,11 +480,11 @@ def _backward_backward(ctx, Gx, Gy, h, gp):
         hx, hy = costs.cost_vjp_jvp(cost, x, y, gk * E, Gx, Gy)
         dx, dy = dx + hx, dy + hy
     dgamma = (gk.view(-1) * vgamma_dot).sum().reshape(gamma.shape) if need[3] else None
-    dpen = _penalty_grad(gk.view(-1), vpen_dot, pen) if pen is not None and need[14] else None
-    return dgrad, dx, dy, dgamma, None, None, None, None, None, None, None, None, None, None, dpen
+    dpen = _penalty_grad(gk.view(-1), vpen_dot, pen) if pen is not None and need[4] else None
+    return dgrad, dx, dy, dgamma, dpen
 
 
-def _hvp_xy(ctx, grad, value, cost, x, y, gamma, x_lengths, y_lengths, window, Gx, Gy, h, pen):
+def _hvp_xy(ctx, grad, value, cost, x, y, gamma, x_lengths, y_lengths, window, Gx, Gy, h, pen, need):
     """_backward_backward's outputs from the backend's ``hvp_xy`` (the cost and its direction formed in the kernel,
     the contractions with E and E-dot reduced there: no (B, N, M) tensor), or None where it does not apply (no
     hvp_xy, an alignment variant, or the backend declines); the same values as the general path up to rounding."""
@@ -488,12 +498,11 @@ def _hvp_xy(ctx, grad, value, cost, x, y, gamma, x_lengths, y_lengths, window, G
     s1, vgamma, vgamma_dot, dxp, dyp = out
     keep = torch.isfinite(value).to(x.dtype)
     gk = grad * keep
-    need = ctx.needs_input_grad
     dgrad = (s1 + h * vgamma) * keep if need[0] else None
     dx = dxp * gk.view(-1, 1, 1) if need[1] else None
     dy = dyp * gk.view(-1, 1, 1) if need[2] else None
     dgamma = (gk * vgamma_dot).sum().reshape(gamma.shape) if need[3] else None
-    return dgrad, dx, dy, dgamma, None, None, None, None, None, None, None, None, None, None, None
+    return dgrad, dx, dy, dgamma, None
 
 
 torch.library.register_autograd("softdtw::backward", _backward_backward, setup_context=_backward_setup, lib=_LIB)
@@ -524,10 +533,14 @@ class _Fused(torch.autograd.Function):
         x, y, gamma, x_lengths, y_lengths, window, value, saved = ctx.saved_tensors
         if ctx.memory == "none":
             raise _no_saved_error()
-        if torch.is_grad_enabled():  # create_graph=True: the backward op, whose own autograd is the HVP
+        if torch.is_grad_enabled():  # create_graph=True: a backward whose own autograd is the HVP
             _check_create_graph(ctx.backend)
-            dx, dy, dgamma, _ = backward(grad_value.contiguous(), x, y, gamma, ctx.cost, x_lengths, y_lengths,
-                                         window, value, saved, ctx.memory, ctx.backend)
+            meta = (ctx.cost, x_lengths, y_lengths, window, value, saved, ctx.memory, ctx.backend)
+            if _transforms_active():  # functorch transforms: the backward op (its autograd is registered)
+                dx, dy, dgamma, _ = backward(grad_value.contiguous(), x, y, gamma, ctx.cost, x_lengths, y_lengths,
+                                             window, value, saved, ctx.memory, ctx.backend)
+            else:
+                dx, dy, dgamma = _fused_grad_apply(grad_value.contiguous(), x, y, gamma, meta)
             return dx, dy, dgamma.sum().reshape(gamma.shape), None
         if not grad_value.is_contiguous():
             grad_value = grad_value.contiguous()
@@ -539,6 +552,29 @@ class _Fused(torch.autograd.Function):
             grad_value, x, y, gamma, ctx.cost, x_lengths, y_lengths, window, value, saved, ctx.memory, **kw)
         return (dx if need[0] else None, dy if need[1] else None,
                 dgamma.sum().reshape(gamma.shape) if need[2] else None, None)
+
+
+class _FusedGrad(torch.autograd.Function):
+    """_Fused's first-order backward as a function of (grad, x, y, gamma) with its own backward (the HVP:
+    :func:`_double_backward`), for create_graph=True eagerly. The same kernels and formulas as the backward op
+    and its registered autograd, without the op's Python dispatch and generated autograd wrapper (~0.3 ms of host
+    time each per gradient-penalty step on an H100 VM, benchmarks/probes/penalty_profile.py)."""
+
+    @staticmethod
+    def forward(ctx, grad, x, y, gamma, meta):
+        cost, x_lengths, y_lengths, window, value, saved, memory, backend = meta
+        dx, dy, dgamma = get_backend(backend).backward(grad, x, y, gamma, cost, x_lengths, y_lengths, window,
+                                                       value, saved, memory)
+        ctx.cost, ctx.backend, ctx.open_begin, ctx.open_end = cost, backend, False, False
+        ctx.save_for_backward(grad, x, y, gamma, x_lengths, y_lengths, window, value)
+        return dx, dy, dgamma
+
+    @staticmethod
+    def backward(ctx, Gx, Gy, h):
+        need = ctx.needs_input_grad
+        dgrad, dx, dy, dgamma, _ = _double_backward(ctx, ctx.saved_tensors + (None,), Gx, Gy, h, None,
+                                                    (need[0], need[1], need[2], need[3], False))
+        return dgrad, dx, dy, dgamma, None
 
 
 class _FromCost(torch.autograd.Function):
@@ -637,6 +673,13 @@ class _FromCostVariant(torch.autograd.Function):
 # autograd's C++ apply of each Function (what Function.apply ends in), bound once.
 _fused_apply = super(torch.autograd.Function, _Fused).apply
 _from_cost_apply = super(torch.autograd.Function, _FromCost).apply
+_fused_grad_apply = super(torch.autograd.Function, _FusedGrad).apply
+
+
+def fused_grad_for_launcher(grad, x, y, gamma, cost, x_lengths, y_lengths, value, saved):
+    """The create_graph=True backward of the cuda C++ launcher's node (fastpath.cpp, set_grad_fn): what _Fused's
+    takes, for the launcher's calls (no window, memory "store")."""
+    return _fused_grad_apply(grad, x, y, gamma, (cost, x_lengths, y_lengths, None, value, saved, "store", "cuda"))
 _transforms_active = torch._C._are_functorch_transforms_active
 
 

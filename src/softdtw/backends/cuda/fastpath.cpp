@@ -12,8 +12,9 @@
 // PyTorch headers only, no CUDA toolkit.
 //
 // What stays in Python: which calls may come here (fastpath.py), reading the value check's answer, and every
-// other case. A backward with create_graph=True calls the softdtw::backward op through the dispatcher, whose
-// registered autograd formula is the Hessian-vector product (softdtw/_ops.py): the same graph as the Python path.
+// other case. A backward with create_graph=True calls softdtw/_ops.py's _FusedGrad (set_grad_fn), an autograd
+// Function whose backward is the Hessian-vector product: the same graph as the Python path's _Fused (before it is
+// set: the softdtw::backward op through the dispatcher, whose registered autograd formula is the same HVP).
 //
 // The ops' CUDA kernels (register_ops): a compiled graph (torch.compile) holds the custom ops softdtw::forward,
 // backward, forward_cost, backward_cost and hvp_cost, whose only kernel was the Python one (CompositeExplicitAutograd,
@@ -70,6 +71,9 @@ struct Plan {
 };
 
 std::mutex g_lock;
+// create_graph=True backward of the launcher's node: fn(grad, x, y, gamma, cost, x_lengths, y_lengths, value, saved)
+// -> (dx, dy, dgamma), differentiable (set_grad_fn; None: the softdtw::backward op).
+py::object* g_grad_fn = nullptr;
 std::deque<Plan> g_plans;  // append-only: a plan's index is its id; a deque keeps references valid as it grows
 
 const Plan& plan_of(int64_t id) {
@@ -170,6 +174,15 @@ struct Fused : public torch::autograd::Function<Fused> {
     if (!grad.defined()) return out;
     if (grad.scalar_type() != x.scalar_type()) grad = grad.to(x.scalar_type());
     if (!grad.is_contiguous()) grad = grad.contiguous();
+    if (at::GradMode::is_enabled() && g_grad_fn != nullptr) {
+      // create_graph=True: softdtw._ops's _FusedGrad (a Python autograd.Function whose backward is the HVP), as
+      // the Python path's _Fused takes it: the op's dispatch and generated autograd wrapper cost ~0.3 ms each.
+      py::gil_scoped_acquire gil;
+      py::tuple r = (*g_grad_fn)(grad, x, y, gamma, p.cost, xl, yl, value, saved);
+      out[0] = r[0].cast<at::Tensor>();
+      out[1] = r[1].cast<at::Tensor>();
+      return out;
+    }
     if (at::GradMode::is_enabled()) {
       // create_graph=True: the backward op, whose own autograd (registered in Python) is the HVP.
       static const c10::OperatorHandle op =
@@ -595,6 +608,11 @@ void register_ops(py::object learner) {
 
 void set_ops_enabled(bool on) { g_ops_on = on; }
 
+void set_grad_fn(py::object fn) {
+  std::lock_guard<std::mutex> guard(g_lock);
+  if (g_grad_fn == nullptr) g_grad_fn = new py::object(std::move(fn));
+}
+
 std::vector<int64_t> op_counts() { return {g_ops_taken.load(), g_ops_passed.load()}; }
 
 int64_t add_plan(int64_t context, std::vector<int64_t> check, std::vector<int64_t> fwd, std::vector<int64_t> bwd, int64_t saved_numel,
@@ -645,5 +663,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_hvp", &set_hvp, "the hvp kernel of a DILATE plan");
   m.def("register_ops", &register_ops, "the CUDA kernels of softdtw::forward and softdtw::backward");
   m.def("set_ops_enabled", &set_ops_enabled, "off: every op call runs the Python kernel");
+  m.def("set_grad_fn", &set_grad_fn, "the create_graph=True backward of the launcher's node (softdtw._ops)");
   m.def("op_counts", &op_counts, "[op calls the C++ kernels ran, op calls handed to the Python kernel]");
 }

@@ -29,8 +29,9 @@ which launch the same kernels as the ops' Python kernel for the calls they take 
 alignment variant, memory "store" or "none", int64 lengths of any values, a 0-d gamma tensor, the plans of
 :func:`_op_plan`; hvp_cost where hvp_warp_kernel runs) and hand every other call to the Python kernel. So a
 compiled step runs no Python of ours but the ops' autograd wrapper, and the eager calls that go through the ops
-run their kernels from C++ too: a create_graph=True backward (softdtw::backward, hvp_cost), DILATE's Python path
-(lengths, an Omega of the user's). :func:`set_enabled` switches both; a forced plan (launch.forced_plan, tests
+run their kernels from C++ too: hvp_cost (the double backward of a precomputed cost or of a call hvp_xy does not
+take), DILATE's Python path (lengths, an Omega of the user's). A create_graph=True backward of the launcher's node
+runs softdtw._ops._FusedGrad, as the Python path's does (``set_grad_fn``). :func:`set_enabled` switches both; a forced plan (launch.forced_plan, tests
 and probes) keeps both out.
 
 How it is built: the first cuda call starts ``torch.utils.cpp_extension.load`` of fastpath.cpp in a background
@@ -103,6 +104,9 @@ def _compile():
         mod.set_driver(*(ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
                          for name in ("cuLaunchKernel", "cuCtxGetCurrent", "cuCtxSetCurrent")))
         mod.register_ops(_op_plan)  # softdtw._ops, imported with softdtw, has defined the ops
+        from ... import _ops
+
+        mod.set_grad_fn(_ops.fused_grad_for_launcher)
         _module = mod
         _launch.force_hooks.append(_sync_ops)
         _sync_ops()
