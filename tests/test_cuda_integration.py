@@ -129,3 +129,15 @@ def test_torch_compile_reduce_overhead_matches_eager_on_cuda():
         for a, b in zip(comp_grads, eager_grads):
             assert torch.allclose(a, b, rtol=1e-4, atol=1e-6)
     assert counters["inductor"]["cudagraph_skips"] == 0
+
+
+def test_opcheck_backward_op_with_gradients_on_cuda():
+    """The backward op's own autograd (the double backward, hvp_xy when eager) under opcheck on the GPU, AOT
+    dispatch included: traced graphs take the hvp_cost op, as hvp_xy needs real memory (float64: the two paths
+    agree to rounding, which opcheck's float32 tolerances would not take)."""
+    x, y, gamma, xl, yl, _ = _args(torch.float64)
+    value, saved = _ops.forward(x, y, gamma, "sqeuclidean", xl, yl, None, "store", "cuda")
+    grad = torch.rand(3, device="cuda", dtype=x.dtype)
+    xr, yr, gr, gradr = (t.detach().clone().requires_grad_() for t in (x, y, gamma, grad))
+    torch.library.opcheck(_ops.backward, (gradr, xr, yr, gr, "sqeuclidean", xl, yl, None, value, saved, "store",
+                                          "cuda"))

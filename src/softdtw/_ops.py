@@ -484,12 +484,21 @@ def _double_backward(ctx, saved, Gx, Gy, h, gp, need):
     return dgrad, dx, dy, dgamma, dpen
 
 
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+
+
 def _hvp_xy(ctx, grad, value, cost, x, y, gamma, x_lengths, y_lengths, window, Gx, Gy, h, pen, need):
     """_backward_backward's outputs from the backend's ``hvp_xy`` (the cost and its direction formed in the kernel,
     the contractions with E and E-dot reduced there: no (B, N, M) tensor), or None where it does not apply (no
     hvp_xy, an alignment variant, or the backend declines); the same values as the general path up to rounding."""
     fn = getattr(get_backend(ctx.backend), "hvp_xy", None)
     if fn is None or pen is not None or ctx.open_begin or ctx.open_end:
+        return None
+    # It launches on the tensors' memory: not while a graph is traced (fake or functional tensors under
+    # torch.compile's AOT autograd, opcheck) nor under functorch transforms (wrapped tensors); the general path
+    # runs there, through the hvp_cost op.
+    if _transforms_active() or any(type(t) not in _PLAIN_TENSORS for t in (x, y, Gx, Gy, h, grad, value)
+                                   if t is not None):
         return None
     out = fn(cost, x, y, gamma, x_lengths, y_lengths, window, torch.zeros_like(x) if Gx is None else Gx,
              torch.zeros_like(y) if Gy is None else Gy, h)

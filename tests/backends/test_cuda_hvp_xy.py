@@ -191,3 +191,26 @@ def test_gradient_penalty_with_lengths_float32():
     got = _penalty_grads("cuda", x.float().cuda(), y.float().cuda(), 0.5, x_lengths=xl.cuda(), y_lengths=yl.cuda())
     for a, b in zip(got, want):
         assert rel_err(a.double().cpu(), b) < 2e-3
+
+
+def test_eager_double_backward_takes_it_for_parameters_too(monkeypatch):
+    """The eager double backward runs hvp_xy for plain tensors and nn.Parameter alike (traced graphs and functorch
+    transforms take the hvp_cost op instead: test_cuda_integration's opcheck)."""
+    be = cuda_backend()
+    taken = []
+    real = be.hvp_xy
+
+    def counting(*args):
+        out = real(*args)
+        taken.append(out is not None)
+        return out
+
+    monkeypatch.setattr(be, "hvp_xy", counting)
+    g = torch.Generator().manual_seed(2)
+    x = torch.nn.Parameter(torch.randn(3, 20, 1, generator=g, dtype=F64).cuda())
+    y = torch.randn(3, 25, 1, generator=g, dtype=F64).cuda()
+    v = softdtw.soft_dtw(x, y, gamma=0.5)
+    (gx,) = torch.autograd.grad(v.sum(), x, create_graph=True)
+    gx.square().sum().backward()
+    assert taken == [True]
+    assert torch.isfinite(x.grad).all()
