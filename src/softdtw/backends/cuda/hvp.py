@@ -200,16 +200,17 @@ def hvp_cost(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot, *, open_be
     return _result(E, vgamma, Edot, vgamma_dot, vpen, vpen_dot)
 
 
-#: hvp_xy: the largest K·D (columns per lane times features) whose y, y-dot and dy sums stay in registers
-#: (float32 K = 16, D = 1: 252 registers, no spill; ptxas -v on sm_90).
-HVPX_MAX_KD = 16
+#: hvp_xy: the largest K·D (columns per lane times features) whose y, y-dot and dy sums stay in registers, per
+#: dtype (ptxas -v on sm_90: float32 up to K·D = 16 without a spill, 252 registers at K = 16, D = 1; float64 K·D = 8
+#: without one, 255 registers at K = 8, D = 1, where K = 8, D = 2 spilled 376 bytes and K = 1, D = 16 712).
+HVPX_MAX_KD = {torch.float32: 16, torch.float64: 8}
 
 
 def hvp_xy_plan(B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index: int = 0):
     """(K, W) of hvp_warp_xy_kernel, or None where it does not run (pairs wider than hvp_warp_kernel's range, or
     too many features for the lane's registers): the caller then takes hvp_cost."""
     plan = _warp_plan(B, M, dtype, device_index) if _warp_k(M, dtype) is not None else None
-    if plan is None or plan[0] * D > HVPX_MAX_KD or dtype not in (torch.float32, torch.float64):
+    if plan is None or dtype not in HVPX_MAX_KD or plan[0] * D > HVPX_MAX_KD[dtype]:
         return None
     return plan
 
