@@ -149,8 +149,10 @@ def main():
             "script": "benchmarks/bench_hvp.py"}
     md = ("# Second order on the GPU: hvp_cost (issue 24)\n\n"
           f"{meta['device']}, torch {meta['torch']}, commit {meta['git_sha']}. GCUPS = B·N·M / time, cells "
-          "counted once; value_grad_hvp = fused forward + backward, C and Cdot, hvp_cost "
-          "(benchmarks/bench_hvp.py).\n\n"
+          "counted once; value_grad_hvp = fused forward + backward, C and Cdot, hvp_cost; value_grad_hvp_xy = "
+          "fused forward + backward, then hvp_xy (the cost in the HVP kernel's cells, dx / dy reduced there); "
+          "penalty_step(_general) = a gradient-penalty step through the public API with hvp_xy (with the "
+          "general path) (benchmarks/bench_hvp.py).\n\n"
           + markdown_table(rows, ["mode", "B", "N", "M", "dtype", "gamma", "ms", "gcups", "peak_mb"]))
     write_results(out.with_suffix(".json"), meta, rows, md)
     print(f"wrote {out.with_suffix('.json')} and {out.with_suffix('.md')}")
