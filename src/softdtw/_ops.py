@@ -25,7 +25,7 @@ Second order: with create_graph=True the first-order backward calls the backward
 they have their own autograd formulas (``register_autograd``), the Hessian-vector products of Mensch & Blondel
 (2018) through ``softdtw::hvp_cost``: the double backward of soft-DTW works eagerly, through the custom ops and
 under opcheck. The fused costs' double backward takes the backend's ``hvp_xy`` where it has one and it applies
-(cuda: squared Euclidean, D <= 16, no alignment variant; the cost and its derivative formed in the kernel, the
+(cuda: squared Euclidean or l1, D <= 16, no alignment variant; the cost and its derivative formed in the kernel, the
 contractions reduced there), and otherwise materialises C and its derivative (each `(B, N, M)`) from x and y
 with torch ops for ``softdtw::hvp_cost``; the first-order backward stays fused. A backend without ``hvp_cost`` raises a
 NotImplementedError at the first backward with create_graph=True (never a gradient without its graph), and a

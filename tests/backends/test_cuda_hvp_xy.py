@@ -1,5 +1,5 @@
-"""The cuda backend's ``hvp_xy``: the double backward of soft_dtw(x, y) with the squared Euclidean cost formed in the
-HVP kernel's cells (kernels/hvp_warp.cu, hvp_warp_xy_kernel; backends/cuda/hvp.py).
+"""The cuda backend's ``hvp_xy``: the double backward of soft_dtw(x, y) with a fused cost (squared Euclidean, l1) formed
+in the HVP kernel's cells (kernels/hvp_warp.cu, hvp_warp_xy_kernel; backends/cuda/hvp.py).
 
 Checked against what the general path computes from hvp_cost's E and E-dot (C and C-dot built by torch, the
 contractions by costs.cost_vjp / cost_vjp_jvp), in float64 to 1e-10 and float32 against that float64 result;
@@ -54,20 +54,20 @@ def _problem(B, N, M, D, seed=0, lengths=False, band=None):
             None if window is None else window.to(dev))
 
 
-def _general(x, y, xd, yd, gd, gamma, xl, yl, window):
+def _general(x, y, xd, yd, gd, gamma, xl, yl, window, cost="sqeuclidean"):
     """(s1, vgamma, vgamma_dot, dx, dy) as _ops._backward_backward's general path forms them from hvp_cost."""
     be = cuda_backend()
-    C = costs.pairwise_cost("sqeuclidean", x, y).contiguous()
-    Cd = costs.cost_jvp("sqeuclidean", x, y, xd, yd).contiguous()
+    C = costs.pairwise_cost(cost, x, y).contiguous()
+    Cd = costs.cost_jvp(cost, x, y, xd, yd).contiguous()
     E, vg, Ed, vgd = be.hvp_cost(C, gamma, xl, yl, window, Cd, gd)
     s1 = (Cd * E).sum((1, 2))
-    dx, dy = costs.cost_vjp("sqeuclidean", x, y, Ed)
-    hx, hy = costs.cost_vjp_jvp("sqeuclidean", x, y, E, xd, yd)
+    dx, dy = costs.cost_vjp(cost, x, y, Ed)
+    hx, hy = costs.cost_vjp_jvp(cost, x, y, E, xd, yd)
     return s1, vg, vgd, dx + hx, dy + hy
 
 
-def _fused(x, y, xd, yd, gd, gamma, xl, yl, window):
-    out = cuda_backend().hvp_xy("sqeuclidean", x, y, gamma, xl, yl, window, xd, yd, gd)
+def _fused(x, y, xd, yd, gd, gamma, xl, yl, window, cost="sqeuclidean"):
+    out = cuda_backend().hvp_xy(cost, x, y, gamma, xl, yl, window, xd, yd, gd)
     assert out is not None, "hvp_xy declined a call it should take"
     for t in out:
         assert torch.isfinite(t).all(), "non-finite output of hvp_xy"
@@ -96,11 +96,12 @@ CASES = [  # B, N, M, D, lengths, band
 
 @pytest.mark.parametrize("B,N,M,D,lengths,band", CASES)
 @pytest.mark.parametrize("gamma", [1.0, 0.1, 1e-3, 10.0, 0.0])
-def test_matches_the_general_path_float64(B, N, M, D, lengths, band, gamma):
+@pytest.mark.parametrize("cost", ["sqeuclidean", "l1"])
+def test_matches_the_general_path_float64(B, N, M, D, lengths, band, gamma, cost):
     (x, y, xd, yd, gd), xl, yl, window = _problem(B, N, M, D, seed=B * N + M, lengths=lengths, band=band)
     g = torch.tensor(gamma, dtype=F64, device="cuda")
-    want = _general(x, y, xd, yd, gd, g, xl, yl, window)
-    got = _fused(x, y, xd, yd, gd, g, xl, yl, window)
+    want = _general(x, y, xd, yd, gd, g, xl, yl, window, cost)
+    got = _fused(x, y, xd, yd, gd, g, xl, yl, window, cost)
     _close(got, want, 1e-10)
     for b in range(B):  # rows past the pair's length get zero
         assert (got[3][b, int(xl[b]):] == 0).all() and (got[4][b, int(yl[b]):] == 0).all()
@@ -108,11 +109,12 @@ def test_matches_the_general_path_float64(B, N, M, D, lengths, band, gamma):
 
 @pytest.mark.parametrize("B,N,M,D,lengths,band", CASES[:6] + [(2, 50, 500, 1, False, None)])  # 500: K = 16
 @pytest.mark.parametrize("gamma", [1.0, 0.1])
-def test_float32_against_float64(B, N, M, D, lengths, band, gamma):
+@pytest.mark.parametrize("cost", ["sqeuclidean", "l1"])
+def test_float32_against_float64(B, N, M, D, lengths, band, gamma, cost):
     (x, y, xd, yd, gd), xl, yl, window = _problem(B, N, M, D, seed=7 + N, lengths=lengths, band=band)
-    want = _general(x, y, xd, yd, gd, torch.tensor(gamma, dtype=F64, device="cuda"), xl, yl, window)
+    want = _general(x, y, xd, yd, gd, torch.tensor(gamma, dtype=F64, device="cuda"), xl, yl, window, cost)
     f = [t.float() for t in (x, y, xd, yd, gd)]
-    got = _fused(*f, torch.tensor(gamma, device="cuda"), xl, yl, window)
+    got = _fused(*f, torch.tensor(gamma, device="cuda"), xl, yl, window, cost)
     assert all(t.dtype == torch.float32 for t in got)
     _close(got, want, 2e-3)
 
@@ -149,32 +151,33 @@ def test_declines_what_it_does_not_run():
     finally:
         _hvp.force_plan = saved
     (x, y, xd, yd, gd), xl, yl, _ = _problem(2, 20, 30, 1)
-    assert be.hvp_xy("l1", x, y, g, xl, yl, None, xd, yd, gd) is None
+    assert be.hvp_xy("cosine", x, y, g, xl, yl, None, xd, yd, gd) is None
 
 
-def _penalty_grads(backend, x0, y0, gamma, **kw):
+def _penalty_grads(backend, x0, y0, gamma, cost="sqeuclidean", **kw):
     """Gradient of soft_dtw + |d soft_dtw / dx|² in x and y (the gradient-penalty case of issue 24)."""
     x = x0.clone().requires_grad_(True)
     y = y0.clone().requires_grad_(True)
-    v = softdtw.soft_dtw(x, y, gamma=gamma, backend=backend, **kw)
+    v = softdtw.soft_dtw(x, y, gamma=gamma, backend=backend, cost=cost, **kw)
     (gx,) = torch.autograd.grad(v.sum(), x, create_graph=True)
     loss = v.sum() + gx.square().sum()
     return torch.autograd.grad(loss, (x, y))
 
 
 @pytest.mark.parametrize("D", [1, 2])
-def test_gradient_penalty_on_and_off_and_cpu(D):
+@pytest.mark.parametrize("cost", ["sqeuclidean", "l1"])
+def test_gradient_penalty_on_and_off_and_cpu(D, cost):
     be = cuda_backend()
     g = torch.Generator().manual_seed(11)
     x = torch.randn(6, 48, D, generator=g, dtype=F64)
     y = torch.randn(6, 40, D, generator=g, dtype=F64)
-    on = _penalty_grads("cuda", x.cuda(), y.cuda(), 0.3)
+    on = _penalty_grads("cuda", x.cuda(), y.cuda(), 0.3, cost)
     saved, be.HVP_XY = be.HVP_XY, False
     try:
-        off = _penalty_grads("cuda", x.cuda(), y.cuda(), 0.3)
+        off = _penalty_grads("cuda", x.cuda(), y.cuda(), 0.3, cost)
     finally:
         be.HVP_XY = saved
-    cpu = _penalty_grads("cpu", x, y, 0.3)
+    cpu = _penalty_grads("cpu", x, y, 0.3, cost)
     for a, b, c in zip(on, off, cpu):
         assert rel_err(a, b) < 1e-10
         assert rel_err(a.cpu(), c) < 1e-9

@@ -815,7 +815,7 @@ def _cost_vjp(cost, x, y, dC):
 from .hvp import hvp_cost as _hvp_cost  # noqa: E402  (kernels/hvp.cu: the Hessian-vector product, SECOND_ORDER.md)
 from .hvp import hvp_xy as _hvp_xy  # noqa: E402
 
-#: Whether the double backward of a fused squared Euclidean call takes :func:`hvp_xy` (tests switch it off to
+#: Whether the double backward of a fused squared Euclidean or l1 call takes :func:`hvp_xy` (tests switch it off to
 #: compare with the hvp_cost path).
 HVP_XY = True
 
@@ -836,8 +836,9 @@ def hvp_cost(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot, *, open_be
 
 def hvp_xy(cost, x, y, gamma, x_lengths, y_lengths, window, xdot, ydot, gamma_dot):
     """The double backward's contractions with the cost formed in the kernel (:func:`softdtw.backends.cuda.hvp.hvp_xy`):
-    (s1, vgamma, vgamma_dot, dx, dy), or None where it does not apply (another cost, D > FUSED_D_MAX, pairs
-    wider than its kernel, HVP_XY off); the caller then builds C and C-dot and takes :func:`hvp_cost`."""
-    if not HVP_XY or cost != "sqeuclidean" or x.shape[2] > FUSED_D_MAX:
+    (s1, vgamma, vgamma_dot, dx, dy), or None where it does not apply (a cost other than "sqeuclidean" and "l1",
+    D > FUSED_D_MAX, pairs wider than its kernel, HVP_XY off); the caller then builds C and C-dot and takes
+    :func:`hvp_cost`."""
+    if not HVP_XY or cost not in ("sqeuclidean", "l1") or x.shape[2] > FUSED_D_MAX:
         return None
-    return _hvp_xy(x, y, gamma, x_lengths, y_lengths, window, xdot, ydot, gamma_dot)
+    return _hvp_xy(x, y, gamma, x_lengths, y_lengths, window, xdot, ydot, gamma_dot, cost)

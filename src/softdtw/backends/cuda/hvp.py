@@ -8,7 +8,7 @@ anti-diagonals (hvp_fast_kernel up to HVPF_MAX_N rows, hvp_kernel beyond). It re
 reads nothing the first-order forward saved, so it is right after memory="store" and memory="checkpoint" alike. Buffers come from torch's allocator and the kernel runs
 on torch's current stream (no host synchronisation: gamma is read on the device).
 
-The double backward of soft_dtw(x, y) with the squared Euclidean cost (D <= 16, M within hvp_warp_kernel's range)
+The double backward of soft_dtw(x, y) with the squared Euclidean or l1 cost (D <= 16, M within hvp_warp_kernel's range)
 takes :func:`hvp_xy` instead: hvp_warp_xy_kernel, the same kernel with the cost and its derivative formed in the
 cells from x, y and the direction, and the contractions the double backward takes of E and E-dot (dx, dy,
 <C-dot, E>) reduced in its backward, so nothing of size (B, N, M) is read or written besides the record.
@@ -206,6 +206,10 @@ def hvp_cost(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot, *, open_be
 HVPX_MAX_KD = {torch.float32: 16, torch.float64: 8}
 
 
+#: hvp_xy's costs: kernels/common.cuh's Cost values.
+_XCOST = {"sqeuclidean": 0, "l1": 1}
+
+
 def hvp_xy_plan(B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index: int = 0):
     """(K, W) of hvp_warp_xy_kernel, or None where it does not run (pairs wider than hvp_warp_kernel's range, or
     too many features for the lane's registers): the caller then takes hvp_cost."""
@@ -215,9 +219,9 @@ def hvp_xy_plan(B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index
     return plan
 
 
-def hvp_xy(x, y, gamma, x_lengths, y_lengths, window, xdot, ydot, gamma_dot):
-    """The double backward's contractions of soft_dtw(x, y) with the squared Euclidean cost, the cost formed in the
-    kernel's cells (kernels/hvp_warp.cu, HvpXY), or None where hvp_xy_plan says it does not run.
+def hvp_xy(x, y, gamma, x_lengths, y_lengths, window, xdot, ydot, gamma_dot, cost="sqeuclidean"):
+    """The double backward's contractions of soft_dtw(x, y) with a fused cost ("sqeuclidean" or "l1"), the cost
+    formed in the kernel's cells (kernels/hvp_warp.cu, HvpXY), or None where hvp_xy_plan says it does not run.
 
     x, xdot `(B, N, D)`, y, ydot `(B, M, D)` in one float dtype, gamma 0-d, x_lengths / y_lengths int64 `(B,)`,
     window None or int32 `(B, N, 2)`, gamma_dot `(B,)`. With C = |x_i - y_j|², its derivative C-dot along
@@ -225,7 +229,8 @@ def hvp_xy(x, y, gamma, x_lengths, y_lengths, window, xdot, ydot, gamma_dot):
     gives, per pair: s1 `(B,)` = <C-dot, E>, vgamma and vgamma_dot `(B,)` (as hvp_cost), and
     dx `(B, N, D)` = 2 sum_j (E-dot_ij (x_i - y_j) + E_ij (xdot_i - ydot_j)), dy `(B, M, D)` = -(the same over i):
     the cost's VJP of E-dot plus its second derivative along the direction weighted by E (costs.cost_vjp and
-    costs.cost_vjp_jvp). Nothing of size (B, N, M) is read or written besides the kernel's record (16 or 32 bytes
+    costs.cost_vjp_jvp). l1: C-dot = sum_d sign(x_i - y_j) (xdot_i - ydot_j), dx = sum_j E-dot_ij sign(x_i - y_j),
+    dy = -(the same over i) (its own second derivative is 0). Nothing of size (B, N, M) is read or written besides the kernel's record (16 or 32 bytes
     per cell, as hvp_cost's).
     """
     from . import _alloc, _window
@@ -248,13 +253,15 @@ def hvp_xy(x, y, gamma, x_lengths, y_lengths, window, xdot, ydot, gamma_dot):
     dx, dy = torch.empty_like(x), torch.empty_like(y)
     s1, vgamma, vgamma_dot = x.new_empty((B,)), x.new_empty((B,)), x.new_empty((B,))
     win = "true" if window is not None else "false"
-    expr = f"sdtw::hvp_warp_xy_kernel<{_launch._CTYPE[dtype]}, {win}, {K}, {W}, {D}>"
+    expr = f"sdtw::hvp_warp_xy_kernel<{_launch._CTYPE[dtype]}, {win}, {K}, {W}, {D}, {_XCOST[cost]}>"
     args = (x.data_ptr(), y.data_ptr(), xdot.data_ptr(), ydot.data_ptr(), gamma.data_ptr(), gamma_dot.data_ptr(),
             x_lengths.data_ptr(), y_lengths.data_ptr(), _launch.ptr(window), rec.data_ptr(), dx.data_ptr(),
             dy.data_ptr(), s1.data_ptr(), vgamma.data_ptr(), vgamma_dot.data_ptr(), _launch.i32(B), _launch.i32(N),
             _launch.i32(M))
     _launch.launch("hvp_warp", expr, dev, B, 32 * W, args)
-    return s1, vgamma, vgamma_dot, dx.mul_(2.0), dy.mul_(2.0)
+    if cost == "sqeuclidean":
+        dx.mul_(2.0), dy.mul_(2.0)
+    return s1, vgamma, vgamma_dot, dx, dy
 
 
 def _result(E, vgamma, Edot, vgamma_dot, vpen, vpen_dot):

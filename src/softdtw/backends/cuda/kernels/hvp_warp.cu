@@ -156,9 +156,10 @@ __device__ __forceinline__ void hvpw_end(const double (&R)[K], const double (&Q)
   }
 }
 
-// The squared Euclidean cost of DX features formed in the cells (hvp_warp_xy_kernel, DX > 0): C and C-dot from x, y
-// and the direction (x-dot, y-dot) instead of two (B, N, M) tables, and instead of E and E-dot the contractions the
-// double backward of soft_dtw(x, y) takes of them (backends/cuda/hvp.py, hvp_xy):
+// A fused cost of DX features formed in the cells (hvp_warp_xy_kernel, DX > 0; XC: squared Euclidean as written
+// here, or l1, where the factor 2 is 1, x_i - y_j in the dx / dy sums becomes its sign and their E (xdot - ydot)
+// term is 0): C and C-dot from x, y and the direction (x-dot, y-dot) instead of two (B, N, M) tables, and instead of
+// E and E-dot the contractions the double backward of soft_dtw(x, y) takes of them (backends/cuda/hvp.py, hvp_xy):
 //   s1_b    = sum_ij E_ij C-dot_ij,                                C-dot_ij = 2 <x_i - y_j, xdot_i - ydot_j>,
 //   dx_i    =  sum_j (E-dot_ij (x_i - y_j) + E_ij (xdot_i - ydot_j)),
 //   dy_j    = -sum_i (E-dot_ij (x_i - y_j) + E_ij (xdot_i - ydot_j))   (both without the cost's factor 2).
@@ -177,7 +178,7 @@ struct HvpXY {
   T* hand = nullptr;      // W > 1: shared [2][W][DX], the dx hand-over between warps
 };
 
-template <typename T, bool WINDOW, int K, int W, bool HARD, int VAR = 0, int DX = 0>
+template <typename T, bool WINDOW, int K, int W, bool HARD, int VAR = 0, int DX = 0, int XC = COST_SQEUCLIDEAN>
 __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __restrict__ Cdot, const T g, const T gd,
                                           const long long* __restrict__ xlen, const long long* __restrict__ ylen,
                                           const int* __restrict__ window, T* __restrict__ rec, T* __restrict__ E,
@@ -186,6 +187,7 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
                                           HvpwHand<T, W>& hand, const HvpVar<T> var = HvpVar<T>{},
                                           const HvpXY<T> xy = HvpXY<T>{}) {
   constexpr bool XY = DX > 0;
+  constexpr bool XSQ = XC == COST_SQEUCLIDEAN;  // XY's cost: squared Euclidean, else l1
   constexpr int DXA = XY ? DX : 1;  // array extents
   constexpr bool OB = (VAR & VAR_OPEN_BEGIN) != 0, OE = (VAR & VAR_OPEN_END) != 0, PEN = (VAR & VAR_PENALTY) != 0;
   constexpr int NL = 32 * W;
@@ -342,11 +344,11 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
 #pragma unroll
             for (int d = 0; d < DX; ++d) {
               const T df = xv[d] - yv[k][d];
-              c += df * df;
-              cd += df * (xdv[d] - ydv[k][d]);
+              c += cost_term<T, XC>(df);
+              cd += cost_slope<T, XC>(df) * (xdv[d] - ydv[k][d]);
             }
             cr[k] = c;
-            dr[k] = T(2) * cd;
+            dr[k] = XSQ ? T(2) * cd : cd;
           }
         } else {
           const T* src = ring + size_t((t & (P - 1)) * 2) * NL * K + size_t(L) * K;
@@ -564,8 +566,9 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
 #pragma unroll
             for (int d = 0; d < DX; ++d) {
               const T df = xv[d] - yv[k][d], dd = xdv[d] - ydv[k][d];
-              cd += df * dd;
-              const T term = f * df + e * dd;
+              const T sl = cost_slope<T, XC>(df);  // l1: the cost's own second derivative is 0
+              cd += sl * dd;
+              const T term = XSQ ? f * df + e * dd : f * sl;
               acc[d] += term;
               cy[k][d] -= term;
             }
@@ -573,7 +576,7 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
           }
         }
         if constexpr (XY) {
-          s1 += double(T(2) * ss1);
+          s1 += double(XSQ ? T(2) * ss1 : ss1);
           if (L == 0) {
 #pragma unroll
             for (int d = 0; d < DX; ++d) xy.dx[(size_t(b) * N + i) * DX + d] = acc[d];
@@ -718,10 +721,10 @@ hvp_warp_kernel(const T* __restrict__ C, const T* __restrict__ Cdot, const T* __
   }
 }
 
-// The second order of soft_dtw(x, y) with the squared Euclidean cost of D = DX features formed in the cells (HvpXY):
-// grid B blocks of W warps, rec as hvp_warp_kernel's; dx (B, N, DX), dy (B, M, DX), s1, vgamma, vgamma_dot (B,).
-// No window-free restriction; no alignment variants (hvp.py falls back to hvp_cost for those).
-template <typename T, bool WINDOW, int K, int W, int DX>
+// The second order of soft_dtw(x, y) with the cost XC (COST_SQEUCLIDEAN or COST_L1) of D = DX features formed in the
+// cells (HvpXY): grid B blocks of W warps, rec as hvp_warp_kernel's; dx (B, N, DX), dy (B, M, DX), s1, vgamma,
+// vgamma_dot (B,). No alignment variants (hvp.py falls back to hvp_cost for those).
+template <typename T, bool WINDOW, int K, int W, int DX, int XC>
 __global__ void __launch_bounds__(32 * W)
 hvp_warp_xy_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* __restrict__ xdot,
                    const T* __restrict__ ydot, const T* __restrict__ gamma, const T* __restrict__ gamma_dot,
@@ -746,10 +749,10 @@ hvp_warp_xy_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* __
   xy.s1 = s1;
   xy.hand = xhand;
   if (g == T(0)) {
-    hvpw_pair<T, WINDOW, K, W, true, 0, DX>(nullptr, nullptr, g, T(0), xlen, ylen, window, rec, nullptr, nullptr,
+    hvpw_pair<T, WINDOW, K, W, true, 0, DX, XC>(nullptr, nullptr, g, T(0), xlen, ylen, window, rec, nullptr, nullptr,
                                             vgamma, vgamma_dot, b, N, M, false, ring, hand, HvpVar<T>{}, xy);
   } else {
-    hvpw_pair<T, WINDOW, K, W, false, 0, DX>(nullptr, nullptr, g, gamma_dot[b], xlen, ylen, window, rec, nullptr,
+    hvpw_pair<T, WINDOW, K, W, false, 0, DX, XC>(nullptr, nullptr, g, gamma_dot[b], xlen, ylen, window, rec, nullptr,
                                              nullptr, vgamma, vgamma_dot, b, N, M, false, ring, hand, HvpVar<T>{},
                                              xy);
   }
