@@ -109,6 +109,51 @@ class _Dilate(torch.autograd.Function):
         return dC, dgamma, domega, None
 
 
+class _DilateXY(torch.autograd.Function):
+    """The DILATE loss alpha sdtw + (1 - alpha) <E, Omega> `(B,)` of x, y with the default Omega and a fused cost,
+    differentiable in x, y and gamma, from one kernel (cuda: backends/cuda/hvp.py, dilate_xy): its forward gives
+    the terms and the loss's gradient in x and y, the backward scales them by the upstream. The same values as
+    _Dilate's path (C, a value-only forward, hvp_cost along Omega) up to rounding."""
+
+    @staticmethod
+    def forward(ctx, x, y, gamma, meta):
+        x_lengths, y_lengths, alpha, cost, out = meta
+        v, tv, vg, vgd, dx, dy = out
+        ctx.save_for_backward(v, vg, vgd, dx, dy)
+        ctx.alpha, ctx.gamma_shape = alpha, gamma.shape
+        return alpha * v + (1.0 - alpha) * tv
+
+    @staticmethod
+    def backward(ctx, grad):
+        if torch.is_grad_enabled():
+            raise NotImplementedError(
+                "a double backward through dilate_loss is not supported: DILATE's gradient is already a second "
+                "derivative of soft-DTW (softdtw::hvp_cost), which has no derivative of its own. Take its "
+                "backward with create_graph=False.")
+        v, vg, vgd, dx, dy = ctx.saved_tensors
+        gk = grad * torch.isfinite(v).to(v.dtype)
+        need = ctx.needs_input_grad
+        a = ctx.alpha
+        return (dx * gk.view(-1, 1, 1) if need[0] else None, dy * gk.view(-1, 1, 1) if need[1] else None,
+                (gk * (a * vg + (1.0 - a) * vgd)).sum().reshape(ctx.gamma_shape) if need[2] else None, None)
+
+
+def _dilate_xy(p, alpha, omega, divergence, cost, terms):
+    """(loss, shape, temporal) through _DilateXY where its kernel runs (cuda backend, "sqeuclidean" or "l1", the
+    default Omega, no band, no divergence, and only the loss asked for: shape and temporal come back without a
+    graph), else None."""
+    if terms or p.backend != "cuda" or omega is not None or divergence or p.window is not None or \
+            not isinstance(cost, str) or cost not in ("sqeuclidean", "l1"):
+        return None
+    from .backends.cuda import hvp as _hvp
+
+    out = _hvp.dilate_xy(p.x, p.y, p.gamma.detach(), p.x_lengths, p.y_lengths, float(alpha), cost)
+    if out is None:
+        return None
+    loss = _DilateXY.apply(p.x, p.y, p.gamma, (p.x_lengths, p.y_lengths, float(alpha), cost, out))
+    return loss, out[0], out[1]
+
+
 def dilate_loss(x, y, alpha: float = 0.5, gamma: Union[float, torch.Tensor] = 0.01, *,
                 omega: Optional[Union[torch.Tensor, Callable]] = None, divergence: bool = False,
                 cost="sqeuclidean", bandwidth=None, itakura_max_slope=None, x_lengths=None, y_lengths=None,
@@ -151,8 +196,10 @@ def dilate_loss(x, y, alpha: float = 0.5, gamma: Union[float, torch.Tensor] = 0.
     options, gamma can be learned, and the gradients are exact in float64 DP (theirs runs the DP one pair at
     a time on the CPU, in float32, without a gradient for gamma).
 
-    Memory: C, E, E-dot and the backend's second-order working tables, each `(B, N, M)`; the cost matrix is always
-    materialised. Devices: CPU, CUDA. Differentiable in: x, y, gamma, omega (needs a backend with
+    Memory: on the cuda backend with the default Omega, the squared Euclidean or l1 cost of D <= 16 features, no
+    band, no divergence and only the loss asked for, one kernel computes the terms and the gradient (the cost formed
+    in its cells) and keeps 16-32 bytes per cell of records while it runs; otherwise C, E, E-dot and the backend's
+    second-order working tables, each `(B, N, M)`, with the cost matrix materialised. Devices: CPU, CUDA. Differentiable in: x, y, gamma, omega (needs a backend with
     ``hvp_cost``; others raise a NotImplementedError naming the backend). Not twice differentiable.
 
     Example:
@@ -180,7 +227,7 @@ def dilate_loss(x, y, alpha: float = 0.5, gamma: Union[float, torch.Tensor] = 0.
                 x_lengths=x_lengths, y_lengths=y_lengths, memory="auto", backend=backend, defer=True)
     try:  # on cuda the value check runs in front of the kernels and is read after them (no host sync)
         loss, shape, temporal = run_checked(
-            p, lambda q: _terms(q, alpha, omega, divergence, cost, bandwidth, itakura_max_slope))
+            p, lambda q: _terms(q, alpha, omega, divergence, cost, bandwidth, itakura_max_slope, return_terms))
     except NaNPadded as e:  # cuda checked the values after its kernels: again, with the padding's lengths
         loss, shape, temporal = dilate_loss(**rerun_args(e, p), alpha=alpha, gamma=gamma, omega=omega,
                                             divergence=divergence, cost=cost, bandwidth=bandwidth,
@@ -194,8 +241,11 @@ def dilate_loss(x, y, alpha: float = 0.5, gamma: Union[float, torch.Tensor] = 0.
     return (out(loss), out(shape), out(temporal)) if return_terms else out(loss)
 
 
-def _terms(p, alpha, omega, divergence, cost, bandwidth, itakura_max_slope):
+def _terms(p, alpha, omega, divergence, cost, bandwidth, itakura_max_slope, terms=True):
     """(loss, shape, temporal) `(B,)` of a prepared problem, in the compute dtype."""
+    fused = _dilate_xy(p, alpha, omega, divergence, cost, terms)
+    if fused is not None:
+        return fused
     B, N, D = p.x.shape
     M = p.y.shape[1]
     C = check_cost_matrix(costs.pairwise_cost(cost, p.x, p.y), B, N, M, device=p.x.device, cost=cost)

@@ -217,3 +217,70 @@ def test_eager_double_backward_takes_it_for_parameters_too(monkeypatch):
     gx.square().sum().backward()
     assert taken == [True]
     assert torch.isfinite(x.grad).all()
+
+
+# --- DILATE through one kernel (hvp.dilate_xy, dilate._DilateXY) -------------------------------------------------
+
+def _dilate(x0, y0, gamma, fused, monkeypatch=None, **kw):
+    """Loss, dx, dy (and dgamma for a tensor gamma) of dilate_loss(...).sum() on the cuda backend, through
+    dilate_xy or (fused False) the general path (C, a value-only forward, hvp_cost along Omega)."""
+    import softdtw.dilate as dil
+
+    saved = dil._dilate_xy
+    if not fused:
+        dil._dilate_xy = lambda *a: None
+    try:
+        x = x0.clone().requires_grad_(True)
+        y = y0.clone().requires_grad_(True)
+        g = gamma.clone().requires_grad_(True) if isinstance(gamma, torch.Tensor) else gamma
+        loss = softdtw.dilate_loss(x, y, backend="cuda", gamma=g, **kw)
+        wrt = (x, y) + ((g,) if isinstance(g, torch.Tensor) else ())
+        grads = torch.autograd.grad(loss.sum(), wrt)
+    finally:
+        dil._dilate_xy = saved
+    return (loss,) + grads
+
+
+@pytest.mark.parametrize("B,N,M,D", [(4, 30, 26, 1), (3, 64, 256, 1), (2, 40, 33, 2), (5, 12, 7, 3), (2, 50, 70, 1)])
+@pytest.mark.parametrize("cost", ["sqeuclidean", "l1"])
+@pytest.mark.parametrize("alpha,gamma", [(0.5, 0.01), (0.2, 1.0), (1.0, 0.1), (0.0, 0.1), (0.5, 0.0)])
+def test_dilate_xy_matches_the_general_path(B, N, M, D, cost, alpha, gamma):
+    g = torch.Generator().manual_seed(B + N + M)
+    x = torch.randn(B, N, D, generator=g, dtype=F64).cumsum(1).mul(0.2).cuda()
+    y = torch.randn(B, M, D, generator=g, dtype=F64).cumsum(1).mul(0.2).cuda()
+    gam = torch.tensor(gamma, dtype=F64, device="cuda")
+    want = _dilate(x, y, gam, False, alpha=alpha, cost=cost)
+    got = _dilate(x, y, gam, True, alpha=alpha, cost=cost)
+    for a, b in zip(got, want):
+        assert rel_err(a, b) < 1e-10 or (b.abs().max() == 0 and a.abs().max() < 1e-12)
+
+
+def test_dilate_xy_with_lengths_and_float32():
+    g = torch.Generator().manual_seed(9)
+    x = torch.randn(5, 48, 1, generator=g, dtype=F64).cuda()
+    y = torch.randn(5, 40, 1, generator=g, dtype=F64).cuda()
+    kw = dict(alpha=0.5, x_lengths=torch.tensor([48, 20, 33, 48, 5]), y_lengths=torch.tensor([40, 40, 11, 7, 30]))
+    want = _dilate(x, y, 0.05, False, **kw)
+    got64 = _dilate(x, y, 0.05, True, **kw)
+    got32 = _dilate(x.float(), y.float(), 0.05, True, **kw)
+    for a, b, c in zip(got64, got32, want):
+        assert rel_err(a, c) < 1e-10
+        assert rel_err(b, c) < 2e-3
+
+
+def test_dilate_xy_is_taken_and_declines(monkeypatch):
+    """The default call takes dilate_xy; Omega, a band, the divergence or return_terms take the general path."""
+    from softdtw.backends.cuda import hvp as _hvp
+
+    calls = []
+    real = _hvp.dilate_xy
+    monkeypatch.setattr(_hvp, "dilate_xy", lambda *a, **k: calls.append(1) or real(*a, **k))
+    x = torch.randn(3, 20, 1, device="cuda", requires_grad=True)
+    y = torch.randn(3, 24, 1, device="cuda")
+    softdtw.dilate_loss(x, y, gamma=0.1, backend="cuda").sum().backward()
+    assert len(calls) == 1
+    for kw in (dict(omega=torch.rand(20, 24, device="cuda")), dict(bandwidth=5), dict(divergence=True),
+               dict(return_terms=True)):
+        out = softdtw.dilate_loss(x, y, gamma=0.1, backend="cuda", **kw)
+        (out[0] if isinstance(out, tuple) else out).sum().backward()
+    assert len(calls) == 1

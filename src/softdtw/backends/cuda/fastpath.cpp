@@ -33,6 +33,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <mutex>
 #include <string>
@@ -68,6 +69,8 @@ struct Plan {
   Kernel hvp;
   int64_t rec_numel = 0;  // its per-cell records, in the data dtype
   int64_t vec_group = 1;  // values per 16 bytes: its vectorised path needs M a multiple of it
+  // DILATE through one kernel (set_dilate_xy): hvp is dilate_xy_kernel (hvp.py's dilate_xy), fwd unused.
+  bool dxy = false;
 };
 
 std::mutex g_lock;
@@ -253,6 +256,30 @@ struct Dilate : public torch::autograd::Function<Dilate> {
       launch(p.check, stream, {ptr(x), x.numel(), ptr(y), y.numel(), 0, ptr(gamma), flag, ws, wmax}, "check_kernel");
     }
     const auto opts = x.options();
+    if (p.dxy) {
+      // dilate._DilateXY's forward (hvp.dilate_xy): one kernel gives the terms and the loss's gradient in x, y.
+      at::Tensor rec = at::empty({p.rec_numel}, opts), v = at::empty({p.B}, opts), tv = at::empty({p.B}, opts),
+                 vg = at::empty({p.B}, opts), vgd = at::empty({p.B}, opts), dx = at::empty_like(x),
+                 dy = at::empty_like(y);
+      int64_t abits = 0;  // alpha by value: its bits in the slot
+      if (x.scalar_type() == at::kFloat) {
+        const float a = (float)alpha;
+        int32_t i;
+        std::memcpy(&i, &a, 4);
+        abits = i;
+      } else {
+        std::memcpy(&abits, &alpha, 8);
+      }
+      launch(p.hvp, stream,
+             {ptr(x), ptr(y), ptr(gamma), ptr(xl), ptr(yl), ptr(rec), abits, ptr(v), ptr(tv), ptr(dx), ptr(dy),
+              ptr(vg), ptr(vgd), p.B, p.N, p.M},
+             "dilate_xy_kernel");
+      dx.mul_(2.0);
+      dy.mul_(2.0);
+      ctx->save_for_backward({v, dx, dy});
+      ctx->saved_data["alpha"] = alpha;
+      return at::add(at::mul(v, alpha), at::mul(tv, 1.0 - alpha));
+    }
     at::Tensor diff = x.unsqueeze(2) - y.unsqueeze(1);  // costs.sqeuclidean's broadcast form
     at::Tensor C = diff.pow(2).sum(-1);
     const at::Tensor value = run_forward(p, stream, 0, 0, ptr(C), gamma, xl, yl, false, opts).first;
@@ -275,6 +302,12 @@ struct Dilate : public torch::autograd::Function<Dilate> {
                 "derivative of soft-DTW (softdtw::hvp_cost), which has no derivative of its own. Take its "
                 "backward with create_graph=False.");
     const auto s = ctx->get_saved_variables();
+    if (s.size() == 3) {  // dilate_xy_kernel's (dilate._DilateXY.backward)
+      const at::Tensor gk = grad * at::isfinite(s[0]).to(s[0].scalar_type());
+      if (ctx->needs_input_grad(0)) out[0] = s[1] * gk.view({-1, 1, 1});
+      if (ctx->needs_input_grad(1)) out[1] = s[2] * gk.view({-1, 1, 1});
+      return out;
+    }
     const at::Tensor &diff = s[0], &value = s[1], &E = s[2], &Ed = s[3];
     const double alpha = ctx->saved_data["alpha"].toDouble();
     // loss = alpha * shape + (1 - alpha) * temporal: MulBackward0 of each term, then _Dilate.backward.
@@ -306,6 +339,18 @@ void set_hvp(int64_t id, int64_t fn, int64_t grid, int64_t block, int64_t rec_nu
   p.hvp.block = (unsigned)block;
   p.rec_numel = rec_numel;
   p.vec_group = vec_group;
+}
+
+// DILATE through dilate_xy_kernel for a DILATE plan (instead of set_hvp's value-only forward and hvp_warp_kernel).
+void set_dilate_xy(int64_t id, int64_t fn, int64_t grid, int64_t block, int64_t rec_numel) {
+  std::lock_guard<std::mutex> guard(g_lock);
+  TORCH_CHECK(id >= 0 && id < (int64_t)g_plans.size(), "softdtw fast path: unknown plan ", id);
+  Plan& p = g_plans[id];
+  p.hvp.fn = (void*)(uintptr_t)fn;
+  p.hvp.grid = (unsigned)grid;
+  p.hvp.block = (unsigned)block;
+  p.rec_numel = rec_numel;
+  p.dxy = true;
 }
 
 at::Tensor fused(const at::Tensor& x, const at::Tensor& y, const at::Tensor& gamma, const at::Tensor& xl,
@@ -661,6 +706,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("fused", &fused, "soft-DTW values (B,) with a C++ autograd node");
   m.def("dilate", &dilate, "DILATE losses (B,) with a C++ autograd node");
   m.def("set_hvp", &set_hvp, "the hvp kernel of a DILATE plan");
+  m.def("set_dilate_xy", &set_dilate_xy, "a DILATE plan through dilate_xy_kernel");
   m.def("register_ops", &register_ops, "the CUDA kernels of softdtw::forward and softdtw::backward");
   m.def("set_ops_enabled", &set_ops_enabled, "off: every op call runs the Python kernel");
   m.def("set_grad_fn", &set_grad_fn, "the create_graph=True backward of the launcher's node (softdtw._ops)");

@@ -461,7 +461,14 @@ def _dilate_plan(x, y, backend):
     plan = _module.add_plan(_context(), _check_kernel(x.dtype, x.numel() + y.numel(), dev),
                             _kernel("forward", fwd, dev), [0, 0, 0], 0, _saved_dtype(x.dtype), list(fwd.bnd), [], B,
                             N, M, fwd.plan.nch, "precomputed", False)
-    _set_hvp(plan, B, N, M, x.dtype, dev)
+    xy = _hvp.hvp_xy_plan(B, N, M, D, x.dtype, dev)  # as dilate._dilate_xy (hvp.dilate_xy) decides
+    if xy is not None:
+        K, W = xy
+        fn = _launch._launcher("hvp_warp", f"sdtw::dilate_xy_kernel<{_launch._CTYPE[x.dtype]}, {K}, {W}, {D}, 0>",
+                               dev).fn
+        _module.set_dilate_xy(plan, fn, B, 32 * W, B * N * 4 * 32 * W * K)
+    else:
+        _set_hvp(plan, B, N, M, x.dtype, dev)
     xl = _checks.as_lengths(None, "x_lengths", B, N, x.device, "x")
     yl = _checks.as_lengths(None, "y_lengths", B, M, x.device, "y")
     omega = _omega_tensor(None, B, N, M, xl, yl, x.dtype, x.device)

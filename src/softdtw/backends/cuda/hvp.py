@@ -264,6 +264,49 @@ def hvp_xy(x, y, gamma, x_lengths, y_lengths, window, xdot, ydot, gamma_dot, cos
     return s1, vgamma, vgamma_dot, dx, dy
 
 
+def _bits(value: float, dtype: torch.dtype) -> int:
+    """A float kernel parameter passed by value: its bits as the integer the launch packs into the slot."""
+    import numpy as np
+
+    return int((np.float32 if dtype == torch.float32 else np.float64)(value).view(
+        np.int32 if dtype == torch.float32 else np.int64))
+
+
+def dilate_xy(x, y, gamma, x_lengths, y_lengths, alpha: float, cost: str = "sqeuclidean"):
+    """DILATE's terms and gradient with the cost formed in the HVP kernel's cells (kernels/hvp_warp.cu,
+    dilate_xy_kernel), or None where :func:`hvp_xy_plan` says it does not run.
+
+    x `(B, N, D)`, y `(B, M, D)` (one float dtype), gamma 0-d (x's dtype and device), lengths int64 `(B,)`, alpha the
+    shape term's weight, cost "sqeuclidean" or "l1"; no band, the default Omega_ij = ((i - j) / n_b)^2
+    (dilate.default_omega). Returns (v, temporal, vgamma, vgamma_dot, dx, dy): per pair the soft-DTW value, <E, Omega>,
+    d v / d gamma and its derivative along (Omega, 0), and dx `(B, N, D)`, dy `(B, M, D)` the gradient of
+    alpha v + (1 - alpha) <E, Omega> (the cost's VJP of alpha E + (1 - alpha) E-dot). One kernel: no (B, N, M)
+    tensor besides its record.
+    """
+    from . import _alloc
+
+    B, N, D = x.shape
+    M = y.shape[1]
+    dtype = x.dtype
+    dev = x.get_device()
+    plan = hvp_xy_plan(B, N, M, D, dtype, dev)
+    if plan is None or cost not in _XCOST:
+        return None
+    K, W = plan
+    x, y = x.detach().contiguous(), y.detach().contiguous()
+    rec = _alloc(x, B * N * 4 * 32 * W * K, dtype, "the HVP's per-cell records (dilate_xy)", B, N, M)
+    dx, dy = torch.empty_like(x), torch.empty_like(y)
+    v, tv, vg, vgd = (x.new_empty((B,)) for _ in range(4))
+    expr = f"sdtw::dilate_xy_kernel<{_launch._CTYPE[dtype]}, {K}, {W}, {D}, {_XCOST[cost]}>"
+    args = (x.data_ptr(), y.data_ptr(), gamma.data_ptr(), x_lengths.data_ptr(), y_lengths.data_ptr(), rec.data_ptr(),
+            _bits(alpha, dtype), v.data_ptr(), tv.data_ptr(), dx.data_ptr(), dy.data_ptr(), vg.data_ptr(),
+            vgd.data_ptr(), _launch.i32(B), _launch.i32(N), _launch.i32(M))
+    _launch.launch("hvp_warp", expr, dev, B, 32 * W, args)
+    if cost == "sqeuclidean":
+        dx.mul_(2.0), dy.mul_(2.0)
+    return v, tv, vg, vgd, dx, dy
+
+
 def _result(E, vgamma, Edot, vgamma_dot, vpen, vpen_dot):
     """The four outputs, and (vpen, vpen_dot) after them with a step penalty."""
     out = (E, vgamma, Edot, vgamma_dot)

@@ -176,9 +176,15 @@ struct HvpXY {
   T* dy = nullptr;        // (B, M, DX)
   T* s1 = nullptr;        // (B,)
   T* hand = nullptr;      // W > 1: shared [2][W][DX], the dx hand-over between warps
+  // DILATE (OM): the direction is Omega_ij = ((i - j) / n)^2 (dilate.default_omega), not (x-dot, y-dot); s1 is the
+  // temporal term <E, Omega>, dx / dy the sums of (alpha E + (1 - alpha) E-dot) (x_i - y_j) (the loss
+  // alpha sdtw + (1 - alpha) <E, Omega>: E-dot = H Omega is the temporal term's gradient in C), v the value sdtw.
+  T alpha = T(0);
+  T* v = nullptr;         // (B,)
 };
 
-template <typename T, bool WINDOW, int K, int W, bool HARD, int VAR = 0, int DX = 0, int XC = COST_SQEUCLIDEAN>
+template <typename T, bool WINDOW, int K, int W, bool HARD, int VAR = 0, int DX = 0, int XC = COST_SQEUCLIDEAN,
+          bool OM = false>
 __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __restrict__ Cdot, const T g, const T gd,
                                           const long long* __restrict__ xlen, const long long* __restrict__ ylen,
                                           const int* __restrict__ window, T* __restrict__ rec, T* __restrict__ E,
@@ -188,6 +194,7 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
                                           const HvpXY<T> xy = HvpXY<T>{}) {
   constexpr bool XY = DX > 0;
   constexpr bool XSQ = XC == COST_SQEUCLIDEAN;  // XY's cost: squared Euclidean, else l1
+  constexpr bool XD = XY && !OM;                // the direction from x-dot, y-dot
   constexpr int DXA = XY ? DX : 1;  // array extents
   constexpr bool OB = (VAR & VAR_OPEN_BEGIN) != 0, OE = (VAR & VAR_OPEN_END) != 0, PEN = (VAR & VAR_PENALTY) != 0;
   constexpr int NL = 32 * W;
@@ -240,7 +247,7 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
       for (int d = 0; d < DX; ++d) {
         const bool in = j0 + k < m;
         yv[k][d] = in ? xy.y[(size_t(b) * M + j0 + k) * DX + d] : T(0);
-        ydv[k][d] = in ? xy.yd[(size_t(b) * M + j0 + k) * DX + d] : T(0);
+        ydv[k][d] = (XD && in) ? xy.yd[(size_t(b) * M + j0 + k) * DX + d] : T(0);
       }
   }
   auto xrow = [&](const int i, T (&xv)[DXA], T (&xdv)[DXA]) {
@@ -248,8 +255,14 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
 #pragma unroll
     for (int d = 0; d < DXA; ++d) {
       xv[d] = (XY && in) ? xy.x[(size_t(b) * N + i) * DX + d] : T(0);
-      xdv[d] = (XY && in) ? xy.xd[(size_t(b) * N + i) * DX + d] : T(0);
+      xdv[d] = (XD && in) ? xy.xd[(size_t(b) * N + i) * DX + d] : T(0);
     }
+  };
+  // DILATE's Omega_ij in the data dtype, formed in float64 as dilate.default_omega.
+  const double inv_n = 1.0 / double(n > 0 ? n : 1);
+  auto omega = [&](const int i, const int j) {
+    const double r = double(i - j) * inv_n;
+    return T(r * r);
   };
 
   // Open end: T's shares of the last row's E and E-dot, and its terms of vgamma, vgamma_dot (hvpw_end).
@@ -348,7 +361,7 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
               cd += cost_slope<T, XC>(df) * (xdv[d] - ydv[k][d]);
             }
             cr[k] = c;
-            dr[k] = XSQ ? T(2) * cd : cd;
+            dr[k] = OM ? omega(i, j0 + k) : (XSQ ? T(2) * cd : cd);
           }
         } else {
           const T* src = ring + size_t((t & (P - 1)) * 2) * NL * K + size_t(L) * K;
@@ -443,6 +456,12 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
       }
     }
     if constexpr (!XY) cp_async_wait<0>();
+    if constexpr (OM) {  // the value: R' of (n - 1, m - 1), in natural units
+#pragma unroll
+      for (int k = 0; k < K; ++k)
+        if (j0 + k == m - 1 && n > 0)
+          xy.v[b] = R[k] >= HVPW_HALF ? Num<T>::big() * Num<T>::big() : T(HARD ? R[k] : R[k] / scale);
+    }
     // R, Q hold the last row now (every lane holding a column finished row n - 1 at its last live step).
     if constexpr (OE) hvpw_end<T, K, W, HARD>(R, Q, j0, m, gd, ig, se, sf, endvg, endvgd, hand);
   }
@@ -568,15 +587,18 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
               const T df = xv[d] - yv[k][d], dd = xdv[d] - ydv[k][d];
               const T sl = cost_slope<T, XC>(df);  // l1: the cost's own second derivative is 0
               cd += sl * dd;
-              const T term = XSQ ? f * df + e * dd : f * sl;
+              const T term = OM ? (xy.alpha * e + (T(1) - xy.alpha) * f) * sl : (XSQ ? f * df + e * dd : f * sl);
               acc[d] += term;
               cy[k][d] -= term;
             }
-            ss1 += e * cd;
+            if (!OM) ss1 += e * cd;
+          }
+          if constexpr (OM) {
+            ss1 += e * omega(i, j0 + k);
           }
         }
         if constexpr (XY) {
-          s1 += double(XSQ ? T(2) * ss1 : ss1);
+          s1 += double((XSQ && !OM) ? T(2) * ss1 : ss1);
           if (L == 0) {
 #pragma unroll
             for (int d = 0; d < DX; ++d) xy.dx[(size_t(b) * N + i) * DX + d] = acc[d];
@@ -755,6 +777,45 @@ hvp_warp_xy_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* __
     hvpw_pair<T, WINDOW, K, W, false, 0, DX, XC>(nullptr, nullptr, g, gamma_dot[b], xlen, ylen, window, rec, nullptr,
                                              nullptr, vgamma, vgamma_dot, b, N, M, false, ring, hand, HvpVar<T>{},
                                              xy);
+  }
+}
+
+// DILATE with a fused cost (backends/cuda/hvp.py, dilate_xy): the HVP along Omega_ij = ((i - j) / n)^2 with the cost
+// XC of D = DX features formed in the cells (HvpXY, OM). Per pair: v (B,) the soft-DTW value, s1 (B,) the temporal
+// term <E, Omega>, dx (B, N, DX) / dy (B, M, DX) = sum (alpha E + (1 - alpha) E-dot) (x_i - y_j) (l1: its sign)
+// and minus that over i, without the squared cost's factor 2: the gradient of alpha v + (1 - alpha) s1. vgamma,
+// vgamma_dot (B,) as hvp_warp_kernel's (gamma_dot = 0). No window, no alignment variant. alpha arrives by value.
+template <typename T, int K, int W, int DX, int XC>
+__global__ void __launch_bounds__(32 * W)
+dilate_xy_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* __restrict__ gamma,
+                 const long long* __restrict__ xlen, const long long* __restrict__ ylen, T* __restrict__ rec,
+                 const T alpha, T* __restrict__ v, T* __restrict__ s1, T* __restrict__ dx, T* __restrict__ dy,
+                 T* __restrict__ vgamma, T* __restrict__ vgamma_dot, int B, int N, int M) {
+  constexpr int RSTAGE = HVPW_REC * 32 * W * K * int(sizeof(T));
+  constexpr int RING = hvpw_depth(RSTAGE) * RSTAGE / int(sizeof(T));
+  __shared__ __align__(16) T ring[RING];
+  __shared__ HvpwHand<T, W> hand;
+  __shared__ T xhand[2 * W * DX];
+  const int b = blockIdx.x;
+  if (b >= B) return;
+  const T g = *gamma;
+  HvpXY<T> xy;
+  xy.x = x;
+  xy.y = y;
+  xy.dx = dx;
+  xy.dy = dy;
+  xy.s1 = s1;
+  xy.hand = xhand;
+  xy.alpha = alpha;
+  xy.v = v;
+  if (g == T(0)) {
+    hvpw_pair<T, false, K, W, true, 0, DX, XC, true>(nullptr, nullptr, g, T(0), xlen, ylen, nullptr, rec, nullptr,
+                                                     nullptr, vgamma, vgamma_dot, b, N, M, false, ring, hand,
+                                                     HvpVar<T>{}, xy);
+  } else {
+    hvpw_pair<T, false, K, W, false, 0, DX, XC, true>(nullptr, nullptr, g, T(0), xlen, ylen, nullptr, rec, nullptr,
+                                                      nullptr, vgamma, vgamma_dot, b, N, M, false, ring, hand,
+                                                      HvpVar<T>{}, xy);
   }
 }
 
