@@ -7,9 +7,10 @@ timed from the call to the end of the backward (synchronised on CUDA), median of
 (benchmarks/_harness.py). Rows per size:
 
 - ``sdtw``: ``softdtw.soft_dtw(pred, target, gamma)``, the soft-DTW loss (fused cost, store);
-- ``dilate``: ``softdtw.dilate_loss(pred, target, alpha=0.5, gamma)``: a value-only forward and one ``hvp_cost``
-  along Omega, whose E and E-dot give the temporal term and both gradients (softdtw/dilate.py; on cuda through
-  the C++ launcher once it is built);
+- ``dilate``: ``softdtw.dilate_loss(pred, target, alpha=0.5, gamma)``: on cuda one kernel (dilate_xy_kernel: the
+  cost and Omega formed in its cells, the terms and the gradient reduced there; through the C++ launcher once it
+  is built), elsewhere a value-only forward and one ``hvp_cost`` along Omega, whose E and E-dot give the temporal
+  term and both gradients (softdtw/dilate.py);
 - ``mse``: ``F.mse_loss`` on the same tensors (N = M only), the floor of any loss step;
 - with ``--variants`` (cuda): ``dilate_python`` (the C++ launcher off), ``dilate_lengths`` (x_lengths given, all
   full: DILATE's Python path, whose forward_cost and hvp_cost run their C++ op kernels) and

@@ -242,9 +242,11 @@ void launch_hvp(const Plan& p, int64_t stream, const at::Tensor& C, const at::Te
 
 // DILATE (softdtw/dilate.py) of x (B, N, D), y (B, M, D) with the squared Euclidean cost, the default Omega and
 // no lengths or band: loss = alpha sdtw + (1 - alpha) <E, Omega>. The same torch calls and kernels as the Python
-// path (dilate._terms, _Dilate, cuda hvp_cost), in the same order, so the loss and the gradients are bitwise the
-// Python path's: C by broadcasting, a value-only forward of C, one hvp_cost along Omega, and a backward that
-// replays what autograd does for _Dilate's backward and C's broadcast formula.
+// path, in the same order, so the loss and the gradients are bitwise the Python path's. Where dilate_xy_kernel
+// runs (p.dxy: hvp.py's hvp_xy_plan) that path is dilate._DilateXY: one kernel, the loss from its terms, and a
+// backward that scales its gradient sums. Elsewhere (K·D past the kernel's registers) it is dilate._terms with
+// _Dilate: C by broadcasting, a value-only forward of C, one hvp_cost along Omega, and a backward that replays
+// what autograd does for _Dilate's backward and C's broadcast formula.
 struct Dilate : public torch::autograd::Function<Dilate> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& y,
                             const at::Tensor& gamma, const at::Tensor& xl, const at::Tensor& yl, const at::Tensor& om,
