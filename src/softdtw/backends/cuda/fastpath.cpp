@@ -332,27 +332,26 @@ at::Tensor dilate(const at::Tensor& x, const at::Tensor& y, const at::Tensor& ga
 }
 
 // The hvp kernel of a DILATE plan (add_plan registered its check and value-only forward).
-void set_hvp(int64_t id, int64_t fn, int64_t grid, int64_t block, int64_t rec_numel, int64_t vec_group) {
-  std::lock_guard<std::mutex> guard(g_lock);
+// A DILATE plan's second-order kernel (fn, grid, block) and its records' size; with the caller holding g_lock.
+Plan& set_second_order(int64_t id, int64_t fn, int64_t grid, int64_t block, int64_t rec_numel) {
   TORCH_CHECK(id >= 0 && id < (int64_t)g_plans.size(), "softdtw fast path: unknown plan ", id);
   Plan& p = g_plans[id];
   p.hvp.fn = (void*)(uintptr_t)fn;
   p.hvp.grid = (unsigned)grid;
   p.hvp.block = (unsigned)block;
   p.rec_numel = rec_numel;
-  p.vec_group = vec_group;
+  return p;
+}
+
+void set_hvp(int64_t id, int64_t fn, int64_t grid, int64_t block, int64_t rec_numel, int64_t vec_group) {
+  std::lock_guard<std::mutex> guard(g_lock);
+  set_second_order(id, fn, grid, block, rec_numel).vec_group = vec_group;
 }
 
 // DILATE through dilate_xy_kernel for a DILATE plan (instead of set_hvp's value-only forward and hvp_warp_kernel).
 void set_dilate_xy(int64_t id, int64_t fn, int64_t grid, int64_t block, int64_t rec_numel) {
   std::lock_guard<std::mutex> guard(g_lock);
-  TORCH_CHECK(id >= 0 && id < (int64_t)g_plans.size(), "softdtw fast path: unknown plan ", id);
-  Plan& p = g_plans[id];
-  p.hvp.fn = (void*)(uintptr_t)fn;
-  p.hvp.grid = (unsigned)grid;
-  p.hvp.block = (unsigned)block;
-  p.rec_numel = rec_numel;
-  p.dxy = true;
+  set_second_order(id, fn, grid, block, rec_numel).dxy = true;
 }
 
 at::Tensor fused(const at::Tensor& x, const at::Tensor& y, const at::Tensor& gamma, const at::Tensor& xl,

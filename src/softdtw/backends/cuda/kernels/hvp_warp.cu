@@ -743,6 +743,34 @@ hvp_warp_kernel(const T* __restrict__ C, const T* __restrict__ Cdot, const T* __
   }
 }
 
+// One block's pair of the fused-cost kernels below (HvpXY; xy without its hand, which lives here): shared memory,
+// gamma read on the device, hard DTW at gamma == 0. gamma_dot: (B,) or nullptr (0).
+template <typename T, bool WINDOW, int K, int W, int DX, int XC, bool OM>
+__device__ __forceinline__ void hvpw_xy_block(HvpXY<T> xy, const T* __restrict__ gamma,
+                                              const T* __restrict__ gamma_dot, const long long* __restrict__ xlen,
+                                              const long long* __restrict__ ylen, const int* __restrict__ window,
+                                              T* __restrict__ rec, T* __restrict__ vgamma, T* __restrict__ vgamma_dot,
+                                              int B, int N, int M) {
+  constexpr int RSTAGE = HVPW_REC * 32 * W * K * int(sizeof(T));
+  constexpr int RING = hvpw_depth(RSTAGE) * RSTAGE / int(sizeof(T));
+  __shared__ __align__(16) T ring[RING];  // the backward's record ring (the forward reads no table)
+  __shared__ HvpwHand<T, W> hand;
+  __shared__ T xhand[2 * W * DX];
+  const int b = blockIdx.x;
+  if (b >= B) return;
+  const T g = *gamma;
+  xy.hand = xhand;
+  if (g == T(0)) {
+    hvpw_pair<T, WINDOW, K, W, true, 0, DX, XC, OM>(nullptr, nullptr, g, T(0), xlen, ylen, window, rec, nullptr,
+                                                    nullptr, vgamma, vgamma_dot, b, N, M, false, ring, hand,
+                                                    HvpVar<T>{}, xy);
+  } else {
+    hvpw_pair<T, WINDOW, K, W, false, 0, DX, XC, OM>(nullptr, nullptr, g, gamma_dot ? gamma_dot[b] : T(0), xlen,
+                                                     ylen, window, rec, nullptr, nullptr, vgamma, vgamma_dot, b, N,
+                                                     M, false, ring, hand, HvpVar<T>{}, xy);
+  }
+}
+
 // The second order of soft_dtw(x, y) with the cost XC (COST_SQEUCLIDEAN or COST_L1) of D = DX features formed in the
 // cells (HvpXY): grid B blocks of W warps, rec as hvp_warp_kernel's; dx (B, N, DX), dy (B, M, DX), s1, vgamma,
 // vgamma_dot (B,). No alignment variants (hvp.py falls back to hvp_cost for those).
@@ -753,14 +781,6 @@ hvp_warp_xy_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* __
                    const long long* __restrict__ xlen, const long long* __restrict__ ylen,
                    const int* __restrict__ window, T* __restrict__ rec, T* __restrict__ dx, T* __restrict__ dy,
                    T* __restrict__ s1, T* __restrict__ vgamma, T* __restrict__ vgamma_dot, int B, int N, int M) {
-  constexpr int RSTAGE = HVPW_REC * 32 * W * K * int(sizeof(T));
-  constexpr int RING = hvpw_depth(RSTAGE) * RSTAGE / int(sizeof(T));
-  __shared__ __align__(16) T ring[RING];  // the backward's record ring (the forward reads no table)
-  __shared__ HvpwHand<T, W> hand;
-  __shared__ T xhand[2 * W * DX];
-  const int b = blockIdx.x;
-  if (b >= B) return;
-  const T g = *gamma;
   HvpXY<T> xy;
   xy.x = x;
   xy.y = y;
@@ -769,15 +789,8 @@ hvp_warp_xy_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* __
   xy.dx = dx;
   xy.dy = dy;
   xy.s1 = s1;
-  xy.hand = xhand;
-  if (g == T(0)) {
-    hvpw_pair<T, WINDOW, K, W, true, 0, DX, XC>(nullptr, nullptr, g, T(0), xlen, ylen, window, rec, nullptr, nullptr,
-                                            vgamma, vgamma_dot, b, N, M, false, ring, hand, HvpVar<T>{}, xy);
-  } else {
-    hvpw_pair<T, WINDOW, K, W, false, 0, DX, XC>(nullptr, nullptr, g, gamma_dot[b], xlen, ylen, window, rec, nullptr,
-                                             nullptr, vgamma, vgamma_dot, b, N, M, false, ring, hand, HvpVar<T>{},
-                                             xy);
-  }
+  hvpw_xy_block<T, WINDOW, K, W, DX, XC, false>(xy, gamma, gamma_dot, xlen, ylen, window, rec, vgamma, vgamma_dot, B,
+                                                N, M);
 }
 
 // DILATE with a fused cost (backends/cuda/hvp.py, dilate_xy): the HVP along Omega_ij = ((i - j) / n)^2 with the cost
@@ -791,32 +804,16 @@ dilate_xy_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* __re
                  const long long* __restrict__ xlen, const long long* __restrict__ ylen, T* __restrict__ rec,
                  const T alpha, T* __restrict__ v, T* __restrict__ s1, T* __restrict__ dx, T* __restrict__ dy,
                  T* __restrict__ vgamma, T* __restrict__ vgamma_dot, int B, int N, int M) {
-  constexpr int RSTAGE = HVPW_REC * 32 * W * K * int(sizeof(T));
-  constexpr int RING = hvpw_depth(RSTAGE) * RSTAGE / int(sizeof(T));
-  __shared__ __align__(16) T ring[RING];
-  __shared__ HvpwHand<T, W> hand;
-  __shared__ T xhand[2 * W * DX];
-  const int b = blockIdx.x;
-  if (b >= B) return;
-  const T g = *gamma;
   HvpXY<T> xy;
   xy.x = x;
   xy.y = y;
   xy.dx = dx;
   xy.dy = dy;
   xy.s1 = s1;
-  xy.hand = xhand;
   xy.alpha = alpha;
   xy.v = v;
-  if (g == T(0)) {
-    hvpw_pair<T, false, K, W, true, 0, DX, XC, true>(nullptr, nullptr, g, T(0), xlen, ylen, nullptr, rec, nullptr,
-                                                     nullptr, vgamma, vgamma_dot, b, N, M, false, ring, hand,
-                                                     HvpVar<T>{}, xy);
-  } else {
-    hvpw_pair<T, false, K, W, false, 0, DX, XC, true>(nullptr, nullptr, g, T(0), xlen, ylen, nullptr, rec, nullptr,
-                                                      nullptr, vgamma, vgamma_dot, b, N, M, false, ring, hand,
-                                                      HvpVar<T>{}, xy);
-  }
+  hvpw_xy_block<T, false, K, W, DX, XC, true>(xy, gamma, nullptr, xlen, ylen, nullptr, rec, vgamma, vgamma_dot, B, N,
+                                              M);
 }
 
 }  // namespace sdtw
