@@ -544,12 +544,12 @@ class _Fused(torch.autograd.Function):
             raise _no_saved_error()
         if torch.is_grad_enabled():  # create_graph=True: a backward whose own autograd is the HVP
             _check_create_graph(ctx.backend)
-            meta = (ctx.cost, x_lengths, y_lengths, window, value, saved, ctx.memory, ctx.backend)
             if _transforms_active():  # functorch transforms: the backward op (its autograd is registered)
                 dx, dy, dgamma, _ = backward(grad_value.contiguous(), x, y, gamma, ctx.cost, x_lengths, y_lengths,
                                              window, value, saved, ctx.memory, ctx.backend)
             else:
-                dx, dy, dgamma = _fused_grad_apply(grad_value.contiguous(), x, y, gamma, meta)
+                dx, dy, dgamma = _fused_grad_apply(grad_value.contiguous(), x, y, gamma, (
+                    ctx.cost, x_lengths, y_lengths, window, value, saved, ctx.memory, ctx.backend))
             return dx, dy, dgamma.sum().reshape(gamma.shape), None
         if not grad_value.is_contiguous():
             grad_value = grad_value.contiguous()
@@ -683,13 +683,13 @@ class _FromCostVariant(torch.autograd.Function):
 _fused_apply = super(torch.autograd.Function, _Fused).apply
 _from_cost_apply = super(torch.autograd.Function, _FromCost).apply
 _fused_grad_apply = super(torch.autograd.Function, _FusedGrad).apply
+_transforms_active = torch._C._are_functorch_transforms_active
 
 
 def fused_grad_for_launcher(grad, x, y, gamma, cost, x_lengths, y_lengths, value, saved):
     """The create_graph=True backward of the cuda C++ launcher's node (fastpath.cpp, set_grad_fn): what _Fused's
     takes, for the launcher's calls (no window, memory "store")."""
     return _fused_grad_apply(grad, x, y, gamma, (cost, x_lengths, y_lengths, None, value, saved, "store", "cuda"))
-_transforms_active = torch._C._are_functorch_transforms_active
 
 
 def fused_value(x, y, gamma, cost, x_lengths, y_lengths, window, memory, backend, variant=None) -> Tensor:

@@ -117,8 +117,7 @@ class _DilateXY(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, y, gamma, meta):
-        x_lengths, y_lengths, alpha, cost, out = meta
-        v, tv, vg, vgd, dx, dy = out
+        alpha, (v, tv, vg, vgd, dx, dy) = meta  # hvp.dilate_xy's outputs: the kernel ran before apply
         ctx.save_for_backward(v, vg, vgd, dx, dy)
         ctx.alpha, ctx.gamma_shape = alpha, gamma.shape
         return alpha * v + (1.0 - alpha) * tv
@@ -150,7 +149,7 @@ def _dilate_xy(p, alpha, omega, divergence, cost, terms):
     out = _hvp.dilate_xy(p.x, p.y, p.gamma.detach(), p.x_lengths, p.y_lengths, float(alpha), cost)
     if out is None:
         return None
-    loss = _DilateXY.apply(p.x, p.y, p.gamma, (p.x_lengths, p.y_lengths, float(alpha), cost, out))
+    loss = _DilateXY.apply(p.x, p.y, p.gamma, (float(alpha), out))
     return loss, out[0], out[1]
 
 

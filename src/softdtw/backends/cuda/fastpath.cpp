@@ -12,9 +12,8 @@
 // PyTorch headers only, no CUDA toolkit.
 //
 // What stays in Python: which calls may come here (fastpath.py), reading the value check's answer, and every
-// other case. A backward with create_graph=True calls softdtw/_ops.py's _FusedGrad (set_grad_fn), an autograd
-// Function whose backward is the Hessian-vector product: the same graph as the Python path's _Fused (before it is
-// set: the softdtw::backward op through the dispatcher, whose registered autograd formula is the same HVP).
+// other case. A backward with create_graph=True calls softdtw/_ops.py's _FusedGrad (set_grad_fn, set when the module
+// loads), an autograd Function whose backward is the Hessian-vector product: the same graph as the Python path's _Fused.
 //
 // The ops' CUDA kernels (register_ops): a compiled graph (torch.compile) holds the custom ops softdtw::forward,
 // backward, forward_cost, backward_cost and hvp_cost, whose only kernel was the Python one (CompositeExplicitAutograd,
@@ -75,7 +74,7 @@ struct Plan {
 
 std::mutex g_lock;
 // create_graph=True backward of the launcher's node: fn(grad, x, y, gamma, cost, x_lengths, y_lengths, value, saved)
-// -> (dx, dy, dgamma), differentiable (set_grad_fn; None: the softdtw::backward op).
+// -> (dx, dy, dgamma), differentiable (set_grad_fn, by fastpath.py as it loads the module).
 py::object* g_grad_fn = nullptr;
 std::deque<Plan> g_plans;  // append-only: a plan's index is its id; a deque keeps references valid as it grows
 
@@ -177,24 +176,14 @@ struct Fused : public torch::autograd::Function<Fused> {
     if (!grad.defined()) return out;
     if (grad.scalar_type() != x.scalar_type()) grad = grad.to(x.scalar_type());
     if (!grad.is_contiguous()) grad = grad.contiguous();
-    if (at::GradMode::is_enabled() && g_grad_fn != nullptr) {
+    if (at::GradMode::is_enabled()) {
       // create_graph=True: softdtw._ops's _FusedGrad (a Python autograd.Function whose backward is the HVP), as
       // the Python path's _Fused takes it: the op's dispatch and generated autograd wrapper cost ~0.3 ms each.
+      TORCH_CHECK(g_grad_fn != nullptr, "softdtw fast path: no create_graph backward was set (a bug, please report it).");
       py::gil_scoped_acquire gil;
       py::tuple r = (*g_grad_fn)(grad, x, y, gamma, p.cost, xl, yl, value, saved);
       out[0] = r[0].cast<at::Tensor>();
       out[1] = r[1].cast<at::Tensor>();
-      return out;
-    }
-    if (at::GradMode::is_enabled()) {
-      // create_graph=True: the backward op, whose own autograd (registered in Python) is the HVP.
-      static const c10::OperatorHandle op =
-          c10::Dispatcher::singleton().findSchemaOrThrow("softdtw::backward", "");
-      std::vector<c10::IValue> stack{grad,  x,     y,       gamma,   p.cost, xl,    yl,          c10::IValue(),
-                                     value, saved, "store", "cuda",  false,  false, c10::IValue()};
-      op.callBoxed(&stack);
-      out[0] = stack[0].toTensor();
-      out[1] = stack[1].toTensor();
       return out;
     }
     const bool need_x = ctx->needs_input_grad(0), need_y = ctx->needs_input_grad(1);

@@ -233,24 +233,19 @@ def hvp_xy(x, y, gamma, x_lengths, y_lengths, window, xdot, ydot, gamma_dot, cos
     dy = -(the same over i) (its own second derivative is 0). Nothing of size (B, N, M) is read or written besides the kernel's record (16 or 32 bytes
     per cell, as hvp_cost's).
     """
-    from . import _alloc, _window
+    from . import _window
 
-    B, N, D = x.shape
-    M = y.shape[1]
-    dtype = x.dtype
-    dev = x.get_device()
-    plan = hvp_xy_plan(B, N, M, D, dtype, dev)
-    if plan is None:
+    lay = _xy_layout(x, y, "hvp_xy")
+    if lay is None:
         return None
-    K, W = plan
-    x, y = x.detach().contiguous(), y.detach().contiguous()
+    x, y, K, W, rec, dx, dy = lay
+    B, N, D = x.shape
+    M, dtype, dev = y.shape[1], x.dtype, x.get_device()
     xdot = xdot.detach().to(dtype).contiguous()
     ydot = ydot.detach().to(dtype).contiguous()
     gamma = gamma.detach().to(dtype)
     gamma_dot = gamma_dot.detach().to(dtype).reshape(B).contiguous()
     window = _window(window)
-    rec = _alloc(x, B * N * 4 * 32 * W * K, dtype, "the HVP's per-cell records (hvp_xy)", B, N, M)
-    dx, dy = torch.empty_like(x), torch.empty_like(y)
     s1, vgamma, vgamma_dot = x.new_empty((B,)), x.new_empty((B,)), x.new_empty((B,))
     win = "true" if window is not None else "false"
     expr = f"sdtw::hvp_warp_xy_kernel<{_launch._CTYPE[dtype]}, {win}, {K}, {W}, {D}, {_XCOST[cost]}>"
@@ -259,9 +254,31 @@ def hvp_xy(x, y, gamma, x_lengths, y_lengths, window, xdot, ydot, gamma_dot, cos
             dy.data_ptr(), s1.data_ptr(), vgamma.data_ptr(), vgamma_dot.data_ptr(), _launch.i32(B), _launch.i32(N),
             _launch.i32(M))
     _launch.launch("hvp_warp", expr, dev, B, 32 * W, args)
+    return (s1, vgamma, vgamma_dot) + _cost_factor(cost, dx, dy)
+
+
+def _xy_layout(x, y, what: str):
+    """What hvp_xy and dilate_xy share before their launch: (x, y contiguous and detached, K, W, the records, dx, dy
+    (uninitialised, the kernel writes all of them)), or None where :func:`hvp_xy_plan` says the kernel does not
+    run."""
+    from . import _alloc
+
+    B, N, D = x.shape
+    M = y.shape[1]
+    plan = hvp_xy_plan(B, N, M, D, x.dtype, x.get_device())
+    if plan is None:
+        return None
+    K, W = plan
+    x, y = x.detach().contiguous(), y.detach().contiguous()
+    rec = _alloc(x, B * N * 4 * 32 * W * K, x.dtype, f"the HVP's per-cell records ({what})", B, N, M)
+    return x, y, K, W, rec, torch.empty_like(x), torch.empty_like(y)
+
+
+def _cost_factor(cost: str, dx, dy):
+    """(dx, dy) with the squared Euclidean cost's factor 2, which the kernels leave out (l1 has none)."""
     if cost == "sqeuclidean":
         dx.mul_(2.0), dy.mul_(2.0)
-    return s1, vgamma, vgamma_dot, dx, dy
+    return dx, dy
 
 
 def _bits(value: float, dtype: torch.dtype) -> int:
@@ -283,28 +300,19 @@ def dilate_xy(x, y, gamma, x_lengths, y_lengths, alpha: float, cost: str = "sqeu
     alpha v + (1 - alpha) <E, Omega> (the cost's VJP of alpha E + (1 - alpha) E-dot). One kernel: no (B, N, M)
     tensor besides its record.
     """
-    from . import _alloc
-
-    B, N, D = x.shape
-    M = y.shape[1]
-    dtype = x.dtype
-    dev = x.get_device()
-    plan = hvp_xy_plan(B, N, M, D, dtype, dev)
-    if plan is None or cost not in _XCOST:
+    lay = _xy_layout(x, y, "dilate_xy") if cost in _XCOST else None
+    if lay is None:
         return None
-    K, W = plan
-    x, y = x.detach().contiguous(), y.detach().contiguous()
-    rec = _alloc(x, B * N * 4 * 32 * W * K, dtype, "the HVP's per-cell records (dilate_xy)", B, N, M)
-    dx, dy = torch.empty_like(x), torch.empty_like(y)
+    x, y, K, W, rec, dx, dy = lay
+    B, N, D = x.shape
+    M, dtype, dev = y.shape[1], x.dtype, x.get_device()
     v, tv, vg, vgd = (x.new_empty((B,)) for _ in range(4))
     expr = f"sdtw::dilate_xy_kernel<{_launch._CTYPE[dtype]}, {K}, {W}, {D}, {_XCOST[cost]}>"
     args = (x.data_ptr(), y.data_ptr(), gamma.data_ptr(), x_lengths.data_ptr(), y_lengths.data_ptr(), rec.data_ptr(),
             _bits(alpha, dtype), v.data_ptr(), tv.data_ptr(), dx.data_ptr(), dy.data_ptr(), vg.data_ptr(),
             vgd.data_ptr(), _launch.i32(B), _launch.i32(N), _launch.i32(M))
     _launch.launch("hvp_warp", expr, dev, B, 32 * W, args)
-    if cost == "sqeuclidean":
-        dx.mul_(2.0), dy.mul_(2.0)
-    return v, tv, vg, vgd, dx, dy
+    return (v, tv, vg, vgd) + _cost_factor(cost, dx, dy)
 
 
 def _result(E, vgamma, Edot, vgamma_dot, vpen, vpen_dot):
