@@ -14,6 +14,8 @@ Rows, float32 unless noted, D = 1 (squared Euclidean), gamma = 1, cells counted 
 - "value_grad_hvp_xy": value + gradient + one HVP with the cost formed in the HVP kernel (backend hvp_xy: x, y and
   the direction x-dot in, the double backward's contractions dx, dy, <C-dot, E> out; no (B, N, M) tensor besides
   the kernel's record), what the double backward of soft_dtw(x, y) runs for the squared Euclidean cost, D <= 16;
+- "value_grad_hvp_xy_const": the same with gamma a constant (hvp_xy(gamma_terms=False): no d/dgamma terms in the
+  kernel), what the double backward runs when gamma is not in the graph (a float, the usual case);
 - "penalty_step" / "penalty_step_general": a gradient-penalty step through the public API as a user writes it
   (soft_dtw, autograd.grad with create_graph=True, loss = value + |grad|², backward), with hvp_xy and with the
   general path (C, C-dot by torch ops, hvp_cost, the contractions by torch ops);
@@ -100,9 +102,14 @@ def closures(B, N, M, dtype, gamma):
         finally:
             backend.HVP_XY = saved
 
+    def value_grad_hvp_xy_const():
+        value_grad()
+        return backend.hvp_xy("sqeuclidean", x, y, gam, xl, yl, None, xdot, ydot, gdot, gamma_terms=False)
+
     fns = {"value_grad": value_grad, "hvp_cost": hvp, "value_grad_hvp": value_grad_hvp}
     if backend.hvp_xy("sqeuclidean", x, y, gam, xl, yl, None, xdot, ydot, gdot) is not None:
         fns["value_grad_hvp_xy"] = value_grad_hvp_xy
+        fns["value_grad_hvp_xy_const"] = value_grad_hvp_xy_const
         fns["penalty_step"] = penalty_step
     fns["penalty_step_general"] = penalty_step_general
     if _hvp._warp_k(M, dtype) is not None:
@@ -151,6 +158,7 @@ def main():
           f"{meta['device']}, torch {meta['torch']}, commit {meta['git_sha']}. GCUPS = B·N·M / time, cells "
           "counted once; value_grad_hvp = fused forward + backward, C and Cdot, hvp_cost; value_grad_hvp_xy = "
           "fused forward + backward, then hvp_xy (the cost in the HVP kernel's cells, dx / dy reduced there); "
+          "value_grad_hvp_xy_const = the same with gamma a constant (no d/dgamma terms in the kernel); "
           "penalty_step(_general) = a gradient-penalty step through the public API with hvp_xy (with the "
           "general path) (benchmarks/bench_hvp.py).\n\n"
           + markdown_table(rows, ["mode", "B", "N", "M", "dtype", "gamma", "ms", "gcups", "peak_mb"]))

@@ -500,14 +500,21 @@ def _hvp_xy(ctx, grad, value, cost, x, y, gamma, x_lengths, y_lengths, window, G
     if _transforms_active() or any(type(t) not in _PLAIN_TENSORS for t in (x, y, Gx, Gy, h, grad, value)
                                    if t is not None):
         return None
+    # A gamma outside the graph (a float, or a tensor without requires_grad) has no gradient, and the upstream h
+    # of its first-order gradient is 0 (that output has no consumer): the kernel then skips vgamma and its
+    # derivative (~20 % of its work per cell).
+    gamma_terms = bool(need[3] or getattr(gamma, "requires_grad", False))
     out = fn(cost, x, y, gamma, x_lengths, y_lengths, window, torch.zeros_like(x) if Gx is None else Gx,
-             torch.zeros_like(y) if Gy is None else Gy, h)
+             torch.zeros_like(y) if Gy is None else Gy, h, gamma_terms=gamma_terms)
     if out is None:
         return None
     s1, vgamma, vgamma_dot, dxp, dyp = out
     keep = torch.isfinite(value).to(x.dtype)
     gk = grad * keep
-    dgrad = (s1 + h * vgamma) * keep if need[0] else None
+    if need[0]:
+        dgrad = (s1 + h * vgamma) * keep if gamma_terms else s1 * keep
+    else:
+        dgrad = None
     dx = dxp * gk.view(-1, 1, 1) if need[1] else None
     dy = dyp * gk.view(-1, 1, 1) if need[2] else None
     dgamma = (gk * vgamma_dot).sum().reshape(gamma.shape) if need[3] else None

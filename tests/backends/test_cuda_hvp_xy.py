@@ -137,6 +137,70 @@ def test_every_warp_layout(plan, dtype):
     _close(got, want, 1e-10 if dtype == F64 else 2e-3)
 
 
+@pytest.mark.parametrize("B,N,M,D,lengths,band,plan", [(3, 40, 33, 2, True, None, None), (4, 60, 70, 1, True, 9, None),
+                                                       (5, 64, 256, 1, True, None, None), (3, 70, 128, 1, True, None, (2, 4)),
+                                                       (2, 33, 40, 3, False, None, (1, 2))])
+@pytest.mark.parametrize("gamma", [1.0, 1e-3, 0.0])
+@pytest.mark.parametrize("dtype", [F64, torch.float32])
+@pytest.mark.parametrize("cost", ["sqeuclidean", "l1"])
+def test_without_gamma_terms(B, N, M, D, lengths, band, plan, gamma, dtype, cost):
+    """gamma_terms=False (the kernel's VG = false: a constant gamma) gives s1, dx, dy as gamma_terms=True with
+    gamma_dot = 0, and None for vgamma, vgamma_dot; gamma_dot is ignored."""
+    from softdtw.backends.cuda import hvp as _hvp
+
+    (x, y, xd, yd, gd), xl, yl, window = _problem(B, N, M, D, seed=N + 5 * M, lengths=lengths, band=band)
+    x, y, xd, yd, gd = (t.to(dtype) for t in (x, y, xd, yd, gd))
+    g = torch.tensor(gamma, dtype=dtype, device="cuda")
+    be = cuda_backend()
+    saved, _hvp.force_plan = _hvp.force_plan, plan
+    try:
+        want = be.hvp_xy(cost, x, y, g, xl, yl, window, xd, yd, torch.zeros_like(gd))
+        got = be.hvp_xy(cost, x, y, g, xl, yl, window, xd, yd, gd, gamma_terms=False)
+    finally:
+        _hvp.force_plan = saved
+    assert got[1] is None and got[2] is None
+    tol = 1e-12 if dtype == F64 else 1e-5
+    for name, i in (("s1", 0), ("dx", 3), ("dy", 4)):
+        assert torch.isfinite(got[i]).all(), name
+        err = rel_err(got[i].double(), want[i].double())
+        assert err <= tol, f"{name}: {err:.2e}"
+
+
+def test_gamma_terms_follow_the_graph(monkeypatch):
+    """The double backward asks for the gamma terms only where gamma is in the graph; the gradients in x and y agree
+    either way, and a learnable gamma still gets its second-order gradient (against the cpu backend)."""
+    be = cuda_backend()
+    seen = []
+    real = be.hvp_xy
+
+    def spy(*args, **kw):
+        seen.append(kw.get("gamma_terms", True))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(be, "hvp_xy", spy)
+    g = torch.Generator().manual_seed(21)
+    x0 = torch.randn(4, 30, 2, generator=g, dtype=F64)
+    y0 = torch.randn(4, 25, 2, generator=g, dtype=F64)
+    const = _penalty_grads("cuda", x0.cuda(), y0.cuda(), 0.4)
+    assert seen == [False]
+
+    def with_gamma(backend, dev):
+        x = x0.to(dev).requires_grad_(True)
+        y = y0.to(dev).requires_grad_(True)
+        gam = torch.tensor(0.4, dtype=F64, device=dev, requires_grad=True)
+        v = softdtw.soft_dtw(x, y, gamma=gam, backend=backend)
+        (gx,) = torch.autograd.grad(v.sum(), x, create_graph=True)
+        return torch.autograd.grad(v.sum() + gx.square().sum(), (x, y, gam))
+
+    learn = with_gamma("cuda", "cuda")
+    assert seen == [False, True]
+    cpu = with_gamma("cpu", "cpu")
+    for a, b in zip(const, learn[:2]):
+        assert rel_err(a, b) < 1e-12
+    for a, b in zip(learn, cpu):
+        assert rel_err(a.cpu(), b) < 1e-9
+
+
 def test_declines_what_it_does_not_run():
     be = cuda_backend()
     (x, y, xd, yd, gd), xl, yl, _ = _problem(2, 20, 600, 1)  # wider than the warp kernel (float64: 256)
@@ -203,8 +267,8 @@ def test_eager_double_backward_takes_it_for_parameters_too(monkeypatch):
     taken = []
     real = be.hvp_xy
 
-    def counting(*args):
-        out = real(*args)
+    def counting(*args, **kw):
+        out = real(*args, **kw)
         taken.append(out is not None)
         return out
 

@@ -834,11 +834,11 @@ def hvp_cost(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot, *, open_be
                      open_end=open_end, step_penalty=step_penalty, penalty_dot=penalty_dot)
 
 
-def hvp_xy(cost, x, y, gamma, x_lengths, y_lengths, window, xdot, ydot, gamma_dot):
+def hvp_xy(cost, x, y, gamma, x_lengths, y_lengths, window, xdot, ydot, gamma_dot, *, gamma_terms=True):
     """The double backward's contractions with the cost formed in the kernel (:func:`softdtw.backends.cuda.hvp.hvp_xy`):
     (s1, vgamma, vgamma_dot, dx, dy), or None where it does not apply (a cost other than "sqeuclidean" and "l1",
     D > FUSED_D_MAX, pairs wider than its kernel, HVP_XY off); the caller then builds C and C-dot and takes
-    :func:`hvp_cost`."""
+    :func:`hvp_cost`. gamma_terms=False: gamma is a constant (gamma_dot taken as 0), vgamma and vgamma_dot None."""
     if not HVP_XY or cost not in ("sqeuclidean", "l1") or x.shape[2] > FUSED_D_MAX:
         return None
-    return _hvp_xy(x, y, gamma, x_lengths, y_lengths, window, xdot, ydot, gamma_dot, cost)
+    return _hvp_xy(x, y, gamma, x_lengths, y_lengths, window, xdot, ydot, gamma_dot, cost, gamma_terms=gamma_terms)

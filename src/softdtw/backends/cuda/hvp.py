@@ -219,7 +219,8 @@ def hvp_xy_plan(B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index
     return plan
 
 
-def hvp_xy(x, y, gamma, x_lengths, y_lengths, window, xdot, ydot, gamma_dot, cost="sqeuclidean"):
+def hvp_xy(x, y, gamma, x_lengths, y_lengths, window, xdot, ydot, gamma_dot, cost="sqeuclidean", *,
+           gamma_terms: bool = True):
     """The double backward's contractions of soft_dtw(x, y) with a fused cost ("sqeuclidean" or "l1"), the cost
     formed in the kernel's cells (kernels/hvp_warp.cu, HvpXY), or None where hvp_xy_plan says it does not run.
 
@@ -232,6 +233,10 @@ def hvp_xy(x, y, gamma, x_lengths, y_lengths, window, xdot, ydot, gamma_dot, cos
     costs.cost_vjp_jvp). l1: C-dot = sum_d sign(x_i - y_j) (xdot_i - ydot_j), dx = sum_j E-dot_ij sign(x_i - y_j),
     dy = -(the same over i) (its own second derivative is 0). Nothing of size (B, N, M) is read or written besides the kernel's record (16 or 32 bytes
     per cell, as hvp_cost's).
+
+    gamma_terms=False: gamma is a constant of the caller's graph, so vgamma and vgamma_dot come back as None and the
+    kernel skips them (no ln w and no H, H-dot per cell: the kernel's template VG); gamma_dot is then taken as 0.
+    The other outputs are the same as with gamma_terms=True and gamma_dot = 0.
     """
     from . import _window
 
@@ -246,13 +251,15 @@ def hvp_xy(x, y, gamma, x_lengths, y_lengths, window, xdot, ydot, gamma_dot, cos
     gamma = gamma.detach().to(dtype)
     gamma_dot = gamma_dot.detach().to(dtype).reshape(B).contiguous()
     window = _window(window)
-    s1, vgamma, vgamma_dot = x.new_empty((B,)), x.new_empty((B,)), x.new_empty((B,))
+    s1 = x.new_empty((B,))
+    vgamma, vgamma_dot = (x.new_empty((B,)), x.new_empty((B,))) if gamma_terms else (None, None)
     win = "true" if window is not None else "false"
-    expr = f"sdtw::hvp_warp_xy_kernel<{_launch._CTYPE[dtype]}, {win}, {K}, {W}, {D}, {_XCOST[cost]}>"
-    args = (x.data_ptr(), y.data_ptr(), xdot.data_ptr(), ydot.data_ptr(), gamma.data_ptr(), gamma_dot.data_ptr(),
-            x_lengths.data_ptr(), y_lengths.data_ptr(), _launch.ptr(window), rec.data_ptr(), dx.data_ptr(),
-            dy.data_ptr(), s1.data_ptr(), vgamma.data_ptr(), vgamma_dot.data_ptr(), _launch.i32(B), _launch.i32(N),
-            _launch.i32(M))
+    vg = "" if gamma_terms else ", false"
+    expr = f"sdtw::hvp_warp_xy_kernel<{_launch._CTYPE[dtype]}, {win}, {K}, {W}, {D}, {_XCOST[cost]}{vg}>"
+    args = (x.data_ptr(), y.data_ptr(), xdot.data_ptr(), ydot.data_ptr(), gamma.data_ptr(),
+            gamma_dot.data_ptr() if gamma_terms else 0, x_lengths.data_ptr(), y_lengths.data_ptr(),
+            _launch.ptr(window), rec.data_ptr(), dx.data_ptr(), dy.data_ptr(), s1.data_ptr(), _launch.ptr(vgamma), _launch.ptr(vgamma_dot), _launch.i32(B),
+            _launch.i32(N), _launch.i32(M))
     _launch.launch("hvp_warp", expr, dev, B, 32 * W, args)
     return (s1, vgamma, vgamma_dot) + _cost_factor(cost, dx, dy)
 

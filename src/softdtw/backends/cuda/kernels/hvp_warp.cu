@@ -184,7 +184,7 @@ struct HvpXY {
 };
 
 template <typename T, bool WINDOW, int K, int W, bool HARD, int VAR = 0, int DX = 0, int XC = COST_SQEUCLIDEAN,
-          bool OM = false>
+          bool OM = false, bool VG = true>
 __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __restrict__ Cdot, const T g, const T gd,
                                           const long long* __restrict__ xlen, const long long* __restrict__ ylen,
                                           const int* __restrict__ window, T* __restrict__ rec, T* __restrict__ E,
@@ -413,14 +413,21 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
                 const T wd = ed * iz;
                 wu = eu * iz;
                 wl = el * iz;
-                const T lnd = T(LN2) * (od - lz), lnu = T(LN2) * (ou - lz), lnl = T(LN2) * (ol - lz);
-                const T H = wd * lnd + wu * lnu + wl * lnl;
                 // S-dot = sum_p w_p R-dot_p + gamma_dot H in float64, the weights multiplying differences to the
-                // largest weight's R-dot only (hvp.cu, hvp_rdot).
+                // largest weight's R-dot only (hvp.cu, hvp_rdot). !VG: gamma_dot is 0 (no ln w, no H).
                 const double Qr = mn == dRv ? dQv : (mn == uR ? uQ : lQ);
-                const double Sd = Qr + double(wd * T(dQv - Qr) + wu * T(uQ - Qr) + wl * T(lQ - Qr) + gd * H);
-                du = wu * (T(Sd - uQ) - gd * lnu) * ig;
-                dl = wl * (T(Sd - lQ) - gd * lnl) * ig;
+                double Sd;
+                if constexpr (VG) {
+                  const T lnd = T(LN2) * (od - lz), lnu = T(LN2) * (ou - lz), lnl = T(LN2) * (ol - lz);
+                  const T H = wd * lnd + wu * lnu + wl * lnl;
+                  Sd = Qr + double(wd * T(dQv - Qr) + wu * T(uQ - Qr) + wl * T(lQ - Qr) + gd * H);
+                  du = wu * (T(Sd - uQ) - gd * lnu) * ig;
+                  dl = wl * (T(Sd - lQ) - gd * lnl) * ig;
+                } else {
+                  Sd = Qr + double(wd * T(dQv - Qr) + wu * T(uQ - Qr) + wl * T(lQ - Qr));
+                  du = wu * T(Sd - uQ) * ig;
+                  dl = wl * T(Sd - lQ) * ig;
+                }
                 Qs = PEN ? Sd + (double(dr[k]) + pdot) : Sd + double(dr[k]);
                 Rs = PEN ? (mn - double(lz)) + (double(c) * scale + pen2) : (mn - double(lz)) + double(c) * scale;
               }
@@ -560,7 +567,7 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
             svp += double(e * mv);
             svpd += double(f * mv + e * (du + dl));
           }
-          if (!HARD) {
+          if (!HARD && VG) {
             const T tiny = hvpw_tiny<T>();
             const T lnd = T(LN2) * Num<T>::lg2(Num<T>::mx(wd, tiny));
             const T lnu = T(LN2) * Num<T>::lg2(Num<T>::mx(wu, tiny));
@@ -676,26 +683,28 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
           for (int d = 0; d < DX; ++d) xy.dy[(size_t(b) * M + j0 + k) * DX + d] = cy[k][d];
     }
   }
+  if constexpr (VG) {
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    vg += __shfl_xor_sync(FULL_MASK, vg, o);
-    vgd += __shfl_xor_sync(FULL_MASK, vgd, o);
-  }
-  if (W > 1) {
-    if (lane == 0) {
-      hand.red[0][wg] = vg;
-      hand.red[1][wg] = vgd;
+    for (int o = 16; o > 0; o >>= 1) {
+      vg += __shfl_xor_sync(FULL_MASK, vg, o);
+      vgd += __shfl_xor_sync(FULL_MASK, vgd, o);
     }
-    __syncthreads();
-    vg = vgd = 0.0;
-    for (int w = 0; w < W; ++w) {
-      vg += hand.red[0][w];
-      vgd += hand.red[1][w];
+    if (W > 1) {
+      if (lane == 0) {
+        hand.red[0][wg] = vg;
+        hand.red[1][wg] = vgd;
+      }
+      __syncthreads();
+      vg = vgd = 0.0;
+      for (int w = 0; w < W; ++w) {
+        vg += hand.red[0][w];
+        vgd += hand.red[1][w];
+      }
     }
-  }
-  if (L == 0) {
-    vgamma[b] = HARD ? T(0) : T(vg);
-    vgamma_dot[b] = HARD ? T(0) : T(vgd);
+    if (L == 0) {
+      vgamma[b] = HARD ? T(0) : T(vg);
+      vgamma_dot[b] = HARD ? T(0) : T(vgd);
+    }
   }
   if constexpr (XY) {
     double unused = 0.0;
@@ -744,8 +753,9 @@ hvp_warp_kernel(const T* __restrict__ C, const T* __restrict__ Cdot, const T* __
 }
 
 // One block's pair of the fused-cost kernels below (HvpXY; xy without its hand, which lives here): shared memory,
-// gamma read on the device, hard DTW at gamma == 0. gamma_dot: (B,) or nullptr (0).
-template <typename T, bool WINDOW, int K, int W, int DX, int XC, bool OM>
+// gamma read on the device, hard DTW at gamma == 0. gamma_dot: (B,) or nullptr (0). VG: vgamma, vgamma_dot are
+// wanted (else neither is computed nor written, and gamma_dot must be 0).
+template <typename T, bool WINDOW, int K, int W, int DX, int XC, bool OM, bool VG = true>
 __device__ __forceinline__ void hvpw_xy_block(HvpXY<T> xy, const T* __restrict__ gamma,
                                               const T* __restrict__ gamma_dot, const long long* __restrict__ xlen,
                                               const long long* __restrict__ ylen, const int* __restrict__ window,
@@ -761,11 +771,11 @@ __device__ __forceinline__ void hvpw_xy_block(HvpXY<T> xy, const T* __restrict__
   const T g = *gamma;
   xy.hand = xhand;
   if (g == T(0)) {
-    hvpw_pair<T, WINDOW, K, W, true, 0, DX, XC, OM>(nullptr, nullptr, g, T(0), xlen, ylen, window, rec, nullptr,
+    hvpw_pair<T, WINDOW, K, W, true, 0, DX, XC, OM, VG>(nullptr, nullptr, g, T(0), xlen, ylen, window, rec, nullptr,
                                                     nullptr, vgamma, vgamma_dot, b, N, M, false, ring, hand,
                                                     HvpVar<T>{}, xy);
   } else {
-    hvpw_pair<T, WINDOW, K, W, false, 0, DX, XC, OM>(nullptr, nullptr, g, gamma_dot ? gamma_dot[b] : T(0), xlen,
+    hvpw_pair<T, WINDOW, K, W, false, 0, DX, XC, OM, VG>(nullptr, nullptr, g, gamma_dot ? gamma_dot[b] : T(0), xlen,
                                                      ylen, window, rec, nullptr, nullptr, vgamma, vgamma_dot, b, N,
                                                      M, false, ring, hand, HvpVar<T>{}, xy);
   }
@@ -773,8 +783,10 @@ __device__ __forceinline__ void hvpw_xy_block(HvpXY<T> xy, const T* __restrict__
 
 // The second order of soft_dtw(x, y) with the cost XC (COST_SQEUCLIDEAN or COST_L1) of D = DX features formed in the
 // cells (HvpXY): grid B blocks of W warps, rec as hvp_warp_kernel's; dx (B, N, DX), dy (B, M, DX), s1, vgamma,
-// vgamma_dot (B,). No alignment variants (hvp.py falls back to hvp_cost for those).
-template <typename T, bool WINDOW, int K, int W, int DX, int XC>
+// vgamma_dot (B,). No alignment variants (hvp.py falls back to hvp_cost for those). VG = false: gamma is a constant of
+// the caller's graph (gamma_dot must be 0), so vgamma and vgamma_dot are neither computed nor written: no ln w in the
+// forward, no H, H-dot (3 lg2 of the weights) in the backward.
+template <typename T, bool WINDOW, int K, int W, int DX, int XC, bool VG = true>
 __global__ void __launch_bounds__(32 * W)
 hvp_warp_xy_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* __restrict__ xdot,
                    const T* __restrict__ ydot, const T* __restrict__ gamma, const T* __restrict__ gamma_dot,
@@ -789,7 +801,7 @@ hvp_warp_xy_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* __
   xy.dx = dx;
   xy.dy = dy;
   xy.s1 = s1;
-  hvpw_xy_block<T, WINDOW, K, W, DX, XC, false>(xy, gamma, gamma_dot, xlen, ylen, window, rec, vgamma, vgamma_dot, B,
+  hvpw_xy_block<T, WINDOW, K, W, DX, XC, false, VG>(xy, gamma, gamma_dot, xlen, ylen, window, rec, vgamma, vgamma_dot, B,
                                                 N, M);
 }
 
