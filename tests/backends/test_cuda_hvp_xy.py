@@ -201,6 +201,19 @@ def test_gamma_terms_follow_the_graph(monkeypatch):
         assert rel_err(a.cpu(), b) < 1e-9
 
 
+def test_float64_plan_takes_more_warps_than_hvp_cost():
+    """hvp_xy's float64 layouts give a pair at least as many warps as hvp_cost's (HVPX_PAIRS_PER_SM: its float64
+    chain, not a cost ring, bounds it), and agree with the general path there."""
+    from softdtw.backends.cuda import hvp as _hvp
+
+    for B in (64, 512, 1024, 2048):
+        xy, cost = _hvp.hvp_xy_plan(B, 256, 256, 1, F64), _hvp._warp_plan(B, 256, F64)
+        assert xy[1] >= cost[1] and 32 * xy[0] * xy[1] >= 256
+    (x, y, xd, yd, gd), xl, yl, window = _problem(600, 40, 256, 1, seed=9, lengths=True)
+    g = torch.tensor(0.7, dtype=F64, device="cuda")
+    _close(_fused(x, y, xd, yd, gd, g, xl, yl, window), _general(x, y, xd, yd, gd, g, xl, yl, window), 1e-10)
+
+
 def test_declines_what_it_does_not_run():
     be = cuda_backend()
     (x, y, xd, yd, gd), xl, yl, _ = _problem(2, 20, 600, 1)  # wider than the warp kernel (float64: 256)

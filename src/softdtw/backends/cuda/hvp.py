@@ -56,8 +56,9 @@ HVPW_PAIRS_PER_SM = {torch.float32: 2.0, torch.float64: 4.0}
 force_plan = None
 
 
-def _warp_plan(B: int, M: int, dtype: torch.dtype, device_index: int = 0):
-    """(K, W) of hvp_warp_kernel for B pairs of M columns, or None when the pair is too wide for it."""
+def _warp_plan(B: int, M: int, dtype: torch.dtype, device_index: int = 0, pairs_per_sm=None):
+    """(K, W) of hvp_warp_kernel for B pairs of M columns, or None when the pair is too wide for it.
+    pairs_per_sm: the threshold table (default HVPW_PAIRS_PER_SM)."""
     top = HVPW_MAX_M if dtype == torch.float32 else HVPW_MAX_M_F64
     if M > top:
         return None
@@ -67,7 +68,8 @@ def _warp_plan(B: int, M: int, dtype: torch.dtype, device_index: int = 0):
             return K, W
     sms = _launch.sm_count(device_index)
     W = 1
-    while W < HVPW_WS[-1] and B * W < HVPW_PAIRS_PER_SM[dtype] * sms and 32 * W * 2 <= M:
+    per_sm = (pairs_per_sm or HVPW_PAIRS_PER_SM)[dtype]
+    while W < HVPW_WS[-1] and B * W < per_sm * sms and 32 * W * 2 <= M:
         W *= 2
     K = next((k for k in HVPW_KS if 32 * W * k >= M), None)
     if K is None or 32 * K * W > top:
@@ -204,6 +206,12 @@ def hvp_cost(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot, *, open_be
 #: dtype (ptxas -v on sm_90: float32 up to K·D = 16 without a spill, 252 registers at K = 16, D = 1; float64 K·D = 8
 #: without one, 255 registers at K = 8, D = 1, where K = 8, D = 2 spilled 376 bytes and K = 1, D = 16 712).
 HVPX_MAX_KD = {torch.float32: 16, torch.float64: 8}
+#: hvp_xy's threshold of _warp_plan: float64 takes more warps per pair up to more pairs than hvp_warp_kernel does.
+#: Without the cost's ring to feed, its float64 chain is what bounds it (H100, forced layouts, float64, N = M = 256,
+#: (8,1) / (4,2) / (2,4) ms: B = 512 1.96 / 1.48 / 1.22, B = 1024 2.72 / 2.75 / 2.24, B = 2048 4.58 / 4.32 / 4.28;
+#: 1024 x 128²: (4,1) 0.70, (2,2) 0.68; hvp_cost at B = 1024: 4.26 / 3.90 / 5.56, so its table stays;
+#: benchmarks/results/ab/h100_hvp_f64_layouts.json). float32 as hvp_warp_kernel (within 2-5 % of the best).
+HVPX_PAIRS_PER_SM = {torch.float32: 2.0, torch.float64: 16.0}
 
 
 #: hvp_xy's costs: kernels/common.cuh's Cost values.
@@ -213,7 +221,7 @@ _XCOST = {"sqeuclidean": 0, "l1": 1}
 def hvp_xy_plan(B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index: int = 0):
     """(K, W) of hvp_warp_xy_kernel, or None where it does not run (pairs wider than hvp_warp_kernel's range, or
     too many features for the lane's registers): the caller then takes hvp_cost."""
-    plan = _warp_plan(B, M, dtype, device_index) if _warp_k(M, dtype) is not None else None
+    plan = _warp_plan(B, M, dtype, device_index, HVPX_PAIRS_PER_SM) if _warp_k(M, dtype) is not None else None
     if plan is None or dtype not in HVPX_MAX_KD or plan[0] * D > HVPX_MAX_KD[dtype]:
         return None
     return plan
