@@ -771,13 +771,13 @@ __device__ __forceinline__ void hvpw_xy_block(HvpXY<T> xy, const T* __restrict__
   const T g = *gamma;
   xy.hand = xhand;
   if (g == T(0)) {
-    hvpw_pair<T, WINDOW, K, W, true, 0, DX, XC, OM, VG>(nullptr, nullptr, g, T(0), xlen, ylen, window, rec, nullptr,
-                                                    nullptr, vgamma, vgamma_dot, b, N, M, false, ring, hand,
-                                                    HvpVar<T>{}, xy);
+    hvpw_pair<T, WINDOW, K, W, true, 0, DX, XC, OM, VG>(nullptr, nullptr, g, T(0), xlen, ylen, window, rec,
+                                                        nullptr, nullptr, vgamma, vgamma_dot, b, N, M, false, ring,
+                                                        hand, HvpVar<T>{}, xy);
   } else {
-    hvpw_pair<T, WINDOW, K, W, false, 0, DX, XC, OM, VG>(nullptr, nullptr, g, gamma_dot ? gamma_dot[b] : T(0), xlen,
-                                                     ylen, window, rec, nullptr, nullptr, vgamma, vgamma_dot, b, N,
-                                                     M, false, ring, hand, HvpVar<T>{}, xy);
+    hvpw_pair<T, WINDOW, K, W, false, 0, DX, XC, OM, VG>(nullptr, nullptr, g, gamma_dot ? gamma_dot[b] : T(0),
+                                                         xlen, ylen, window, rec, nullptr, nullptr, vgamma,
+                                                         vgamma_dot, b, N, M, false, ring, hand, HvpVar<T>{}, xy);
   }
 }
 
@@ -801,8 +801,8 @@ hvp_warp_xy_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* __
   xy.dx = dx;
   xy.dy = dy;
   xy.s1 = s1;
-  hvpw_xy_block<T, WINDOW, K, W, DX, XC, false, VG>(xy, gamma, gamma_dot, xlen, ylen, window, rec, vgamma, vgamma_dot, B,
-                                                N, M);
+  hvpw_xy_block<T, WINDOW, K, W, DX, XC, false, VG>(xy, gamma, gamma_dot, xlen, ylen, window, rec, vgamma,
+                                                    vgamma_dot, B, N, M);
 }
 
 // DILATE with a fused cost (backends/cuda/hvp.py, dilate_xy): the HVP along Omega_ij = ((i - j) / n)^2 with the cost
