@@ -117,7 +117,6 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
   const T* Cb = a.C + size_t(b) * N * a.ldc;
   T* dCb = a.dC + size_t(b) * N * a.ldc;
   const int cb = a.cbase;
-  const bool cvec = !FUSED && ring_pieces<T, K>(a.C, a.ldc, cb, M);  // the C ring in 16-byte pieces (cp_async_row)
   const int* wb = a.window + size_t(b) * N * 2;
   const T g = a.grad[b];
   // d cost / d x = slope_unit * cost_slope(x - y); the kernel sees pre-scaled x' = xs x, y' = xs y, so the
@@ -315,7 +314,13 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
         }
       }
       cp_async_step<Word, K>(my_wring + s * stage, src, L, NL, ok);
-      if (!FUSED) cp_async_row<T, K>(my_cring + s * stage, Cb + size_t(row) * a.ldc + (j0 - cb), a.C, ok, j0, M, cvec);
+      if (!FUSED) {
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+          const bool in = ok && j0 + k < M;
+          cp_async<int(sizeof(T))>(my_cring + s * stage + k, in ? Cb + size_t(row) * a.ldc + (j0 + k - cb) : a.C, in);
+        }
+      }
       cp_async_commit();
       islot = (islot == 0) ? N - 1 : islot - 1;
     };

@@ -291,41 +291,6 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int PENDING>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING)); }
 
-// A lane's K values of one row of a row-major table (C of a precomputed or gram cost) into its ring slot, from
-// src = &table[row][j0] (j0: the lane's first column; columns from M on, and rows with !ok, are zero-filled without a
-// read; `fallback`, a valid address, stands in for them). pieces (ring_pieces): whole 16-byte copies, one per
-// 16 / sizeof(T) columns, instead of one per value: 4 fewer address computations and copies per step at K = 4
-// float, on a step that is bound by its instruction count (benchmarks/OPTIMIZATION_LOG.md, "16-byte cost rings").
-template <typename T, int K>
-__device__ __forceinline__ void cp_async_row(T* dst, const T* src, const T* fallback, bool ok, int j0, int M,
-                                             bool pieces) {
-  constexpr int G = 16 / int(sizeof(T));
-  if constexpr (K % G == 0) {
-    if (pieces) {
-#pragma unroll
-      for (int k = 0; k < K; k += G) {
-        const bool in = ok && j0 + k < M;
-        cp_async<16>(dst + k, in ? src + k : fallback, in);
-      }
-      return;
-    }
-  }
-#pragma unroll
-  for (int k = 0; k < K; ++k) {
-    const bool in = ok && j0 + k < M;
-    cp_async<int(sizeof(T))>(dst + k, in ? src + k : fallback, in);
-  }
-}
-// Whether cp_async_row may copy 16-byte pieces of a table with row stride ldc whose column j is at j - cb: K whole
-// pieces per lane, every row, the band's offset and M multiples of a piece (so a piece is all in or all out), and the
-// table 16-byte aligned. Uniform over the grid.
-template <typename T, int K>
-__device__ __forceinline__ bool ring_pieces(const T* table, int ldc, int cb, int M) {
-  constexpr int G = 16 / int(sizeof(T));
-  return K % G == 0 && ldc % G == 0 && cb % G == 0 && M % G == 0 &&
-         (reinterpret_cast<unsigned long long>(table) & 15ull) == 0;
-}
-
 // Copy one lane's K step-major values (StepLayout) into its ring slot (K contiguous values).
 template <typename E, int K>
 __device__ __forceinline__ void cp_async_step(E* dst, const E* row, int L, int NL, bool valid) {

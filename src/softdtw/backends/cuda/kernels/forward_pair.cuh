@@ -300,14 +300,15 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
     // C ring (precomputed cost): step t's K values of row t - L, issued P - 1 steps ahead. (Stage t % P:
     // counting the stages instead took fewer instructions but made the gram forward 2-3 % slower, and the
     // store backward 10-15 %, benchmarks/OPTIMIZATION_LOG.md "Leaner steps".)
-    // Where the table allows (common.cuh, ring_pieces), 16-byte pieces: one copy per 4 floats instead of 4.
-    const bool cvec = ring_pieces<T, K>(a.C, a.ldc, cb, M);
     auto issue_c = [&](const int t) {
       if constexpr (!FUSED && P > 0) {
         const int row = r0 + t - L;
         const bool ok = row >= 0 && row < n;
         T* dst = my_ring + size_t(t % P) * nthreads * K;
-        cp_async_row<T, K>(dst, Cb + size_t(row) * a.ldc + (j0 - cb), a.C, ok, j0, M, cvec);
+#pragma unroll
+        for (int k = 0; k < K; ++k)
+          cp_async<int(sizeof(T))>(dst + k, (ok && j0 + k < M) ? Cb + size_t(row) * a.ldc + (j0 + k - cb) : a.C,
+                                   ok && j0 + k < M);
         cp_async_commit();
       }
     };
