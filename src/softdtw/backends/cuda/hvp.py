@@ -257,16 +257,17 @@ def hvp_xy(x, y, gamma, x_lengths, y_lengths, window, xdot, ydot, gamma_dot, cos
     xdot = xdot.detach().to(dtype).contiguous()
     ydot = ydot.detach().to(dtype).contiguous()
     gamma = gamma.detach().to(dtype)
-    gamma_dot = gamma_dot.detach().to(dtype).reshape(B).contiguous()
+    # Without the gamma terms the kernel takes gamma_dot as 0 (a null pointer) and writes no vgamma, vgamma_dot.
+    gamma_dot = gamma_dot.detach().to(dtype).reshape(B).contiguous() if gamma_terms else None
     window = _window(window)
     s1 = x.new_empty((B,))
     vgamma, vgamma_dot = (x.new_empty((B,)), x.new_empty((B,))) if gamma_terms else (None, None)
     win = "true" if window is not None else "false"
     vg = "" if gamma_terms else ", false"
     expr = f"sdtw::hvp_warp_xy_kernel<{_launch._CTYPE[dtype]}, {win}, {K}, {W}, {D}, {_XCOST[cost]}{vg}>"
-    args = (x.data_ptr(), y.data_ptr(), xdot.data_ptr(), ydot.data_ptr(), gamma.data_ptr(),
-            gamma_dot.data_ptr() if gamma_terms else 0, x_lengths.data_ptr(), y_lengths.data_ptr(),
-            _launch.ptr(window), rec.data_ptr(), dx.data_ptr(), dy.data_ptr(), s1.data_ptr(), _launch.ptr(vgamma), _launch.ptr(vgamma_dot), _launch.i32(B),
+    args = (x.data_ptr(), y.data_ptr(), xdot.data_ptr(), ydot.data_ptr(), gamma.data_ptr(), _launch.ptr(gamma_dot),
+            x_lengths.data_ptr(), y_lengths.data_ptr(), _launch.ptr(window), rec.data_ptr(), dx.data_ptr(),
+            dy.data_ptr(), s1.data_ptr(), _launch.ptr(vgamma), _launch.ptr(vgamma_dot), _launch.i32(B),
             _launch.i32(N), _launch.i32(M))
     _launch.launch("hvp_warp", expr, dev, B, 32 * W, args)
     return (s1, vgamma, vgamma_dot) + _cost_factor(cost, dx, dy)
