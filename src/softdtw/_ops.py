@@ -502,7 +502,7 @@ def _hvp_xy(ctx, grad, value, cost, x, y, gamma, x_lengths, y_lengths, window, G
         return None
     # A gamma outside the graph (a float, or a tensor without requires_grad) has no gradient, and the upstream h
     # of its first-order gradient is 0 (that output has no consumer): the kernel then skips vgamma and its
-    # derivative (~20 % of its work per cell).
+    # derivative (15 % fewer instructions per cell; 2-7 % of its time on an H100, OPTIMIZATION_LOG.md).
     gamma_terms = bool(need[3] or getattr(gamma, "requires_grad", False))
     out = fn(cost, x, y, gamma, x_lengths, y_lengths, window, torch.zeros_like(x) if Gx is None else Gx,
              torch.zeros_like(y) if Gy is None else Gy, h, gamma_terms=gamma_terms)
