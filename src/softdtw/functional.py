@@ -60,11 +60,17 @@ def _variant(p: Problem, open_begin, open_end, step_penalty, bandwidth, itakura_
     return variant
 
 
-def _run(p: Problem, cost, memory: str, variant=None) -> torch.Tensor:
-    """Soft-DTW values `(B,)` of a validated problem, in the compute dtype; variant: see :func:`_variant`."""
+def _run(p: Problem, cost, memory: str, variant=None, transposable: bool = False) -> torch.Tensor:
+    """Soft-DTW values `(B,)` of a validated problem, in the compute dtype; variant: see :func:`_variant`.
+    transposable: the caller's gamma is a float > 0 (see :func:`_transposable`)."""
     B, N, D = p.x.shape
     M = p.y.shape[1]
     if isinstance(cost, str) and cost in FUSED_COSTS:
+        if transposable and variant is None and p.window is None and transposes(p, cost):
+            # sdtw(x, y) = sdtw(y, x) (a symmetric cost, no band): the GPU's pass over the shorter rows is shorter.
+            p = p._replace(x=p.y, y=p.x, x_lengths=p.y_lengths, y_lengths=p.x_lengths)
+            B, N, D = p.x.shape
+            M = p.y.shape[1]
         if variant is not None:
             grad = _needs_grad(p.x, p.y, p.gamma) or (variant[2] is not None and _needs_grad(variant[2]))
             mem = _ops.resolve_memory(memory, grad, p.backend, "fused", B, N, M, D, p.x.dtype, p.x.device)
@@ -81,6 +87,26 @@ def _run(p: Problem, cost, memory: str, variant=None) -> torch.Tensor:
     if not isinstance(cost, str):
         p = p._replace(backend=route_by_range([C.detach()], p.gamma, Span("C", 0, N, M), p.backend))
     return _run_cost(C, p, memory, variant)
+
+
+def _transposable(gamma) -> bool:
+    """Whether a call may run as (y, x): a float gamma > 0. Hard DTW breaks ties diagonal, up, left, which a swap
+    would mirror (another subgradient); a tensor gamma is not read on the host."""
+    return type(gamma) in (float, int) and gamma > 0
+
+
+def transposes(p: Problem, cost: str) -> bool:
+    """Whether the cuda backend runs a fused-cost problem faster as (y, x) (backends/cuda/launch.transposes). The
+    caller checks what makes the swap exact: a symmetric cost (the built-in ones), no band, no alignment variant,
+    a soft minimum (:func:`_transposable`)."""
+    if p.backend != "cuda":
+        return False
+    from .backends.cuda import FUSED_D_MAX, launch
+
+    B, N, D = p.x.shape
+    if D > FUSED_D_MAX and cost != "sqeuclidean":
+        return False  # a cost table by cdist: its transposed runs were not measured
+    return launch.transposes(B, N, p.y.shape[1], 0 if D > FUSED_D_MAX else D, p.x.dtype, p.x.get_device())
 
 
 def check_divergence_options(open_begin, open_end) -> None:
@@ -175,7 +201,7 @@ def soft_dtw(x, y, gamma: Union[float, torch.Tensor] = 1.0, *, cost="sqeuclidean
     if step_penalty is not None or open_begin is not False or open_end is not False:
         variant = _variant(p, open_begin, open_end, step_penalty, bandwidth, itakura_max_slope)
     try:
-        value = run_checked(p, lambda q: _run(q, cost, memory, variant))
+        value = run_checked(p, lambda q: _run(q, cost, memory, variant, _transposable(gamma)))
     except NaNPadded as e:  # cuda checked the values after its kernels: again, with the padding's lengths
         value = soft_dtw(**rerun_args(e, p), gamma=gamma, cost=cost, bandwidth=bandwidth,
                          itakura_max_slope=itakura_max_slope, memory=memory, backend=backend,
@@ -238,7 +264,7 @@ def soft_dtw_divergence(x, y, gamma: Union[float, torch.Tensor] = 1.0, *, cost="
     def run(q: Problem) -> torch.Tensor:
         qxx = q._replace(y=q.x, y_lengths=q.x_lengths, window=wxx)
         qyy = q._replace(x=q.y, x_lengths=q.y_lengths, window=wyy)
-        return (_run(q, cost, memory, variant) - 0.5 * _run(qxx, cost, memory, variant)
+        return (_run(q, cost, memory, variant, _transposable(gamma)) - 0.5 * _run(qxx, cost, memory, variant)
                 - 0.5 * _run(qyy, cost, memory, variant))
 
     try:

@@ -275,6 +275,32 @@ def test_narrow_pairs_end_the_pass_early_over_junk_memory(dtype, K, W):
     _check(got, want, dtype, 0.5)
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("K,W", [(1, 1), (4, 1), (2, 2), (4, 4)])
+def test_narrow_table_pairs_end_the_pass_early_over_junk_memory(dtype, K, W):
+    """A cost table's passes are trimmed too (K <= 4): lanes past a pair's last column skip their top rows, and
+    the backward zeroes those cells of dC itself (kernels/backward.cu). dC is taken from memory left full of NaN,
+    and the Gram cost writes E over x·yᵀ, whose padded columns are not zero: dC, dx and dy must match the
+    reference with per-pair lengths whose last lanes are dead."""
+    B, N, M = 3, 40, 21
+    x, y, xl, yl, w = _problem(B, N, M, 2, seed=K + 10 * W, lengths=True)
+    yl[0] = 13
+    want = _cost_reference(x, y, 0.5, xl, yl, w)
+    with launch_module().forced_plan(K, W):
+        junk = [torch.full((B, N, M), float("nan"), dtype=dtype, device="cuda") for _ in range(8)]
+        del junk
+        got = _cost_path(x, y, 0.5, xl, yl, w, dtype)
+    assert all(torch.isfinite(t).all() for t in got)
+    _check(got, want, dtype, 0.5)
+    xg, yg, xlg, ylg, _ = _problem(B, N, M, 24, seed=K + 10 * W, lengths=True)  # D > FUSED_D_MAX: the Gram cost
+    ylg[0] = 13
+    want = reference_fused(xg, yg, _gamma(0.5, torch.float64), "sqeuclidean", xlg, ylg, None, _grad(B, torch.float64))
+    with launch_module().forced_plan(K, W):
+        got = cuda_fused(xg.to(dtype), yg.to(dtype), _gamma(0.5, dtype), "sqeuclidean", xlg, ylg, None,
+                         _grad(B, dtype))
+    _check(got, want, dtype, 0.5)
+
+
 def test_plans_cover_the_shapes():
     lm = launch_module()
     for B in (1, 16, 32, 1000, 20000):
@@ -285,12 +311,12 @@ def test_plans_cover_the_shapes():
                 assert p.nch * p.CW < 2 * M + 32 * p.W * p.K
 
 
-def test_narrow_fused_pairs_take_a_wider_layout():
-    """A 16-column pair: fused costs end the passes at the last lane holding a column, so K = 2 on 8 lanes
-    (23 steps) beats K = 1 on 16 (31 steps); a precomputed cost keeps K = 1 (its passes are not trimmed)."""
+def test_narrow_pairs_take_a_wider_layout():
+    """A 16-column pair: the passes end at the last lane holding a column (K <= 4, every cost), so K = 2 on 8
+    lanes (23 steps) beats K = 1 on 16 (31 steps), for a fused cost and a cost table alike."""
     lm = launch_module()
     assert lm.choose_plan(1, 16, 16, 16, 132, (), False, 4, True).K == 2
-    assert lm.choose_plan(1, 16, 16, 16, 132, (), False, 4, False).K == 1
+    assert lm.choose_plan(1, 16, 16, 16, 132, (), False, 4, False).K == 2
 
 
 # --- precomputed cost --------------------------------------------------------------------------------
@@ -491,6 +517,44 @@ def _pair_grads(fn, x, y, **kw):
     v = fn(x, y, **kw)
     v.sum().backward()
     return v.detach(), x.grad, y.grad
+
+
+def test_transposes_follows_the_planners_model():
+    """launch.transposes: pairs with more rows than columns run as (y, x) where the model says it is quicker (a
+    few pairs: the pass is about rows + columns / K steps), never the other way round nor under a forced plan."""
+    lm = launch_module()
+    assert lm.transposes(16, 400, 300, 0, torch.float32, 0)  # speech: a Gram cost table
+    assert lm.transposes(16, 1000, 200, 1, torch.float32, 0)
+    assert not lm.transposes(16, 300, 400, 0, torch.float32, 0)
+    assert not lm.transposes(16, 300, 300, 1, torch.float64, 0)
+    with lm.forced_plan(4, 1):
+        assert not lm.transposes(16, 1000, 200, 1, torch.float32, 0)
+
+
+@pytest.mark.parametrize("D,cost", [(1, "sqeuclidean"), (1, "l1"), (40, "sqeuclidean")])
+def test_transposed_pairs_match_reference(monkeypatch, D, cost):
+    """soft_dtw runs pairs of N > M steps as (y, x) (functional._run): the op sees y first, and values and both
+    gradients, with per-pair lengths swapped along, match the float64 reference; with a band it keeps x, y."""
+    sd, ops = _api(), importlib.import_module("softdtw._ops")
+    seen = []
+    real = ops.fused_value
+    monkeypatch.setattr(ops, "fused_value", lambda x, y, *a, **k: seen.append((x.shape[1], y.shape[1])) or real(x, y, *a, **k))
+    x, y, xl, yl, _ = _problem(4, 300, 70, D, seed=D, lengths=True)
+    kw = dict(gamma=0.5, cost=cost, x_lengths=xl, y_lengths=yl)
+    assert launch_module().transposes(4, 300, 70, 0 if D > 16 else D, torch.float64, 0)
+    want = _pair_grads(sd.soft_dtw, x, y, backend="reference", **kw)
+    seen.clear()
+    got = _pair_grads(sd.soft_dtw, x, y, backend="cuda", **kw)
+    assert seen == [(70, 300)]
+    tol = 1e-9 if D > 16 else 1e-10  # the Gram form cancels ~2 digits (test_gram_cost_long_pairs_planned)
+    errs = [rel_err(a, b) for a, b in zip(got, want)]
+    assert max(errs) <= tol, errs
+    want = _pair_grads(sd.soft_dtw, x, y, backend="reference", bandwidth=40, **kw)
+    got = _pair_grads(sd.soft_dtw, x, y, backend="cuda", bandwidth=40, **kw)  # a band: no swap
+    assert seen[-1] == (300, 70)
+    assert max(rel_err(a, b) for a, b in zip(got, want)) <= tol
+    sd.dtw(x, y, cost=cost, x_lengths=xl, y_lengths=yl)  # hard DTW keeps its tie order (diagonal, up, left)
+    assert seen[-1] == (300, 70)
 
 
 @pytest.mark.parametrize("name", ["soft_dtw", "soft_dtw_divergence", "dtw"])

@@ -377,6 +377,8 @@ OP_CASES = [  # (B, N, M, D, cost, dtype, lengths)
     (5, 70, 90, 2, "sqeuclidean", torch.float64, True),
     (32, 128, 128, 64, "sqeuclidean", torch.float32, False),  # the gram form
     (4, 50, 60, 24, "sqeuclidean", torch.float64, True),
+    (16, 400, 300, 80, "sqeuclidean", torch.float32, False),  # N > M: a public call of it runs as (y, x)
+    (8, 40, 33, 4, "l1", torch.float32, True),
 ]
 
 
@@ -392,6 +394,27 @@ def test_op_kernels_bitwise_the_python_kernel(built, B, N, M, D, cost, dtype, le
     assert after[0] - before[0] == (2 if memory == "store" else 1)  # forward (and backward) ran in C++
     slow = _ops_once(args, cost, memory, False)
     for a, b in zip(fast, slow):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("D", [1, 80])
+def test_transposed_calls_and_op_calls_keep_their_own_plans(built, D):
+    """A public call of N > M steps runs as (y, x) (launch.transposes) on both paths; the op called directly on the
+    same shapes keeps its own x, y (its plan is keyed apart): the call matches the reference backend, the op its
+    Python kernel, bitwise, whichever ran first."""
+    B, N, M = 16, 400, 300
+    assert fastpath._launch.transposes(B, N, M, 0 if D > 16 else D, torch.float32, 0)
+    g = torch.Generator(device="cuda").manual_seed(D)
+    x = torch.randn(B, N, D, device="cuda", generator=g)
+    y = torch.randn(B, M, D, device="cuda", generator=g)
+    fast, (xc, _) = _run(x, y, 0.5, True, needs=(True, True), memory="store", backend="cuda")
+    assert _taken(fast[0])
+    want, _ = _run(x.double(), y.double(), 0.5, False, needs=(True, True), backend="reference")
+    assert max(rel_err(a, b) for a, b in zip(fast, want)) <= 1e-3
+    args = _op_args(B, N, M, D, torch.float32, False, seed=D)
+    op_fast = _ops_once(args, "sqeuclidean", "store", True)
+    op_slow = _ops_once(args, "sqeuclidean", "store", False)
+    for a, b in zip(op_fast, op_slow):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 

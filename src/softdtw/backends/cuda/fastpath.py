@@ -158,6 +158,7 @@ class _Entry(NamedTuple):
     unbatched: bool
     span: object  # _checks.Span, for the range bound
     gram: bool  # large D: torch GEMMs inside the op, which autocast would lower
+    swap: bool  # the plan is for (y, x) (launch.transposes); xl, yl and span follow the plan
 
 
 _ENTRIES: dict = {}
@@ -183,18 +184,20 @@ def _entry(x, y, gamma: float, cost, memory: str, backend, grad: bool, pkey: tup
     if p is None:
         if len(_PLANS) >= _PLANS_MAX:
             return False
-        p = _PLANS[pkey] = _plan(x, y, cost, memory, backend, grad)
+        p = _PLANS[pkey] = _plan(x, y, cost, memory, backend, grad, transposable=pkey[-1])
     if p is False:
         return False
-    plan, unbatched, span, gram = p
+    plan, unbatched, span, gram, swap = p
     device, B = x.device, (1 if unbatched else x.shape[0])
     return _Entry(plan, x.get_device(), _checks.as_gamma(gamma, device, x.dtype),
                   _checks.as_lengths(None, "x_lengths", B, span.N, device, "x"),
-                  _checks.as_lengths(None, "y_lengths", B, span.M, device, "y"), unbatched, span, gram)
+                  _checks.as_lengths(None, "y_lengths", B, span.M, device, "y"), unbatched, span, gram, swap)
 
 
-def _plan(x, y, cost, memory: str, backend, grad: bool):
-    """(C++ plan id, unbatched, Span, gram) for one plan key, or False (see :func:`_entry`)."""
+def _plan(x, y, cost, memory: str, backend, grad: bool, transposable: bool = False):
+    """(C++ plan id, unbatched, Span, gram, swap) for one plan key, or False (see :func:`_entry`). transposable: the
+    plan may be for (y, x) (swap True) where launch.transposes says so, as functional._run decides for the Python
+    path (a public call; the ops' kernels run the op's own x and y)."""
     from ... import _checks, _ops
     from .. import FUSED_COSTS
     from . import FUSED_D_MAX, _saved_dtype, _seq
@@ -216,6 +219,9 @@ def _plan(x, y, cost, memory: str, backend, grad: bool):
     dev = x.get_device()
     if y.get_device() != dev:
         return False
+    swap = transposable and _launch.transposes(B, N, M, 0 if gram else D, x.dtype, dev)
+    if swap:  # sdtw(x, y) = sdtw(y, x): the plan of (y, x)
+        xs, ys, N, M = ys, xs, M, N
     if grad and _ops._mode_bytes(_ops.get_backend("cuda"), "store", "fused", B, N, M, D, x.dtype) > _ops._SMALL_TABLE:
         return False  # large tables: memory "auto" may checkpoint, which this launcher does not do
     kind, DK = ("gram", 0) if gram else (cost, D)
@@ -228,7 +234,7 @@ def _plan(x, y, cost, memory: str, backend, grad: bool):
                             _kernel("forward", fwd, dev), _kernel("backward", bwd, dev), fwd.saved_numel,
                             _saved_dtype(x.dtype), list(fwd.bnd), list(bwd.bnd) if bwd is not None else [], B, N, M,
                             fwd.plan.nch, cost, gram)
-    return plan, unbatched, _checks.Span(cost, D, N, M), gram
+    return plan, unbatched, _checks.Span(cost, D, N, M), gram, swap
 
 
 def _op_plan(x, y, cost: str, store: bool) -> int:
@@ -243,8 +249,8 @@ def _op_plan(x, y, cost: str, store: bool) -> int:
         return -2
     if cost in ("precomputed", "hvp"):
         return _cost_plan(x, cost, store)
-    pkey = (x.shape, y.shape, x.dtype, y.dtype, x.get_device(), y.get_device(), cost, "store" if store else "auto",
-            "cuda", store)
+    # Keyed apart from the public calls' plans (call, _entry): those may be for (y, x), an op's are for its x, y.
+    pkey = ("op", x.shape, y.shape, x.dtype, y.dtype, x.get_device(), y.get_device(), cost, store)
     p = _PLANS.get(pkey)
     if p is None:
         if len(_PLANS) >= _PLANS_MAX:
@@ -348,7 +354,8 @@ def call(x: torch.Tensor, y, gamma: float, cost, memory, backend) -> Optional[to
     key = (x.shape, y.shape, x.dtype, y.dtype, x.get_device(), y.get_device(), cost, memory, backend, gamma, grad)
     e = _ENTRIES.get(key)
     if e is None:
-        pkey = key[:9] + key[10:]  # without gamma
+        # without gamma, but whether it is > 0: hard DTW keeps x, y (functional._transposable)
+        pkey = key[:9] + key[10:] + (gamma > 0,)
         first = pkey not in _PLANS
         if len(_ENTRIES) >= _ENTRIES_MAX:
             _ENTRIES.clear()
@@ -360,6 +367,8 @@ def call(x: torch.Tensor, y, gamma: float, cost, memory, backend) -> Optional[to
         return None
     stream = _launch._raw_stream(e.dev)
     xs, ys = (x.unsqueeze(0), y.unsqueeze(0)) if e.unbatched else (x, y)
+    if e.swap:
+        xs, ys = ys, xs
     value = _checked(e.dev, stream, e.span, x.dtype,
                      lambda *check: mod.fused(xs, ys, e.gamma, e.xl, e.yl, e.plan, stream, grad, *check))
     if value is None:

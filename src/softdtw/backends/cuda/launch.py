@@ -139,7 +139,7 @@ def tile_rows(B: int, N: int, K: int, W: int, nch: int, word_bytes: int, want: i
     return N if th >= N else max(th, th_min)
 
 
-#: Largest K whose sequential passes end at the last lane holding a column of a narrow pair (fused costs;
+#: Largest K whose sequential passes end at the last lane holding a column of a narrow pair (every cost;
 #: kernels/forward_pair.cuh, trims_pass).
 TRIM_K_MAX = 4
 
@@ -147,7 +147,15 @@ TRIM_K_MAX = 4
 @lru_cache(maxsize=4096)
 def choose_plan(B: int, N: int, M: int, kmax: int, sms: int, kring: tuple = (), checkpoint: bool = False,
                 word_bytes: int = 4, fused: bool = False) -> Plan:
-    """Pick (K, W) by a model of the kernels' time, fitted to a sweep of layouts on an H100.
+    """Pick (K, W) by a model of the kernels' time (see :func:`plan_estimate`)."""
+    return plan_estimate(B, N, M, kmax, sms, kring, checkpoint, word_bytes, fused)[0]
+
+
+@lru_cache(maxsize=4096)
+def plan_estimate(B: int, N: int, M: int, kmax: int, sms: int, kring: tuple = (), checkpoint: bool = False,
+                  word_bytes: int = 4, fused: bool = False) -> tuple:
+    """(plan, the model's time for it in arbitrary units; inf where no model applies): pick (K, W) by a model of
+    the kernels' time, fitted to a sweep of layouts on an H100.
 
     One step of a pair (fwd + bwd) costs about 75 ns·K + 330 ns + 30 ns·W (benchmarks/OPTIMIZATION_LOG.md,
     "layout sweep"): K dependent cells, a fixed per-step overhead (shuffles, ring, bookkeeping), and the
@@ -160,9 +168,9 @@ def choose_plan(B: int, N: int, M: int, kmax: int, sms: int, kring: tuple = (), 
     says they are clearly faster (few, long pairs) and always for memory="checkpoint", which only they
     implement.
 
-    Fused costs with K <= TRIM_K_MAX: a pair narrower than one chunk takes N + ceil(M / K) - 1 steps,
-    not N + 32W - 1 (the passes end at the last lane holding a column), so a one-warp layout wider than
-    the pair is no loss: a 16-column pair runs K = 2 on 8 lanes in 23 steps instead of 31.
+    K <= TRIM_K_MAX (every cost): a pair narrower than one chunk takes N + ceil(M / K) - 1 steps, not
+    N + 32W - 1 (the passes end at the last lane holding a column), so a one-warp layout wider than the
+    pair is no loss: a 16-column pair runs K = 2 on 8 lanes in 23 steps instead of 31.
     """
     if not fused and not checkpoint and min(N, M) >= COST_CHAIN_MIN_N and B <= COST_CHAIN_MAX_B:
         # A precomputed / Gram cost of long pairs: chained K = 4, W = 2. The model below was fitted to
@@ -172,7 +180,7 @@ def choose_plan(B: int, N: int, M: int, kmax: int, sms: int, kring: tuple = (), 
         # benchmarks/probes/large_d_sweep.py, OPTIMIZATION_LOG "Large D: chained layouts for the cost ring").
         # Pairs of 512 steps or fewer stay with the model (its pick was 1-13 % ahead there).
         K = min(4, kmax, kring[1] if kring else 4)
-        return Plan(K, 2, -(-M // (64 * K)), True, 0)
+        return Plan(K, 2, -(-M // (64 * K)), True, 0), math.inf
     resident = sms * _RESIDENT_WARPS_PER_SM
     best, best_time = None, math.inf
     best_chain, chain_time, chain_seq_units = None, math.inf, math.inf
@@ -183,7 +191,7 @@ def choose_plan(B: int, N: int, M: int, kmax: int, sms: int, kring: tuple = (), 
             CW = 32 * W * K
             # The kernels trim W > 1 passes too; the model counts it for one-warp layouts only, the ones it
             # lets grow wider than the pair (a wider block would idle whole warps).
-            trims = fused and K <= TRIM_K_MAX and W == 1
+            trims = K <= TRIM_K_MAX and W == 1
             if CW >= 2 * M and (K > 1 or W > 1) and not trims:
                 continue  # half the lanes would idle: a narrower layout is never worse
             nch = -(-M // CW)
@@ -210,8 +218,8 @@ def choose_plan(B: int, N: int, M: int, kmax: int, sms: int, kring: tuple = (), 
                                       B * nch * W * (N + 32 * W) / resident) * step
     if best_chain is not None and (checkpoint or (best_chain[2] > 1 and chain_seq_units < 0.7 * best_time)):
         K, W, nch = best_chain
-        return Plan(K, W, nch, True, tile_rows(B, N, K, W, nch, word_bytes) if checkpoint else 0)
-    return best
+        return Plan(K, W, nch, True, tile_rows(B, N, K, W, nch, word_bytes) if checkpoint else 0), chain_seq_units
+    return best, best_time
 
 
 _forced: list = []
@@ -302,6 +310,23 @@ def _band_plan(B: int, N: int, M: int, dtype: torch.dtype, band_bytes: int, max_
     nch = -(-M // (32 * K))
     nband = _chunks_per_band(nch, B * N * 32 * K * item, band_bytes, max_bands)
     return Plan(K, 1, nch, True, tile_rows(B, N, K, 1, nband, item, None, band_bytes // 2)), nband
+
+
+def transposes(B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index: int) -> bool:
+    """Whether pairs of N > M steps run faster transposed, as (y, x): sdtw(x, y) = sdtw(y, x) for a symmetric
+    cost, and a pass takes about N + ceil(M / K) steps for N rows and M columns (the lanes' skew), so a few pairs
+    are quicker with the shorter side as rows. Decided by the planner's model of both (D = 0: a cost table);
+    never while a plan is forced. H100, GPU time of a training step, forward + backward (OPTIMIZATION_LOG.md,
+    "Transposed pairs"): 16 x 1000 x 200, D = 1: 501 -> 278 us; speech (16 x 400 x 300, D = 80): 486 -> 430 us.
+    """
+    return N > M and not _forced and _transposes(B, N, M, D, dtype, device_index)
+
+
+@lru_cache(maxsize=4096)
+def _transposes(B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index: int) -> bool:
+    opts = (k_max(dtype, D), sm_count(device_index), _krings(dtype, D), False, 4 if dtype == torch.float32 else 8,
+            D > 0)
+    return plan_estimate(B, M, N, *opts)[1] < 0.97 * plan_estimate(B, N, M, *opts)[1]
 
 
 @lru_cache(maxsize=4096)

@@ -109,7 +109,7 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
   const int steps = n + NL - 1;
   // The forward (SEQ, fused) ended its pass at the last lane holding a column of the pair (forward_pair):
   // the reverse pass starts that many steps late, when that lane reaches row n - 1 (TRIM).
-  constexpr bool TRIM = MODE == BWD_SEQ && trims_pass<FUSED, K>();
+  constexpr bool TRIM = MODE == BWD_SEQ && trims_pass<K>();
   const T* xb = a.x + size_t(b) * N * DT;
   const T* yb = a.y + size_t(b) * M * DT;
   // Column j of C and dC at [row * ldc + j - cbase]: a band of columns (large D) or the whole table. The
@@ -161,6 +161,17 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
         for (int j = L; j < M; j += NL) dCb[size_t(i) * a.ldc + (j - cb)] = T(0);
       for (int i = 0; i < n; ++i)
         for (int j = nch_b * CW + L; j < M; j += NL) dCb[size_t(i) * a.ldc + (j - cb)] = T(0);
+      if (TRIM && nch_b > 0) {
+        // A trimmed pass (TRIM) starts late: a lane past the pair's last column, L >= PL, first reaches row
+        // n - 2 - (L - PL); the same lane zeroes the rows above it here (no two threads write one cell).
+        const int PL = pass_lanes<TRIM, K>(m, nch_b - 1, NL);
+        const int jl = (nch_b - 1) * CW + L * K;
+        if (L >= PL)
+          for (int i = max(0, n - 1 - (L - PL)); i < n; ++i)
+#pragma unroll
+            for (int k = 0; k < K; ++k)
+              if (jl + k < M) dCb[size_t(i) * a.ldc + (jl + k - cb)] = T(0);
+      }
     }
   }
 

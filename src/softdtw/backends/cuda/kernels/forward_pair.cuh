@@ -79,10 +79,11 @@ __host__ __device__ constexpr int ckpt_rows(int N, int TH) { return (N + TH - 1)
 enum FwdMode { MODE_SEQ = 0, MODE_CHAIN = 1, MODE_RECOMP = 2 };
 
 // Whether a SEQ pass over a pair narrower than its last chunk ends once the last lane holding a column is
-// done (forward) and starts there (backward): fused costs, and K <= 4 (short series; the K = 16
-// throughput backward would spill more for a saving of < 32 steps in its hundreds).
-template <bool FUSED, int K>
-__host__ __device__ constexpr bool trims_pass() { return FUSED && K <= 4; }
+// done (forward) and starts there (backward): K <= 4 (short series; the K = 16 throughput backward would
+// spill more for a saving of < 32 steps in its hundreds), every cost. A cost table's backward zeroes the
+// cells its trimmed lanes skip (backward_pair).
+template <int K>
+__host__ __device__ constexpr bool trims_pass() { return K <= 4; }
 // The lanes a pass over chunk c visits: with TRIM, those holding a column of the pair; else all NL. The
 // forward ends its pass after them and the backward starts at the last of them, so both take it from here.
 template <bool TRIM, int K>
@@ -192,7 +193,7 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
     // column m - 1 (the last chunk of a narrow pair) hold nothing that matters (a 16-column pair in one
     // warp: 31 steps instead of 47). The backward (BWD_SEQ) starts its pass late by the same count and
     // never reads what those lanes did not store (trims_pass).
-    const int steps = (r1 - r0) + pass_lanes<MODE == MODE_SEQ && trims_pass<FUSED, K>(), K>(m, c, NL) - 1;
+    const int steps = (r1 - r0) + pass_lanes<MODE == MODE_SEQ && trims_pass<K>(), K>(m, c, NL) - 1;
     T yv[K][DT];
     if (XY) {
 #pragma unroll
