@@ -16,7 +16,8 @@ or a CUDA-graph capture, nor the "gram" form under autocast. Every other call, a
 (a new gamma for a known shape is not a first call), take the Python path; so does any call whose value check
 fails or whose inputs are past the kernels' exact range: the launcher's value is then discarded and the Python
 path runs the call again and raises its error (or reruns on the reference backend), so errors and results never
-depend on the path.
+depend on the path. A call of N > M steps runs as (y, x) where launch.transposes says so (gamma > 0), as the Python
+path does (functional._run).
 
 DILATE (:func:`softdtw.dilate_loss`, :func:`dilate_call`) takes the same route for its training call: a CUDA x and y
 needing a gradient, the squared Euclidean cost, the default Omega, a float gamma, no lengths, band, divergence or
