@@ -326,11 +326,9 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
       }
       cp_async_step<Word, K>(my_wring + s * stage, src, L, NL, ok);
       if (!FUSED) {
+        const T* csrc = Cb + size_t(clamp_row(row, n)) * a.ldc + (j0 - cb);  // common.cuh, clamp_row
 #pragma unroll
-        for (int k = 0; k < K; ++k) {
-          const bool in = ok && j0 + k < M;
-          cp_async<int(sizeof(T))>(my_cring + s * stage + k, in ? Cb + size_t(row) * a.ldc + (j0 + k - cb) : a.C, in);
-        }
+        for (int k = 0; k < K; ++k) cp_async<int(sizeof(T))>(my_cring + s * stage + k, csrc + k, ok && j0 + k < M);
       }
       cp_async_commit();
       islot = (islot == 0) ? N - 1 : islot - 1;

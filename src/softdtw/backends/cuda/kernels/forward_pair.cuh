@@ -306,10 +306,9 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
         const int row = r0 + t - L;
         const bool ok = row >= 0 && row < n;
         T* dst = my_ring + size_t(t % P) * nthreads * K;
+        const T* src = Cb + size_t(clamp_row(row, n)) * a.ldc + (j0 - cb);
 #pragma unroll
-        for (int k = 0; k < K; ++k)
-          cp_async<int(sizeof(T))>(dst + k, (ok && j0 + k < M) ? Cb + size_t(row) * a.ldc + (j0 + k - cb) : a.C,
-                                   ok && j0 + k < M);
+        for (int k = 0; k < K; ++k) cp_async<int(sizeof(T))>(dst + k, src + k, ok && j0 + k < M);
         cp_async_commit();
       }
     };
