@@ -276,21 +276,20 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
       const int row = t - L;
       const bool ok = row >= 0 && row < n;
       T* dst = ring + size_t((t & (P - 1)) * 2) * NL * K + size_t(L) * K;
-      // One address per step: a copy not needed reads nothing (src-size 0; common.cuh, clamp_row).
       const size_t off = size_t(ok ? row : 0) * M + j0;
       if (VECK && vec) {
 #pragma unroll
         for (int k = 0; k < K; k += G) {
           const bool v = ok && j0 + k < M;
-          cp_async<16>(dst + k, Cb + off + k, v);
-          cp_async<16>(dst + NL * K + k, Db + off + k, v);
+          cp_async<16>(dst + k, v ? Cb + off + k : C, v);
+          cp_async<16>(dst + NL * K + k, v ? Db + off + k : Cdot, v);
         }
       } else {
 #pragma unroll
         for (int k = 0; k < K; ++k) {
           const bool v = ok && j0 + k < M;
-          cp_async<int(sizeof(T))>(dst + k, Cb + off + k, v);
-          cp_async<int(sizeof(T))>(dst + NL * K + k, Db + off + k, v);
+          cp_async<int(sizeof(T))>(dst + k, v ? Cb + off + k : C, v);
+          cp_async<int(sizeof(T))>(dst + NL * K + k, v ? Db + off + k : Cdot, v);
         }
       }
       cp_async_commit();
