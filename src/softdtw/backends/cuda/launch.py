@@ -324,9 +324,14 @@ def transposes(B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index:
 
 @lru_cache(maxsize=4096)
 def _transposes(B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index: int) -> bool:
-    opts = (k_max(dtype, D), sm_count(device_index), _krings(dtype, D), False, 4 if dtype == torch.float32 else 8,
-            D > 0)
+    opts = _model_args(D, dtype, device_index, False)
     return plan_estimate(B, M, N, *opts)[1] < 0.97 * plan_estimate(B, N, M, *opts)[1]
+
+
+def _model_args(D: int, dtype: torch.dtype, device_index: int, checkpoint: bool) -> tuple:
+    """The arguments of choose_plan / plan_estimate after (B, N, M) for a problem of D features (0: a cost table)."""
+    return (k_max(dtype, D), sm_count(device_index), _krings(dtype, D), checkpoint,
+            4 if dtype == torch.float32 else 8, D > 0)
 
 
 @lru_cache(maxsize=4096)
@@ -337,8 +342,7 @@ def _krings(dtype: torch.dtype, D: int) -> tuple:
 @lru_cache(maxsize=4096)
 def _planned(B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index: int, checkpoint: bool) -> Plan:
     # Cached: a step asks for its plan three times (saved_spec, forward, backward), ~15 us each uncached.
-    return choose_plan(B, N, M, k_max(dtype, D), sm_count(device_index), _krings(dtype, D), checkpoint,
-                       4 if dtype == torch.float32 else 8, D > 0)
+    return choose_plan(B, N, M, *_model_args(D, dtype, device_index, checkpoint))
 
 
 @lru_cache(maxsize=4096)  # a string built per launch otherwise

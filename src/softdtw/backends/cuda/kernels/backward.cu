@@ -107,7 +107,7 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
   const int n = int(a.xlen[b]), m = int(a.ylen[b]);
   const int nch_b = (m + CW - 1) / CW;
   const int steps = n + NL - 1;
-  // The forward (SEQ, fused) ended its pass at the last lane holding a column of the pair (forward_pair):
+  // The forward (SEQ, K <= 4) ended its pass at the last lane holding a column of the pair (forward_pair):
   // the reverse pass starts that many steps late, when that lane reaches row n - 1 (TRIM).
   constexpr bool TRIM = MODE == BWD_SEQ && trims_pass<K>();
   const T* xb = a.x + size_t(b) * N * DT;
