@@ -29,6 +29,7 @@ from . import _ops, costs
 from ._checks import (NaNPadded, Problem, Span, _value_checks_enabled, as_variant, check_cost_matrix, cost_name,
                       host_views, make_window, prepare, prepare_cost, rerun_args, route_by_range, run_checked)
 from .backends import FUSED_COSTS
+from .backends.cuda import FUSED_D_MAX, launch as _launch
 from .backends.cuda import fastpath as _fastpath
 
 __all__ = [
@@ -101,12 +102,10 @@ def transposes(p: Problem, cost: str) -> bool:
     a soft minimum (:func:`_transposable`)."""
     if p.backend != "cuda":
         return False
-    from .backends.cuda import FUSED_D_MAX, launch
-
     B, N, D = p.x.shape
     if D > FUSED_D_MAX and cost != "sqeuclidean":
         return False  # a cost table by cdist: its transposed runs were not measured
-    return launch.transposes(B, N, p.y.shape[1], 0 if D > FUSED_D_MAX else D, p.x.dtype, p.x.get_device())
+    return _launch.transposes(B, N, p.y.shape[1], 0 if D > FUSED_D_MAX else D, p.x.dtype, p.x.get_device())
 
 
 def check_divergence_options(open_begin, open_end) -> None:
