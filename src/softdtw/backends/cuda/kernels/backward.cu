@@ -117,6 +117,8 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
   const T* Cb = a.C + size_t(b) * N * a.ldc;
   T* dCb = a.dC + size_t(b) * N * a.ldc;
   const int cb = a.cbase;
+  // C read and dC written in 16-byte groups where both tables allow (common.cuh, table_groups).
+  const bool cgroups = !FUSED && table_groups<T, K>(a.C, a.ldc, cb, M) && table_groups<T, K>(a.dC, a.ldc, cb, M);
   const int* wb = a.window + size_t(b) * N * 2;
   const T g = a.grad[b];
   // d cost / d x = slope_unit * cost_slope(x - y); the kernel sees pre-scaled x' = xs x, y' = xs y, so the
@@ -326,9 +328,8 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
       }
       cp_async_step<Word, K>(my_wring + s * stage, src, L, NL, ok);
       if (!FUSED) {
-        const T* csrc = Cb + size_t(clamp_row(row, n)) * a.ldc + (j0 - cb);  // common.cuh, clamp_row
-#pragma unroll
-        for (int k = 0; k < K; ++k) cp_async<int(sizeof(T))>(my_cring + s * stage + k, csrc + k, ok && j0 + k < M);
+        cp_async_table_row<T, K>(my_cring + s * stage, Cb + size_t(clamp_row(row, n)) * a.ldc + (j0 - cb), ok, j0, M,
+                           cgroups);  // common.cuh, clamp_row and table_groups
       }
       cp_async_commit();
       islot = (islot == 0) ? N - 1 : islot - 1;
@@ -452,6 +453,7 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
         const bool endrow = i == n - 1;
         T ecrow = T(0);
         T penrow = T(0);
+        T dcrow[FUSED ? 1 : K];  // grad[b] E of the lane's cells, stored as one row piece after them
 #pragma unroll
         for (int k = K - 1; k >= 0; --k) {
           const int j = j0 + k;
@@ -503,14 +505,15 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
               dxin[d] += gd;
               dyacc[k][d] += gd;
             }
-          } else if (j < M) {
-            dCb[size_t(i) * a.ldc + (j - cb)] = g * e;
-            if (GRAM) {
+          } else {
+            dcrow[k] = g * e;
+            if (GRAM) {  // (e = 0 past column m - 1)
               dxin[0] += e;
               dyacc[k][0] += e;
             }
           }
         }
+        if constexpr (!FUSED) store_table_row<T, K>(dCb + size_t(i) * a.ldc + (j0 - cb), dcrow, j0, M, cgroups);
         ec += double(ecrow);
         if (PEN) pensum += double(penrow);
         Efirst = Er;

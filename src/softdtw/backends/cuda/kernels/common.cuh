@@ -225,39 +225,61 @@ struct StepLayout {
   }
 };
 
+// Vector accesses of global memory (the link table, cost tables, tile buffers). Stores in PTX: a plain store
+// through a float4 pointer was split into four scalar stores by NVVM in the chained kernels (PTX st.global.f32
+// x 4, SASS STG.E x 4; the SEQ kernels kept STG.E.128), four requests per warp and step instead of one
+// (__stwb kept the vector but made it a strong store). Loads by __ldcg, through L2 (a table the same launch
+// writes elsewhere, as dC over C).
 template <typename T, int VEC> struct Vec;
 template <typename T> struct Vec<T, 1> {
   static __device__ __forceinline__ void store(T* p, const T* v) { p[0] = v[0]; }
+  static __device__ __forceinline__ void load(T* v, const T* p) { v[0] = p[0]; }
 };
 template <> struct Vec<float, 2> {
   static __device__ __forceinline__ void store(float* p, const float* v) {
-    *reinterpret_cast<float2*>(p) = make_float2(v[0], v[1]);
+    asm volatile("st.global.v2.f32 [%0], {%1, %2};" ::"l"(p), "f"(v[0]), "f"(v[1]));
+  }
+  static __device__ __forceinline__ void load(float* v, const float* p) {
+    const float2 q = __ldcg(reinterpret_cast<const float2*>(p));
+    v[0] = q.x, v[1] = q.y;
   }
 };
 template <> struct Vec<float, 4> {
   static __device__ __forceinline__ void store(float* p, const float* v) {
-    *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+    asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(v[0]), "f"(v[1]), "f"(v[2]), "f"(v[3]));
+  }
+  static __device__ __forceinline__ void load(float* v, const float* p) {
+    const float4 q = __ldcg(reinterpret_cast<const float4*>(p));
+    v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
   }
 };
 template <> struct Vec<unsigned, 2> {
   static __device__ __forceinline__ void store(unsigned* p, const unsigned* v) {
-    *reinterpret_cast<uint2*>(p) = make_uint2(v[0], v[1]);
+    asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"(p), "r"(v[0]), "r"(v[1]));
   }
 };
 template <> struct Vec<unsigned, 4> {
   static __device__ __forceinline__ void store(unsigned* p, const unsigned* v) {
-    *reinterpret_cast<uint4*>(p) = make_uint4(v[0], v[1], v[2], v[3]);
+    asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3]));
   }
 };
 template <> struct Vec<double, 2> {
   static __device__ __forceinline__ void store(double* p, const double* v) {
-    *reinterpret_cast<double2*>(p) = make_double2(v[0], v[1]);
+    asm volatile("st.global.v2.f64 [%0], {%1, %2};" ::"l"(p), "d"(v[0]), "d"(v[1]));
+  }
+  static __device__ __forceinline__ void load(double* v, const double* p) {
+    const double2 q = __ldcg(reinterpret_cast<const double2*>(p));
+    v[0] = q.x, v[1] = q.y;
   }
 };
 template <> struct Vec<double, 4> {  // two 16-byte accesses: there is no 32-byte vector type
   static __device__ __forceinline__ void store(double* p, const double* v) {
     Vec<double, 2>::store(p, v);
     Vec<double, 2>::store(p + 2, v + 2);
+  }
+  static __device__ __forceinline__ void load(double* v, const double* p) {
+    Vec<double, 2>::load(v, p);
+    Vec<double, 2>::load(v + 2, p + 2);
   }
 };
 
@@ -295,6 +317,75 @@ __device__ __forceinline__ int clamp_row(int row, int n) { return min(max(row, 0
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int PENDING>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING)); }
+
+// A lane's K values of one row of a row-major table (C of a cost table; dC written over it), columns
+// [j0, j0 + K), j0 a multiple of K. Groups of V = StepLayout<K>::VEC values move as one access where
+// table_groups allows: one 16-byte copy or store per lane instead of four at K = 4 float. The lanes of a step
+// sit on 32 different rows, so each scalar access of a warp touched 32 sectors: at 32 x 2048^2, D = 64 the gram
+// backward's four cp.async and four stores a step were 81 % excess L2 sectors (Nsight Compute), and the shuffles
+// behind them waited (benchmarks/OPTIMIZATION_LOG.md, "Table rows in 16-byte groups").
+// Whether a table with row stride ldc, whose column j sits at j - cb, takes whole groups: the stride, the band's
+// offset and M multiples of V (a group is all in or all out of the pair's columns), and the base 16-byte aligned
+// (min(16, 4 V) for float). Uniform over the grid.
+template <typename T, int K>
+__device__ __forceinline__ bool table_groups(const T* table, int ldc, int cb, int M) {
+  constexpr int V = StepLayout<K>::VEC;
+  constexpr unsigned long long A = (V * sizeof(T) < 16 ? V * sizeof(T) : 16) - 1;
+  return V > 1 && ldc % V == 0 && cb % V == 0 && M % V == 0 &&
+         (reinterpret_cast<unsigned long long>(table) & A) == 0;
+}
+// Copy row values src[k] (src = &table[row][j0]) into dst[k], k < K; a value past column M - 1, or of a row that
+// is not ok, reads nothing (src-size 0; src is still an address inside the table, clamp_row).
+template <typename T, int K>
+__device__ __forceinline__ void cp_async_table_row(T* dst, const T* src, bool ok, int j0, int M, bool groups) {
+  constexpr int V = StepLayout<K>::VEC;
+  constexpr int GB = V * int(sizeof(T)) < 16 ? V * int(sizeof(T)) : 16;  // bytes per copy
+  if (V > 1 && groups) {
+#pragma unroll
+    for (int k = 0; k < K; k += V) {
+      const bool in = ok && j0 + k < M;
+#pragma unroll
+      for (int b = 0; b < V * int(sizeof(T)); b += GB)
+        cp_async<GB>(reinterpret_cast<char*>(dst + k) + b, reinterpret_cast<const char*>(src + k) + b, in);
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < K; ++k) cp_async<int(sizeof(T))>(dst + k, src + k, ok && j0 + k < M);
+  }
+}
+// Load v[k] = src[k] (src = &table[row][j0]) for the columns j0 + k < M of a row that is ok, else 0.
+template <typename T, int K>
+__device__ __forceinline__ void load_table_row(T* v, const T* src, bool ok, int j0, int M, bool groups) {
+  constexpr int V = StepLayout<K>::VEC;
+  if (V > 1 && groups) {
+#pragma unroll
+    for (int k = 0; k < K; k += V) {
+      if (ok && j0 + k < M) {
+        Vec<T, V>::load(v + k, src + k);
+      } else {
+#pragma unroll
+        for (int q = 0; q < V; ++q) v[k + q] = T(0);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < K; ++k) v[k] = (ok && j0 + k < M) ? src[k] : T(0);
+  }
+}
+// Store v[k] to dst[k] (dst = &table[row][j0]) for the columns j0 + k < M.
+template <typename T, int K>
+__device__ __forceinline__ void store_table_row(T* dst, const T* v, int j0, int M, bool groups) {
+  constexpr int V = StepLayout<K>::VEC;
+  if (V > 1 && groups) {
+#pragma unroll
+    for (int k = 0; k < K; k += V)
+      if (j0 + k < M) Vec<T, V>::store(dst + k, v + k);
+  } else {
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+      if (j0 + k < M) dst[k] = v[k];
+  }
+}
 
 // Copy one lane's K step-major values (StepLayout) into its ring slot (K contiguous values).
 template <typename E, int K>

@@ -301,14 +301,13 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
     // C ring (precomputed cost): step t's K values of row t - L, issued P - 1 steps ahead. (Stage t % P:
     // counting the stages instead took fewer instructions but made the gram forward 2-3 % slower, and the
     // store backward 10-15 %, benchmarks/OPTIMIZATION_LOG.md "Leaner steps".)
+    const bool cgroups = !FUSED && table_groups<T, K>(a.C, a.ldc, cb, M);  // 16-byte copies (common.cuh)
     auto issue_c = [&](const int t) {
       if constexpr (!FUSED && P > 0) {
         const int row = r0 + t - L;
         const bool ok = row >= 0 && row < n;
         T* dst = my_ring + size_t(t % P) * nthreads * K;
-        const T* src = Cb + size_t(clamp_row(row, n)) * a.ldc + (j0 - cb);
-#pragma unroll
-        for (int k = 0; k < K; ++k) cp_async<int(sizeof(T))>(dst + k, src + k, ok && j0 + k < M);
+        cp_async_table_row<T, K>(dst, Cb + size_t(clamp_row(row, n)) * a.ldc + (j0 - cb), ok, j0, M, cgroups);
         cp_async_commit();
       }
     };
@@ -404,8 +403,7 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
 #pragma unroll
             for (int k = 0; k < K; ++k) cr[k] = src_c[k];
           } else if constexpr (!FUSED) {  // RECOMP of a precomputed cost: plain loads (no ring in the backward)
-#pragma unroll
-            for (int k = 0; k < K; ++k) cr[k] = (live && j0 + k < M) ? Cb[size_t(i) * a.ldc + (j0 + k - cb)] : T(0);
+            load_table_row<T, K>(cr, Cb + size_t(clamp_row(i, n)) * a.ldc + (j0 - cb), live, j0, M, cgroups);
           }
           if (live) {
             T left = leftin;
