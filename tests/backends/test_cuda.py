@@ -345,6 +345,38 @@ def _cost_path(x, y, gamma, xl, yl, w, dtype, memory="store"):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("K,W,chain,memory", [(4, 1, False, "store"), (8, 4, False, "store"), (2, 2, False, "store"),
+                                              (4, 2, True, "store"), (4, 1, True, "checkpoint")])
+def test_cost_table_groups_match_the_scalar_path(dtype, K, W, chain, memory):
+    """Cost tables whose rows allow it move in 16-byte groups (kernels/common.cuh, table_groups: the stride and M
+    multiples of the lane's vector width, the table 16-byte aligned); others one value at a time. The same table
+    at a 16-byte boundary and one element past it takes each path: values, dC and d gamma must be the same bits,
+    with per-pair lengths whose last group is partly past the pair (y_lengths not a multiple of 4)."""
+    be = cuda_backend()
+    B, N, M = 3, 37, 68
+    x, y, xl, yl, w = _problem(B, N, M, 2, seed=K + 10 * W, lengths=True)
+    yl[1] = 41
+    C = _cost_matrix(x, y).to(dtype)
+    g = _gamma(0.5, dtype)
+    grad = _grad(B, dtype)
+    out = []
+    for shift in (0, 1):
+        buf = torch.empty(B * N * M + 16, dtype=dtype, device="cuda")
+        base = (-(buf.data_ptr() // buf.element_size())) % (16 // buf.element_size())  # first 16-byte aligned element
+        Ct = buf[base + shift: base + shift + B * N * M].view(B, N, M)
+        assert (Ct.data_ptr() % 16 == 0) == (shift == 0)
+        Ct.copy_(C)
+        with launch_module().forced_plan(K, W, chain):
+            v, saved = be.forward_cost(Ct, g, xl, yl, None, memory)
+            dC, dg = be.backward_cost(grad, Ct, g, xl, yl, None, v, saved, memory)
+        out.append((v, dC.clone(), dg))
+    for a, b in zip(*out):
+        assert torch.equal(a, b)
+    want = _cost_reference(x, y, 0.5, xl, yl, None)
+    _check(out[0], want, dtype, 0.5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
 @pytest.mark.parametrize("B,N,M,gamma,lengths,band,itakura", [
     (2, 1, 1, 1.0, False, None, None),
     (3, 31, 33, 0.1, True, None, None),
