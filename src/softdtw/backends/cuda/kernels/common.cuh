@@ -321,9 +321,10 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 // A lane's K values of one row of a row-major table (C of a cost table; dC written over it), columns
 // [j0, j0 + K), j0 a multiple of K. Groups of V = StepLayout<K>::VEC values move as one access where
 // table_groups allows: one 16-byte copy or store per lane instead of four at K = 4 float. The lanes of a step
-// sit on 32 different rows, so each scalar access of a warp touched 32 sectors: at 32 x 2048^2, D = 64 the gram
-// backward's four cp.async and four stores a step were 81 % excess L2 sectors (Nsight Compute), and the shuffles
-// behind them waited (benchmarks/OPTIMIZATION_LOG.md, "Table rows in 16-byte groups").
+// sit on 32 different rows, so each scalar access of a warp touched 32 sectors (81 % excess L2 sectors in the
+// Gram passes, Nsight Compute). Measured: a K = 8 Gram DP 609 -> 377 us, K = 4 on one warp -12 %; no change
+// where the step is bound by issue, as 32 x 2048^2 (benchmarks/OPTIMIZATION_LOG.md, "Table rows in 16-byte
+// groups").
 // Whether a table with row stride ldc, whose column j sits at j - cb, takes whole groups: the stride, the band's
 // offset and M multiples of V (a group is all in or all out of the pair's columns), and the base 16-byte aligned
 // (min(16, 4 V) for float). Uniform over the grid.
