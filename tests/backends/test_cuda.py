@@ -8,6 +8,7 @@ float64 within 1e-10; errors are max |a - b| / max |b| over the batch (tests/_he
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
 import threading
@@ -253,6 +254,36 @@ def test_gram_backward_without_saved_recomputes():
     a = be.backward(grad, x, y, g, "sqeuclidean", xl, yl, w, v, saved, "store")
     b = be.backward(grad, x, y, g, "sqeuclidean", xl, yl, w, v, saved.new_empty((0,)), "store")
     assert all(torch.equal(p, q) for p, q in zip(a, b))
+
+
+@pytest.mark.parametrize("cost", ["sqeuclidean", "l1"])
+@pytest.mark.parametrize("K,W,chain", [(None, None, False), (4, 1, False), (2, 4, False), (4, 2, True), (1, 2, True)])
+@pytest.mark.parametrize("variant", [None, "band", "open_end", "penalty"])
+def test_large_d_backward_without_dgamma_reads_no_cost(cost, K, W, chain, variant):
+    """float32 links hold the normalised weights, so a large-D store backward that is not asked for dgamma builds no
+    cost table again (no x·yᵀ GEMM, no cdist) and the kernel reads none (kernels/backward.cu, readc): dx, dy (and
+    d penalty) must be the same bits as with the table, under sequential and chained layouts, with lengths."""
+    be = cuda_backend()
+    B, N, M, D = 3, 70, 300, 24
+    x, y, xl, yl, w = _problem(B, N, M, D, seed=7, lengths=True, band=40 if variant == "band" else None)
+    x, y = x.float(), y.float()
+    g, grad = _gamma(0.5, torch.float32), _grad(B, torch.float32)
+    kw = {"open_end": variant == "open_end"}
+    if variant == "penalty":
+        kw["step_penalty"] = torch.full((B,), 0.3, device="cuda")
+    ctx = launch_module().forced_plan(K, W, chain=chain) if K else contextlib.nullcontext()
+    with ctx:
+        v, saved = be.forward(x, y, g, cost, xl, yl, w, "store", **kw)
+        full = be.backward(grad, x, y, g, cost, xl, yl, w, v, saved, "store", **kw)
+        lean = be.backward(grad, x, y, g, cost, xl, yl, w, v, saved, "store", needs=(True, True, False), **kw)
+    assert torch.equal(full[0], lean[0]) and torch.equal(full[1], lean[1])
+    if variant == "penalty":
+        assert torch.equal(full[3], lean[3])
+    assert torch.isfinite(full[2]).all()
+    want = reference_fused(x.double(), y.double(), _gamma(0.5, torch.float64), cost, xl, yl, w,
+                           _grad(B, torch.float64)) if variant in (None, "band") else None
+    if want is not None:
+        _check((v,) + tuple(lean[:2]) + (full[2],), want, torch.float32, 0.5)
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])

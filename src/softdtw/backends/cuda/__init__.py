@@ -10,7 +10,7 @@ instantiation of the same templates; float32 runs its DP in float32).
   tensor exists in the forward or the backward, dx and dy come out of the backward kernel). Larger D
   takes a table from a GEMM: for sqeuclidean the Gram matrix x·yᵀ with the norms of x and y beside it
   (cost "gram": the kernels form the cost in each cell, and the backward returns E's row and column sums),
-  for l1 the cost itself (torch.cdist, the precomputed-cost kernels); E, written over the table, turns into
+  for l1 the cost itself (_l1_cost, the precomputed-cost kernels); E, written over the table, turns into
   dx, dy by GEMMs. With memory="checkpoint" (and value-only passes whose whole cost
   would exceed COST_WHOLE_MAX) that cost is never whole: it is built one band of column
   chunks at a time, each band's kernels launched after the band on its left (forward) or right
@@ -499,7 +499,7 @@ def _run_backward_chain(grad, x, y, C, dC, cost, D, gamma, x_lengths, y_lengths,
     """backward_chain_kernel: one block per (pair, chunk), chunks right to left; with plan.TH > 0 saved
     holds the checkpoints and each block recomputes its tiles into its own two tile buffers. var, endbuf,
     dpen: the alignment variants (:func:`_run_backward`)."""
-    data, B, N, M, dev = _sizes(x, y, C)
+    data, B, N, M, dev = _sizes(x, y, C if C is not None else dC)
     dx, dy, dgamma = _backward_outputs(x, y, data, B, needs)
     bufs = _backward_chain_buffers(data, B, N, M, _carried(cost, D), plan, saved, plan.nch, var)
     expr = _launch.expression("backward_chain_kernel", data.dtype, cost, D, plan, window is not None, plan.TH > 0,
@@ -561,9 +561,10 @@ def _run_backward(grad, x, y, C, dC, cost: str, D: int, gamma, x_lengths, y_leng
     a penalty); saved then holds the open end's values after the table (:func:`_with_end`).
 
     The kernel writes every element of dx, dy, dC and dgamma (zeros past the lengths and outside the
-    window, dgamma = 0 at gamma = 0); dC may be C itself (overwritten in place).
+    window, dgamma = 0 at gamma = 0); dC may be C itself (overwritten in place). C None with a table cost (float32
+    only, see :func:`_skips_cost`): the kernel reads no cost, and the dgamma it writes is meaningless.
     """
-    data, B, N, M, dev = _sizes(x, y, C)
+    data, B, N, M, dev = _sizes(x, y, C if C is not None else dC)
     spec = _seq("backward", B, N, M, D, data.dtype, dev, cost, window is not None, True, checkpoint,
                 var.code if var else 0)
     if var is None:
@@ -661,7 +662,7 @@ def backward(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved
     if D > FUSED_D_MAX and memory == "checkpoint":
         out = _backward_banded(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved, var)
     elif D > FUSED_D_MAX:
-        out = _backward_gemm(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved, var)
+        out = _backward_gemm(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved, var, needs)
     else:
         if saved.numel() == 0:
             _, saved = _run_forward(x, y, None, cost, D, gamma, x_lengths, y_lengths, window, True, False, var)
@@ -670,32 +671,54 @@ def backward(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved
     return _outputs(tuple(out[:3]), out, step_penalty)
 
 
-def _backward_gemm(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved, var=None):
+def _skips_cost(dtype, saved, needs) -> bool:
+    """Whether a large-D store backward runs without its cost table: float32 links hold the normalised weights, so
+    the kernel needs the cost only for dgamma (kernels/backward.cu, readc). The table is then not built again (the
+    x·yᵀ GEMM, or cdist) and E goes into a fresh buffer."""
+    return dtype == torch.float32 and saved.numel() > 0 and needs is not None and not needs[2]
+
+
+def _table_buffer(x, y):
+    """An uninitialised `(B, N, M)` buffer for grad_b · E_b (the kernel writes every element)."""
+    B, N, M = x.shape[0], x.shape[1], y.shape[1]
+    return _alloc(x, B * N * M, x.dtype, "the backward's E table", B, N, M).view(B, N, M)
+
+
+def _backward_gemm(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved, var=None, needs=None):
     """Large D: the cost again by GEMM, E written over it in place (grad_b · E_b), then dx, dy by GEMMs. With var
-    a fourth output, as :func:`_run_backward`."""
+    a fourth output, as :func:`_run_backward`. needs: as :func:`backward`; without dgamma, float32 builds no cost
+    (:func:`_skips_cost`)."""
     if cost == "sqeuclidean":
-        return _backward_gram(grad, x, y, gamma, x_lengths, y_lengths, window, value, saved, var)
-    C = _cost_checked(cost, x, y)
+        return _backward_gram(grad, x, y, gamma, x_lengths, y_lengths, window, value, saved, var, needs)
+    skip = _skips_cost(x.dtype, saved, needs)
+    C = _table_buffer(x, y) if skip else _cost_checked(cost, x, y)
     if saved.numel() == 0:
         _, saved = _run_forward(None, None, C, "precomputed", 0, gamma, x_lengths, y_lengths, window, True, False, var)
     # grad_b · E_b overwrites C in place (each cell is read, then written, by the same lane; the kernel
     # also zeroes the cells past the lengths), so the backward holds one (B, N, M) buffer besides S.
-    out = _run_backward(grad, None, None, C, C, "precomputed", 0, gamma, x_lengths, y_lengths, window,
-                        value, saved, False, None, var)
+    out = _run_backward(grad, None, None, None if skip else C, C, "precomputed", 0, gamma, x_lengths, y_lengths,
+                        window, value, saved, False, None, var)
     dx, dy = _cost_vjp(cost, x, y, C)
     return (dx, dy) + tuple(out[2:])
 
 
-def _backward_gram(grad, x, y, gamma, x_lengths, y_lengths, window, value, saved, var=None):
+def _backward_gram(grad, x, y, gamma, x_lengths, y_lengths, window, value, saved, var=None, needs=None):
     """Squared Euclidean, large D: G = x·yᵀ by one GEMM, the kernel (cost "gram") writing grad_b · E_b over G
     and returning its row sums rs and column sums cs; then dx = 2 (rs x - E y), dy = 2 (cs y - Eᵀ x), each one
     GEMM with the scaled input as its addend. A forward + backward launches 14 kernels; the elementwise form of
-    the cost took 31 (benchmarks/OPTIMIZATION_LOG.md, "Large D: the Gram cost in the cells")."""
-    xn, yn, G = _gram_checked(x, y)
-    if saved.numel() == 0:
-        _, saved = _run_forward(xn, yn, G, "gram", 0, gamma, x_lengths, y_lengths, window, True, False, var)
-    out = _run_backward(grad, xn, yn, G, G, "gram", 0, gamma, x_lengths, y_lengths, window, value, saved, False,
-                        None, var)
+    the cost took 31 (benchmarks/OPTIMIZATION_LOG.md, "Large D: the Gram cost in the cells"). Without dgamma,
+    float32 runs no GEMM for G (:func:`_skips_cost`): E goes into a fresh buffer."""
+    if _skips_cost(x.dtype, saved, needs):
+        xn, yn = torch.linalg.vector_norm(x, dim=-1), torch.linalg.vector_norm(y, dim=-1)
+        G = _table_buffer(x, y)
+        out = _run_backward(grad, xn, yn, None, G, "gram", 0, gamma, x_lengths, y_lengths, window, value, saved,
+                            False, None, var)
+    else:
+        xn, yn, G = _gram_checked(x, y)
+        if saved.numel() == 0:
+            _, saved = _run_forward(xn, yn, G, "gram", 0, gamma, x_lengths, y_lengths, window, True, False, var)
+        out = _run_backward(grad, xn, yn, G, G, "gram", 0, gamma, x_lengths, y_lengths, window, value, saved, False,
+                            None, var)
     rs, cs = out[0], out[1]
     dx = torch.baddbmm(x * rs.unsqueeze(-1), G, y, beta=2.0, alpha=-2.0)
     dy = torch.baddbmm(y * cs.unsqueeze(-1), G.transpose(1, 2), x, beta=2.0, alpha=-2.0)
@@ -782,7 +805,7 @@ def _gram(x, y):
 
 def _gemm_cost(cost, x, y, xx=None):
     """`(B, N, M)` cost for large D without a (B, N, M, D) temporary: |x|² + |y|² - 2 x·yᵀ (one batched
-    GEMM, the rest in place, clamped at 0) for sqeuclidean, torch.cdist for l1. xx: |x|² if known. In x's dtype
+    GEMM, the rest in place, clamped at 0) for sqeuclidean, _l1_cost for l1. xx: |x|² if known. In x's dtype
     also under autocast (see :func:`_gram`)."""
     if torch.is_autocast_enabled("cuda"):
         with torch.autocast("cuda", enabled=False):
@@ -791,7 +814,18 @@ def _gemm_cost(cost, x, y, xx=None):
         C = torch.bmm(x, y.transpose(1, 2)).mul_(-2.0)
         xx = _row_norms(cost, x) if xx is None else xx
         return C.add_(xx).add_(y.square().sum(-1).unsqueeze(1)).clamp_min_(0.0)
-    return torch.cdist(x, y, p=1.0).contiguous()
+    return _l1_cost(x, y)
+
+
+def _l1_cost(x, y):
+    """sum_d |x_id - y_jd| `(B, N, M)` one feature at a time: 3 elementwise passes per feature and one (B, N, M)
+    temporary. At B = 32, N = M = 1024, D = 32 on the H100 torch.cdist(p=1) took 43.6 ms, this ~12 ms
+    (benchmarks/OPTIMIZATION_LOG.md, "Large D: no cost table in a float32 backward")."""
+    C = (x[:, :, None, 0] - y[:, None, :, 0]).abs_()
+    t = torch.empty_like(C)
+    for d in range(1, x.shape[2]):
+        C.add_(torch.sub(x[:, :, None, d], y[:, None, :, d], out=t).abs_())
+    return C
 
 
 def _cost_vjp(cost, x, y, dC):

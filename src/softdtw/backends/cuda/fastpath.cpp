@@ -155,10 +155,15 @@ struct Fused : public torch::autograd::Function<Fused> {
     auto [value, saved] = run_forward(p, stream, p.gram ? ptr(xn) : ptr(x), p.gram ? ptr(yn) : ptr(y), ptr(G), gamma,
                                       xl, yl, store, x.options());
     if (store) {
-      // The gram cost keeps its norms and x·yᵀ for the backward (the Python path builds them again: three
-      // launches fewer here, for tables of at most 64 MiB).
-      ctx->save_for_backward(p.gram ? torch::autograd::variable_list{x, y, gamma, xl, yl, value, saved, xn, yn, G}
-                                    : torch::autograd::variable_list{x, y, gamma, xl, yl, value, saved});
+      // The gram cost keeps its norms for the backward, and x·yᵀ in float64 only: float32 links hold the
+      // normalised weights, so with gamma a constant the backward reads no cost (kernels/backward.cu, readc).
+      torch::autograd::variable_list keep{x, y, gamma, xl, yl, value, saved};
+      if (p.gram) {
+        keep.push_back(xn);
+        keep.push_back(yn);
+        if (x.scalar_type() != at::kFloat) keep.push_back(G);
+      }
+      ctx->save_for_backward(keep);
       ctx->saved_data["plan"] = plan_id;
       ctx->saved_data["stream"] = stream;  // the engine runs a node's backward on its forward's stream
     }
@@ -194,10 +199,11 @@ struct Fused : public torch::autograd::Function<Fused> {
     if (p.gram) {
       // grad_b E_b into E with its row and column sums rs, cs; then dx = 2 (rs x - E y), dy = 2 (cs y - Eᵀ x) by
       // one GEMM each, accumulating into the scaled input in place.
-      const at::Tensor &xn = s[7], &yn = s[8], &G = s[9];
-      at::Tensor E = at::empty_like(G), rs = at::empty_like(xn), cs = at::empty_like(yn);
+      const at::Tensor &xn = s[7], &yn = s[8];
+      const int64_t G = s.size() > 9 ? ptr(s[9]) : 0;  // none in float32 (the forward above)
+      at::Tensor E = at::empty({p.B, p.N, p.M}, opts), rs = at::empty_like(xn), cs = at::empty_like(yn);
       launch(p.bwd, stream,
-             {ptr(xn), ptr(yn), ptr(G), ptr(gamma), ptr(xl), ptr(yl), 0, ptr(grad), ptr(saved), ptr(rs), ptr(cs),
+             {ptr(xn), ptr(yn), G, ptr(gamma), ptr(xl), ptr(yl), 0, ptr(grad), ptr(saved), ptr(rs), ptr(cs),
               ptr(E), ptr(value), ptr(dgamma), ptr(bnd), p.B, p.N, p.M, p.nch, 0, 0, 0, 0},
              "backward_kernel");
       if (need_x) out[0] = (x * rs.unsqueeze(-1)).baddbmm_(E, y, 2.0, -2.0);

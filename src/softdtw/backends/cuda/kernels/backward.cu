@@ -117,6 +117,11 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
   const T* Cb = a.C + size_t(b) * N * a.ldc;
   T* dCb = a.dC + size_t(b) * N * a.ldc;
   const int cb = a.cbase;
+  // No C (a.C null, float links only): a float link holds the normalised weights, so the cost enters only <E, C>,
+  // i.e. dgamma. A caller that drops dgamma passes none (the Gram backward then skips its x·yᵀ GEMM); the ring's
+  // C slots stay zero, and the dgamma written is a finite value nobody reads. float64 links (S) need R = S + cost,
+  // and the checkpointed backward recomputes the forward: both always read C.
+  const bool readc = !FUSED && (Link<T>::NEEDS_R || MODE == BWD_CKPT || a.C != nullptr);
   // C read and dC written in 16-byte groups where both tables allow (common.cuh, table_groups).
   const bool cgroups = !FUSED && table_groups<T, K>(a.C, a.ldc, cb, M) && table_groups<T, K>(a.dC, a.ldc, cb, M);
   const int* wb = a.window + size_t(b) * N * 2;
@@ -127,6 +132,9 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
   const size_t stage = size_t(nthreads) * K;                       // ring stride between stages
   Word* my_wring = wring + size_t(tid) * K;
   T* my_cring = cring + size_t(tid) * K;
+  if (!FUSED && !readc) {
+    for (int q = 0; q < P * K; ++q) my_cring[(q / K) * stage + q % K] = T(0);  // read by this thread only
+  }
   double ec = 0.0;
   // Penalty: in log2 units (the float64 weights add it to R of the vertical and horizontal predecessor), and
   // d value / d p summed over the pair (units of Link<T>::UNIT).
@@ -327,7 +335,7 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
         }
       }
       cp_async_step<Word, K>(my_wring + s * stage, src, L, NL, ok);
-      if (!FUSED) {
+      if (!FUSED && readc) {
         cp_async_table_row<T, K>(my_cring + s * stage, Cb + size_t(clamp_row(row, n)) * a.ldc + (j0 - cb), ok, j0, M,
                            cgroups);  // common.cuh, clamp_row and table_groups
       }
