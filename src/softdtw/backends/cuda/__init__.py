@@ -688,9 +688,9 @@ def _backward_gemm(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value,
     """Large D: the cost again by GEMM, E written over it in place (grad_b · E_b), then dx, dy by GEMMs. With var
     a fourth output, as :func:`_run_backward`. needs: as :func:`backward`; without dgamma, float32 builds no cost
     (:func:`_skips_cost`)."""
-    if cost == "sqeuclidean":
-        return _backward_gram(grad, x, y, gamma, x_lengths, y_lengths, window, value, saved, var, needs)
     skip = _skips_cost(x.dtype, saved, needs)
+    if cost == "sqeuclidean":
+        return _backward_gram(grad, x, y, gamma, x_lengths, y_lengths, window, value, saved, var, skip)
     C = _table_buffer(x, y) if skip else _cost_checked(cost, x, y)
     if saved.numel() == 0:
         _, saved = _run_forward(None, None, C, "precomputed", 0, gamma, x_lengths, y_lengths, window, True, False, var)
@@ -702,14 +702,14 @@ def _backward_gemm(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value,
     return (dx, dy) + tuple(out[2:])
 
 
-def _backward_gram(grad, x, y, gamma, x_lengths, y_lengths, window, value, saved, var=None, needs=None):
+def _backward_gram(grad, x, y, gamma, x_lengths, y_lengths, window, value, saved, var=None, skip=False):
     """Squared Euclidean, large D: G = x·yᵀ by one GEMM, the kernel (cost "gram") writing grad_b · E_b over G
     and returning its row sums rs and column sums cs; then dx = 2 (rs x - E y), dy = 2 (cs y - Eᵀ x), each one
     GEMM with the scaled input as its addend. A forward + backward launches 14 kernels; the elementwise form of
-    the cost took 31 (benchmarks/OPTIMIZATION_LOG.md, "Large D: the Gram cost in the cells"). Without dgamma,
-    float32 runs no GEMM for G (:func:`_skips_cost`): E goes into a fresh buffer."""
-    if _skips_cost(x.dtype, saved, needs):
-        xn, yn = torch.linalg.vector_norm(x, dim=-1), torch.linalg.vector_norm(y, dim=-1)
+    the cost took 31 (benchmarks/OPTIMIZATION_LOG.md, "Large D: the Gram cost in the cells"). skip
+    (:func:`_skips_cost`): no GEMM for G, only the norms; E goes into a fresh buffer."""
+    if skip:
+        xn, yn = _norms(x, y)
         G = _table_buffer(x, y)
         out = _run_backward(grad, xn, yn, None, G, "gram", 0, gamma, x_lengths, y_lengths, window, value, saved,
                             False, None, var)
@@ -800,7 +800,12 @@ def _gram(x, y):
     if torch.is_autocast_enabled("cuda"):
         with torch.autocast("cuda", enabled=False):
             return _gram(x, y)
-    return torch.linalg.vector_norm(x, dim=-1), torch.linalg.vector_norm(y, dim=-1), torch.bmm(x, y.transpose(1, 2))
+    return *_norms(x, y), torch.bmm(x, y.transpose(1, 2))
+
+
+def _norms(x, y):
+    """(|x_i| `(B, N)`, |y_j| `(B, M)`): the norms the "gram" cost's kernels take beside x·yᵀ."""
+    return torch.linalg.vector_norm(x, dim=-1), torch.linalg.vector_norm(y, dim=-1)
 
 
 def _gemm_cost(cost, x, y, xx=None):
