@@ -10,8 +10,8 @@ instantiation of the same templates; float32 runs its DP in float32).
   tensor exists in the forward or the backward, dx and dy come out of the backward kernel). Larger D
   takes a table from a GEMM: for sqeuclidean the Gram matrix x·yᵀ with the norms of x and y beside it
   (cost "gram": the kernels form the cost in each cell, and the backward returns E's row and column sums),
-  for l1 the cost itself (_l1_cost, the precomputed-cost kernels); E, written over the table, turns into
-  dx, dy by GEMMs. With memory="checkpoint" (and value-only passes whose whole cost
+  for l1 the cost itself (``l1.py``, one kernel, read by the precomputed-cost kernels); E, written over the
+  table, turns into dx, dy by GEMMs (sqeuclidean) or by l1.py's second kernel. With memory="checkpoint" (and value-only passes whose whole cost
   would exceed COST_WHOLE_MAX) that cost is never whole: it is built one band of column
   chunks at a time, each band's kernels launched after the band on its left (forward) or right
   (backward), E written over the band and turned into dx, dy by the band's GEMMs (``_forward_banded``).
@@ -56,6 +56,7 @@ import torch
 from ... import costs
 from .. import reference
 from . import launch as _launch
+from . import l1 as _l1
 from .compile import STATS as COMPILE_STATS  # noqa: F401  (re-exported for benchmarks)
 
 #: Memory modes this backend implements (the ops layer reads this).
@@ -674,7 +675,7 @@ def backward(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved
 def _skips_cost(dtype, saved, needs) -> bool:
     """Whether a large-D store backward runs without its cost table: float32 links hold the normalised weights, so
     the kernel needs the cost only for dgamma (kernels/backward.cu, readc). The table is then not built again (the
-    x·yᵀ GEMM, or cdist) and E goes into a fresh buffer."""
+    x·yᵀ GEMM, or the l1 cost kernel) and E goes into a fresh buffer."""
     return dtype == torch.float32 and saved.numel() > 0 and needs is not None and not needs[2]
 
 
@@ -823,30 +824,17 @@ def _gemm_cost(cost, x, y, xx=None):
 
 
 def _l1_cost(x, y):
-    """sum_d |x_id - y_jd| `(B, N, M)` one feature at a time: 3 elementwise passes per feature and one (B, N, M)
-    temporary. At B = 32, N = M = 1024, D = 32 on the H100 torch.cdist(p=1) took 43.6 ms, this ~12 ms
-    (benchmarks/OPTIMIZATION_LOG.md, "Large D: no cost table in a float32 backward")."""
-    C = (x[:, :, None, 0] - y[:, None, :, 0]).abs_()
-    t = torch.empty_like(C)
-    for d in range(1, x.shape[2]):
-        C.add_(torch.sub(x[:, :, None, d], y[:, None, :, d], out=t).abs_())
-    return C
+    """sum_d |x_id - y_jd| `(B, N, M)` by one kernel (kernels/l1.cu). At B = 32, N = M = 1024, D = 32 on the H100
+    torch.cdist(p=1) took 43.6 ms and the elementwise form, one feature at a time, ~12 ms
+    (benchmarks/OPTIMIZATION_LOG.md, "Large D: l1 cost and gradients in tiles")."""
+    return _l1.cost(x, y)
 
 
 def _cost_vjp(cost, x, y, dC):
-    """(dx, dy) from dC `(B, N, M)`: GEMMs for sqeuclidean; l1 a few features at a time (temporaries of at
-    most 4 B·N·M values, never (B, N, M, D))."""
+    """(dx, dy) from dC `(B, N, M)`: GEMMs for sqeuclidean, one kernel per side for l1 (kernels/l1.cu)."""
     if cost == "sqeuclidean":
         return costs.cost_vjp(cost, x, y, dC)
-    dx = torch.empty_like(x)
-    dy = torch.empty_like(y)
-    step = 4
-    for d0 in range(0, x.shape[2], step):
-        d1 = min(d0 + step, x.shape[2])
-        s = torch.sign(x[:, :, None, d0:d1] - y[:, None, :, d0:d1]).mul_(dC.unsqueeze(-1))
-        dx[:, :, d0:d1] = s.sum(2)
-        dy[:, :, d0:d1] = -s.sum(1)
-    return dx, dy
+    return _l1.vjp(x, y, dC)
 
 
 # --- second order (issue 24) ------------------------------------------------------------------------

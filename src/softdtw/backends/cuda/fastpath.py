@@ -216,7 +216,7 @@ def _plan(x, y, cost, memory: str, backend, grad: bool, transposable: bool = Fal
     M = ys.shape[1]
     gram = D > FUSED_D_MAX
     if gram and (cost != "sqeuclidean" or B * N * M * x.element_size() > _ops._SMALL_TABLE):
-        return False  # large D: l1 builds its cost with cdist; a large x·yᵀ is built band by band
+        return False  # large D: l1's cost kernel is the Python path's (l1.py); a large x·yᵀ is built band by band
     dev = x.get_device()
     if y.get_device() != dev:
         return False
