@@ -10,11 +10,12 @@ instantiation of the same templates; float32 runs its DP in float32).
   tensor exists in the forward or the backward, dx and dy come out of the backward kernel). Larger D
   takes a table from a GEMM: for sqeuclidean the Gram matrix x·yᵀ with the norms of x and y beside it
   (cost "gram": the kernels form the cost in each cell, and the backward returns E's row and column sums),
-  for l1 the cost itself (``l1.py``, one kernel, read by the precomputed-cost kernels); E, written over the
-  table, turns into dx, dy by GEMMs (sqeuclidean) or by l1.py's second kernel. With memory="checkpoint" (and value-only passes whose whole cost
-  would exceed COST_WHOLE_MAX) that cost is never whole: it is built one band of column
-  chunks at a time, each band's kernels launched after the band on its left (forward) or right
-  (backward), E written over the band and turned into dx, dy by the band's GEMMs (``_forward_banded``).
+  for l1 the cost itself (``l1.py``: one kernel, its table read by the precomputed-cost kernels); E, written
+  over the table, turns into dx, dy by GEMMs (sqeuclidean) or by l1.py's second kernel. With
+  memory="checkpoint" (and value-only passes whose whole cost would exceed COST_WHOLE_MAX) that cost is never
+  whole: it is built one band of column chunks at a time, each band's kernels launched after the band on its
+  left (forward) or right (backward), E written over the band and turned into dx, dy by the band's GEMMs
+  (``_forward_banded``).
 - memory="none": nothing saved, O(B·N) scratch at most. memory="store": the forward saves one 4-byte
   (float32) or 8-byte (float64) word per cell, step-major: ``saved[b, (c·N + t mod N)·CW + offset(L, k)]``
   for chunk c, step t, lane L and column k of the lane (``StepLayout`` in common.cuh), shape
@@ -811,7 +812,7 @@ def _norms(x, y):
 
 def _gemm_cost(cost, x, y, xx=None):
     """`(B, N, M)` cost for large D without a (B, N, M, D) temporary: |x|² + |y|² - 2 x·yᵀ (one batched
-    GEMM, the rest in place, clamped at 0) for sqeuclidean, _l1_cost for l1. xx: |x|² if known. In x's dtype
+    GEMM, the rest in place, clamped at 0) for sqeuclidean, l1.py's kernel for l1. xx: |x|² if known. In x's dtype
     also under autocast (see :func:`_gram`)."""
     if torch.is_autocast_enabled("cuda"):
         with torch.autocast("cuda", enabled=False):
@@ -820,13 +821,6 @@ def _gemm_cost(cost, x, y, xx=None):
         C = torch.bmm(x, y.transpose(1, 2)).mul_(-2.0)
         xx = _row_norms(cost, x) if xx is None else xx
         return C.add_(xx).add_(y.square().sum(-1).unsqueeze(1)).clamp_min_(0.0)
-    return _l1_cost(x, y)
-
-
-def _l1_cost(x, y):
-    """sum_d |x_id - y_jd| `(B, N, M)` by one kernel (kernels/l1.cu). At B = 32, N = M = 1024, D = 32 on the H100
-    torch.cdist(p=1) took 43.6 ms and the elementwise form, one feature at a time, ~12 ms
-    (benchmarks/OPTIMIZATION_LOG.md, "Large D: l1 cost and gradients in tiles")."""
     return _l1.cost(x, y)
 
 

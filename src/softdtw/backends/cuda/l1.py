@@ -3,6 +3,9 @@
 :func:`cost` gives C = sum_d |x_id - y_jd| `(B, N, M)` for the precomputed-cost DP kernels, and :func:`vjp` turns
 G = grad_b E_b `(B, N, M)` into dx = sum_j G_ij sign(x_i - y_j) and dy = -sum_i G_ij sign(x_i - y_j) (sign(0) = 0,
 as torch's gradient of abs). Both are plain functions of tensors, not autograd: the backend's backward calls them.
+At B = 32, N = M = 1024, D = 32 on the H100 they take 0.16 and 0.61 ms, where torch.cdist(p=1) took 43.6 ms for the
+cost, torch's elementwise ops ~12 ms (one feature at a time) and ~13.6 ms for the gradients
+(benchmarks/OPTIMIZATION_LOG.md, "Large D: l1 cost and gradients in tiles").
 """
 from __future__ import annotations
 
