@@ -24,13 +24,13 @@ def _rows_contiguous(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(2) == 1 and t.stride(1) == t.shape[2] else t.contiguous()
 
 
-def cost(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+def cost(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """sum_d |x_id - y_jd| `(B, N, M)` for CUDA x `(B, N, D)`, y `(B, M, D)` of one float dtype; summed over d in
-    ascending order, as the elementwise form does. out: a contiguous `(B, N, M)` tensor to write into."""
+    ascending order, as the elementwise form does."""
     x, y = _rows_contiguous(x), _rows_contiguous(y)
     B, N, D = x.shape
     M = y.shape[1]
-    C = torch.empty((B, N, M), dtype=x.dtype, device=x.device) if out is None else out
+    C = torch.empty((B, N, M), dtype=x.dtype, device=x.device)
     if C.numel() == 0:
         return C
     ti, tj = -(-N // _TILE), -(-M // _TILE)
@@ -46,7 +46,7 @@ def vjp(x: torch.Tensor, y: torch.Tensor, G: torch.Tensor) -> tuple[torch.Tensor
     B, N, D = x.shape
     M = y.shape[1]
     dx, dy = torch.empty((B, N, D), dtype=x.dtype, device=x.device), torch.empty((B, M, D), dtype=y.dtype, device=y.device)
-    if dx.numel() == 0 or dy.numel() == 0 or M == 0 or N == 0:
+    if dx.numel() == 0 or dy.numel() == 0:  # also N = 0 or M = 0: the sums are empty
         return dx.zero_(), dy.zero_()
     expr, dev = f"sdtw::l1_vjp_kernel<{_TYPES[x.dtype]}>", x.get_device()
     tf = -(-D // _FEAT)
