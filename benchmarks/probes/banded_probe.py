@@ -1,3 +1,5 @@
+# Historical: written for the column bands (launch.band_plan, COST_BANDS), which the row bands replaced
+# (OPTIMIZATION_LOG.md, "Row bands"); runs at ccb444d and before, not on later trees.
 """Large-D costs band by band (cuda backend): time and peak memory of forward + backward, checkpoint
 (banded) against store (whole cost), at the backend. Prints one JSON line per row.
 

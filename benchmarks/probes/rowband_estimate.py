@@ -1,3 +1,5 @@
+# Historical: written for the column bands (launch.band_plan, COST_BANDS), which the row bands replaced
+# (OPTIMIZATION_LOG.md, "Row bands"); runs at ccb444d and before, not on later trees.
 # Row bands for the large-D checkpoint: what would they cost? An estimate from today's kernels on sub-shapes
 # (benchmarks/OPTIMIZATION_LOG.md, "Row bands for the large-D checkpoint"). Usage: rowband_estimate.py OUT.json
 # band forward ~ value-only forward of (B, h, M); band backward ~ store forward + backward of (B, h, M) (a chained

@@ -1,10 +1,11 @@
 """Large-D costs computed band by band (cuda backend, memory="checkpoint" and big value-only passes).
 
-With D > FUSED_D_MAX the cost comes from GEMMs. Under memory="checkpoint" the whole (B, N, M) cost never
-exists: each band of column chunks gets its cost by a GEMM, its chained kernels launched after the band
-on its left (forward) or right (backward), and its share of dx, dy by GEMMs (backends/cuda/__init__.py,
-_forward_banded). Shrinking COST_BAND_BYTES puts many bands into small problems. Tolerances as in
-test_cuda.py: float32 values 1e-5, gradients 1e-3; float64 1e-10.
+With D > FUSED_D_MAX the cost comes from GEMMs. Under memory="checkpoint" the whole (B, N, M) table never
+exists: each band of rows gets its table by a GEMM (x·yᵀ for sqeuclidean, whose cost the kernels form in the
+cells; the l1 cost for l1), its chained kernels start from the row checkpoint above it (forward, top to bottom) or
+from the (E, link) row below it (backward, bottom up), and its dx rows and share of dy come by GEMMs
+(backends/cuda/__init__.py, _forward_rows). Shrinking COST_BAND_BYTES and ROW_BANDS puts many bands into small
+problems. Tolerances as in test_cuda.py: float32 values 1e-5, gradients 1e-3; float64 1e-10.
 """
 from __future__ import annotations
 
@@ -24,41 +25,56 @@ def _launch():
 
 # --- the band planner (pure Python: runs everywhere) ------------------------------------------------
 
+def test_row_band_bytes_scale_with_the_table():
+    from softdtw.backends.cuda import COST_BAND_BYTES, COST_BAND_MAX, ROW_BANDS, _row_band_bytes
+
+    assert _row_band_bytes(16, 128, 128, torch.float32) == COST_BAND_BYTES
+    assert _row_band_bytes(1, 32768, 32768, torch.float32) == 32768 * 32768 * 4 // ROW_BANDS
+    assert _row_band_bytes(1, 1 << 18, 1 << 18, torch.float64) == COST_BAND_MAX
+
+
 @pytest.mark.parametrize("B,N,M", [(32, 2048, 2048), (1, 65536, 65536), (4, 3000, 70000), (3, 40, 5),
-                                   (1, 262144, 262144), (256, 512, 512)])
-def test_band_plan_keeps_bands_within_budget(B, N, M):
-    from softdtw.backends.cuda import _band_bytes
+                                   (1, 262144, 262144), (256, 512, 512), (1024, 256, 4096)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+def test_row_band_plan_keeps_bands_within_budget(B, N, M, dtype):
+    from softdtw.backends.cuda import _row_band_bytes
 
-    lm = _launch()
-    budget = _band_bytes(B, N, M, torch.float32)
-    plan, nband = lm._band_plan(B, N, M, torch.float32, budget, 8)
-    assert plan.chain and plan.TH >= 1 and 1 <= nband <= plan.nch and plan.nch * plan.CW >= M
-    band_cols = min(M, nband * plan.CW)
-    assert B * N * (band_cols - plan.CW) * 4 <= budget  # within the budget but for one chunk
-    bands = -(-plan.nch // nband)
-    assert bands <= max(8, 2 * -(-B * N * M * 4 // budget))  # COST_BANDS, unless capped by COST_BAND_MAX
+    budget = _row_band_bytes(B, N, M, dtype)
+    plan, h = _launch().row_band_plan(B, N, M, dtype, 0, budget)
+    item = dtype.itemsize
+    assert plan.chain and plan.nch * plan.CW >= M and 1 <= h <= N
+    assert h == N or h % plan.TH == 0  # every band's top row is a tile boundary (stagger 0)
+    assert h == N or h == plan.TH or B * h * M * item <= budget  # a band's cost, unless one tile is more
     assert plan.TH >= N or plan.TH >= 64 * plan.W + 32
+    tiles = B * plan.nch * plan.tile_numel() * item
+    assert tiles <= budget or plan.TH >= N or plan.TH // 2 < 64 * plan.W + 32  # (halved down to its least)
 
 
-def test_band_bytes_scale_with_the_table():
-    from softdtw.backends.cuda import COST_BAND_BYTES, COST_BAND_MAX, _band_bytes
+def test_row_plan_at_the_target_shape():
+    """B = 32, N = M = 2048, D = 64 float32: two bands of 1024 rows (half the table, 256 MiB each), tiles of 512."""
+    from softdtw.backends.cuda import _row_band_bytes
 
-    assert _band_bytes(16, 128, 128, torch.float32) == COST_BAND_BYTES
-    assert _band_bytes(1, 65536, 65536, torch.float32) == 65536 * 65536 * 4 // 8
-    assert _band_bytes(1, 1 << 18, 1 << 18, torch.float64) == COST_BAND_MAX
+    plan, h = _launch().row_band_plan(32, 2048, 2048, torch.float32, 0, _row_band_bytes(32, 2048, 2048, torch.float32))
+    assert (plan.K, plan.W, plan.nch, plan.TH, h) == (4, 1, 16, 512, 1024)
 
 
 # --- against the float64 reference (GPU) ------------------------------------------------------------
 
 @pytest.fixture
 def many_bands(monkeypatch):
-    """Bands of a few chunks: the smallest band is tiny and the table is cut into up to 1000 bands."""
+    """Bands of one tile of rows each: the table is cut into as many bands as it has tiles."""
     import softdtw.backends.cuda as be
 
     monkeypatch.setattr(be, "COST_BAND_BYTES", 1)
-    monkeypatch.setattr(be, "COST_BANDS", 1000)
+    monkeypatch.setattr(be, "ROW_BANDS", 1000)
     monkeypatch.setattr(be, "COST_WHOLE_MAX", 1)  # value-only passes banded too
     return be
+
+
+def _bands_of(be, B, N, M, dtype, device):
+    """How many bands a banded pass makes, and how many there could be at most (the tiles)."""
+    plan, h = be._row_plan(B, N, M, dtype, device)
+    return -(-N // h), -(-N // plan.TH)
 
 
 CASES = [
@@ -91,8 +107,8 @@ def test_banded_matches_reference(many_bands, dtype, B, N, M, D, cost, gamma, le
     want = reference_fused(x, y, _gamma(gamma, torch.float64), cost, xl, yl, w, _grad(B, torch.float64))
     xd, yd, g = x.to(dtype), y.to(dtype), _gamma(gamma, dtype)
     with _launch().forced_plan(K, W, TH=TH):
-        plan, nband = many_bands._band_plan(B, N, M, dtype, x.device.index)
-        assert -(-plan.nch // nband) >= min(plan.nch, 3) or plan.nch == 1  # several bands where there are chunks
+        bands, most = _bands_of(many_bands, B, N, M, dtype, x.device.index)
+        assert bands >= min(most, 3)  # several bands where there can be
         got = cuda_fused(xd, yd, g, cost, xl, yl, w, _grad(B, dtype), "checkpoint")
         v_none, _ = many_bands.forward(xd, yd, g, cost, xl, yl, w, "none")
     _check(got, want, dtype, gamma)
@@ -102,7 +118,7 @@ def test_banded_matches_reference(many_bands, dtype, B, N, M, D, cost, gamma, le
 @pytest.mark.cuda
 @needs_gpu
 def test_banded_planner_layouts_match_reference(many_bands):
-    """Plans chosen by band_plan itself (no forced layout), float64, lengths and a band."""
+    """Plans chosen by row_band_plan itself (no forced layout), float64, lengths and a band."""
     from tests.backends.test_cuda import _check, _gamma, _grad, _problem, cuda_fused, reference_fused
 
     many_bands.COST_BAND_BYTES = 1 << 18  # 256 KB bands: several per problem
@@ -142,6 +158,7 @@ def test_banded_checkpoint_agrees_with_store_and_bounds_memory(monkeypatch):
     import softdtw.backends.cuda as be
 
     monkeypatch.setattr(be, "COST_BAND_BYTES", 4 << 20)  # 1/8 of the 33.5 MB table
+    monkeypatch.setattr(be, "ROW_BANDS", 8)  # row bands of 1/8 too (and their tile buffers as much)
     g0 = torch.Generator().manual_seed(3)
     B, N, M, D = 8, 1024, 1024, 64
     x = torch.randn(B, N, D, generator=g0).cuda()
@@ -213,8 +230,63 @@ def test_band_cost_out_of_memory_names_the_sizes(monkeypatch):
     g = torch.tensor(1.0, device="cuda")
     monkeypatch.setattr(be, "_gemm_cost", no_room)  # the bands' cost (and l1's whole cost)
     monkeypatch.setattr(be, "_gram", no_room)  # the store path's Gram matrix (sqeuclidean)
+    monkeypatch.setattr(be, "_gram_table", no_room)  # a row band's x·yᵀ (sqeuclidean)
     with pytest.raises(MemoryError, match=r"B=2 pairs of lengths N=1024, M=1536 needs .* one band of the cost"):
         be.forward(x, y, g, "sqeuclidean", xl, yl, None, "checkpoint")
     for cost in ("sqeuclidean", "l1"):
         with pytest.raises(MemoryError, match=r"needs .* the whole cost \(D=32 features\).*memory='checkpoint'"):
             be.forward(x, y, g, cost, xl, yl, None, "store")
+
+
+ROW_VARIANTS = [(True, False, None), (False, True, None), (True, True, 0.2), (False, False, -0.3)]
+
+
+@pytest.mark.cuda
+@needs_gpu
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("variant", ROW_VARIANTS, ids=lambda v: f"b{int(v[0])}e{int(v[1])}p{v[2]}")
+@pytest.mark.parametrize("cost", ["sqeuclidean", "l1"])
+def test_row_bands_with_variants_match_reference(many_bands, dtype, variant, cost):
+    """Row bands of 96 rows with open ends and step penalties: pairs end in different bands (lengths 137..300), so
+    the last row's soft-min, the end's seeds and <E, C> come from different launches."""
+    from tests.backends.test_cuda_variants import _compare, _fused, _ref_fused
+
+    g = torch.Generator().manual_seed(21)
+    B, N, M, D = 4, 300, 200, 24
+    x = torch.randn(B, N, D, generator=g, dtype=torch.float64)
+    y = torch.randn(B, M, D, generator=g, dtype=torch.float64)
+    xl, yl = torch.tensor([300, 137, 250, 193]), torch.tensor([200, 180, 77, 129])
+    grad = torch.rand(B, generator=g, dtype=torch.float64) + 0.5
+    want = _ref_fused(x, y, 0.6, cost, xl, yl, grad, variant)
+    with _launch().forced_plan(2, 1, TH=96):
+        assert _bands_of(many_bands, B, N, M, dtype, 0)[0] == 4
+        got = _fused(many_bands, x.cuda().to(dtype), y.cuda().to(dtype), 0.6, cost, xl.cuda(), yl.cuda(),
+                     grad.cuda().to(dtype), "checkpoint", variant)
+    _compare(got, want, dtype, 0.6, "row bands")
+
+
+@pytest.mark.cuda
+@needs_gpu
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+def test_row_bands_equal_one_band(monkeypatch, dtype):
+    """Planner layouts, float64: many row bands and a single band (the checkpointed kernels over the whole table)
+    agree to the GEMMs' rounding; float32 to its frames' rounding."""
+    import softdtw.backends.cuda as be
+    from tests.backends.test_cuda import _dgamma_err, _gamma, _grad, _problem, cuda_fused
+
+    x, y, xl, yl, w = _problem(3, 700, 500, 40, seed=13, lengths=True, band=150)
+    x, y, g, grad = x.to(dtype), y.to(dtype), _gamma(0.3, dtype), _grad(3, dtype)
+    monkeypatch.setattr(be, "COST_BAND_BYTES", 1)
+    monkeypatch.setattr(be, "ROW_BANDS", 1)  # one band: the whole table
+    one = cuda_fused(x, y, g, "sqeuclidean", xl, yl, w, grad, "checkpoint")
+    assert be._row_plan(3, 700, 500, dtype, 0)[1] == 700
+    monkeypatch.setattr(be, "ROW_BANDS", 1000)
+    many = cuda_fused(x, y, g, "sqeuclidean", xl, yl, w, grad, "checkpoint")
+    assert -(-700 // be._row_plan(3, 700, 500, dtype, 0)[1]) >= 4
+    # Each band's GEMM rounds its costs its own way (cuBLAS picks kernels by shape); float32 at gamma = 0.3 and
+    # D = 40 turns that into gradients 2e-4 apart, within the float32 tolerance against the reference.
+    tol = 1e-10 if dtype == torch.float64 else 1e-3
+    for p, q in zip(many[:-1], one[:-1]):
+        assert rel_err(p, q) <= tol
+    # dgamma = (value - <E, C>) / gamma: two terms of |value| / gamma nearly cancel (test_cuda._dgamma_err).
+    assert _dgamma_err(many[-1], one[-1], one[0], 0.3) <= tol

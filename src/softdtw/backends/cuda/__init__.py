@@ -12,10 +12,11 @@ instantiation of the same templates; float32 runs its DP in float32).
   (cost "gram": the kernels form the cost in each cell, and the backward returns E's row and column sums),
   for l1 the cost itself (``l1.py``: one kernel, its table read by the precomputed-cost kernels); E, written
   over the table, turns into dx, dy by GEMMs (sqeuclidean) or by l1.py's second kernel. With
-  memory="checkpoint" (and value-only passes whose whole cost would exceed COST_WHOLE_MAX) that cost is never
-  whole: it is built one band of column chunks at a time, each band's kernels launched after the band on its
-  left (forward) or right (backward), E written over the band and turned into dx, dy by the band's GEMMs
-  (``_forward_banded``).
+  memory="checkpoint" (and value-only passes whose whole cost would exceed COST_WHOLE_MAX) that table is never
+  whole: it is built one band of rows at a time (x·yᵀ for sqeuclidean, the l1 cost for l1), each band's chained
+  kernels running every chunk of every pair over the band's rows, the forward top to bottom from the row
+  checkpoint above the band, the backward bottom up from the (E, link) row below it, E written over the band and
+  turned into the band's dx rows and its share of dy by GEMMs (``_forward_rows``, ``_backward_rows``).
 - memory="none": nothing saved, O(B·N) scratch at most. memory="store": the forward saves one 4-byte
   (float32) or 8-byte (float64) word per cell, step-major: ``saved[b, (c·N + t mod N)·CW + offset(L, k)]``
   for chunk c, step t, lane L and column k of the lane (``StepLayout`` in common.cuh), shape
@@ -65,24 +66,27 @@ MEMORY_MODES = ("none", "store", "checkpoint")
 
 #: Largest feature size whose cost is computed inside the kernels.
 FUSED_D_MAX = 16
-#: Large-D costs computed band by band (memory="checkpoint"): a band of columns takes 1/COST_BANDS of the
-#: whole (B, N, M) cost, at least COST_BAND_BYTES and at most COST_BAND_MAX bytes, and the checkpointed
-#: backward's tile buffers about half that. Bands run one after another, each a pass over all rows, so
-#: fewer, wider bands are faster; the sizes depend on the problem only (forward and backward agree).
+#: Large-D tables built band by band (memory="checkpoint"): a band of rows takes 1/ROW_BANDS of the whole (B, N, M)
+#: table, at least COST_BAND_BYTES and at most COST_BAND_MAX bytes, and the checkpointed backward's tile buffers at
+#: most as much (launch.row_band_plan); the sizes depend on the problem only (forward and backward agree). Every
+#: band refills the chunks' pipeline (each chunk runs ~100 rows behind the one on its left), so fewer, taller bands
+#: are faster: H100, B = 32, N = M = 2048, D = 64, 2 / 4 / 8 bands 8.1 / 10.7 / 16.6 ms per training call against
+#: 4.4-4.5 ms storing, at a peak of 595 / 319 / 184 MB against 1108 (benchmarks/OPTIMIZATION_LOG.md, "Row bands").
 COST_BAND_BYTES = 16 << 20
-COST_BANDS = 8
+ROW_BANDS = 2
 COST_BAND_MAX = 4 << 30
 #: Value-only passes build the whole large-D cost up to this size and band it beyond (a band costs a pass).
 COST_WHOLE_MAX = 1 << 30
 
 
-def _band_bytes(B: int, N: int, M: int, dtype: torch.dtype) -> int:
-    return min(COST_BAND_MAX, max(COST_BAND_BYTES, -(-B * N * M * dtype.itemsize // COST_BANDS)))
+def _row_band_bytes(B: int, N: int, M: int, dtype: torch.dtype) -> int:
+    return min(COST_BAND_MAX, max(COST_BAND_BYTES, -(-B * N * M * dtype.itemsize // ROW_BANDS)))
 
 
-def _band_plan(B: int, N: int, M: int, dtype: torch.dtype, device_index: int):
-    """(plan, chunks per band) of a large-D cost built band by band; saved_spec, forward and backward agree."""
-    return _launch.band_plan(B, N, M, dtype, device_index, _band_bytes(B, N, M, dtype), COST_BANDS)
+def _row_plan(B: int, N: int, M: int, dtype: torch.dtype, device_index: int):
+    """(plan, rows per band) of a large-D cost built one band of rows at a time; saved_spec, forward and backward
+    agree."""
+    return _launch.row_band_plan(B, N, M, dtype, device_index, _row_band_bytes(B, N, M, dtype))
 
 
 def _fused(kind: str, D: int) -> bool:
@@ -99,7 +103,7 @@ def _banded(kind: str, D: int, memory: str, B: int, N: int, M: int, dtype: torch
 
 def _plan(kind: str, B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index: int, memory: str):
     if _banded(kind, D, memory, B, N, M, dtype):
-        return _band_plan(B, N, M, dtype, device_index)[0]
+        return _row_plan(B, N, M, dtype, device_index)[0]
     return _launch.plan_for(B, N, M, D if _fused(kind, D) else 0, dtype, device_index, memory == "checkpoint")
 
 
@@ -240,7 +244,7 @@ def _end_in(saved: torch.Tensor, numel: int) -> int:
 # --- launches ---------------------------------------------------------------------------------------
 
 _WAYS_AROUND = ("Pass fewer pairs per call (the memory grows with the batch), use memory='checkpoint' (it keeps R "
-                "only on tile boundaries and builds a large-D cost a band of columns at a time), shorten the series, "
+                "only on tile boundaries and builds a large-D cost a band of rows at a time), shorten the series, "
                 "or compute values only (torch.no_grad()).")
 
 
@@ -262,13 +266,13 @@ def _alloc(like: torch.Tensor, numel: int, dtype: torch.dtype, what: str, B: int
         raise _memory_error(like.device, numel * dtype.itemsize, what, B, N, M) from err
 
 
-def _cost_checked(cost, x, y, xx=None, M: int | None = None):
-    """_gemm_cost with running out of memory turned into the MemoryError of :func:`_memory_error`. M: all of
-    y's columns when y is one band of them (a banded pass), else None."""
+def _cost_checked(cost, x, y, N: int | None = None):
+    """_gemm_cost with running out of memory turned into the MemoryError of :func:`_memory_error`. N: all of x's
+    rows when x is one band of them (a banded pass), else None."""
     try:
-        return _gemm_cost(cost, x, y, xx)
+        return _gemm_cost(cost, x, y)
     except torch.OutOfMemoryError as err:
-        raise _cost_memory_error(x, y, M) from err
+        raise _cost_memory_error(x, y, N) from err
 
 
 def _gram_checked(x, y):
@@ -276,20 +280,21 @@ def _gram_checked(x, y):
     try:
         return _gram(x, y)
     except torch.OutOfMemoryError as err:
-        raise _cost_memory_error(x, y, None) from err
+        raise _cost_memory_error(x, y) from err
 
 
-def _cost_memory_error(x, y, M):
-    """The MemoryError for a large-D cost that did not fit: the whole table (M None) or one band of it."""
-    B, N, Mb = x.shape[0], x.shape[1], y.shape[1]
-    if M is None:
-        what, ways, M = f"the whole cost (D={x.shape[2]} features)", _WAYS_AROUND, Mb
+def _cost_memory_error(x, y, N=None):
+    """The MemoryError for a large-D cost that did not fit: the whole table (N None) or one band of its rows (N: all
+    of them)."""
+    B, Nb, M = x.shape[0], x.shape[1], y.shape[1]
+    if N is None:
+        what, ways, N = f"the whole cost (D={x.shape[2]} features)", _WAYS_AROUND, Nb
     else:
-        what = (f"one band of the cost ({Mb} of the M columns, D={x.shape[2]}; memory='checkpoint' builds "
+        what = (f"one band of the cost ({Nb} of the N rows, D={x.shape[2]}; memory='checkpoint' builds "
                 f"the cost band by band)")
         ways = ("Pass fewer pairs per call (the memory grows with the batch), shorten the series, or free "
                 "GPU memory held elsewhere.")
-    return _memory_error(x.device, B * N * Mb * x.dtype.itemsize, what, B, N, M, ways)
+    return _memory_error(x.device, B * Nb * M * x.dtype.itemsize, what, B, N, M, ways)
 
 
 def _sizes(x, y, C):
@@ -340,13 +345,16 @@ def _like(grad, data):
 
 
 class Band(NamedTuple):
-    """One launch of a chained kernel, in the order of its last five arguments: chunks [c_lo, c_lo + nb),
-    tickets counted on from tbase, C's columns [cbase, cbase + ldc)."""
+    """One launch of a chained kernel, in the order of its integer arguments after the plan's: chunks
+    [c_lo, c_lo + nb), tickets counted on from tbase, C's columns [cbase, cbase + ldc), and (checkpointing kernels of
+    a cost table) the rows [r_lo, r_hi) that C holds and the launch runs (r_hi past N: all of them)."""
     c_lo: int
     nb: int
     tbase: int
     ldc: int
     cbase: int
+    r_lo: int = 0
+    r_hi: int = 1 << 30
 
     @property
     def cols(self) -> slice:
@@ -446,9 +454,10 @@ def _run_forward_chain(x, y, C, cost, D, gamma, x_lengths, y_lengths, window, st
     return value, saved
 
 
-def _forward_chain_buffers(data, B, N, M, plan, store, var=None):
+def _forward_chain_buffers(data, B, N, M, plan, store, var=None, regions=1):
     """value `(B,)`, what the forward saves, and (bnd, sync, ckpt, end) of a chained forward (end: the open end's
-    float64 values, an address or a tensor, else None; sync then also holds the pairs' done counters)."""
+    float64 values, an address or a tensor, else None; sync then also holds the pairs' done counters at its end).
+    regions: launches with a [ticket, flags] of their own in sync (the row bands)."""
     value = torch.empty(B, dtype=data.dtype, device=data.device)
     ckpt = end = None
     frames = _launch.chain_frames(data.dtype)
@@ -469,7 +478,8 @@ def _forward_chain_buffers(data, B, N, M, plan, store, var=None):
             if oe:  # values only: a buffer of their own (kept in bufs until the launches are queued)
                 end = data.new_empty((_end_numel(B, M, plan.nch),), dtype=torch.float64)
         bnd = data.new_empty((B * plan.column_numel(N, frames),)) if plan.nch > 1 else None
-    sync = torch.zeros(1 + B * plan.nch + (B if oe else 0), dtype=torch.int32, device=data.device)  # ticket, flags
+    # [ticket, flags] per region, then done
+    sync = torch.zeros(regions * (1 + B * plan.nch) + (B if oe else 0), dtype=torch.int32, device=data.device)
     return value, saved, (bnd, sync, ckpt, end)
 
 
@@ -482,16 +492,18 @@ def _split_checkpoints(saved, plan, B, N):
 
 
 def _launch_forward_chain(expr, dev, plan, x, y, C, gamma, x_lengths, y_lengths, window, value, saved, bufs,
-                          B, N, M, band, var=None):
-    """One launch of forward_chain_kernel over one :class:`Band` (Band(0, nch, 0, M, 0): the whole table)."""
+                          B, N, M, band, var=None, region=0, stagger=None):
+    """One launch of forward_chain_kernel over one :class:`Band` (Band(0, nch, 0, M, 0): the whole table). region:
+    its [ticket, flags] in sync (:func:`_forward_chain_buffers`); stagger: the tiles' (None: launch.tile_stagger)."""
     bnd, sync, ckpt, end = bufs
     tail = _PLAIN_FWD_CHAIN
     if var is not None:
-        tail = var.args + (_addr(end), sync.data_ptr() + 4 * (1 + B * plan.nch) if var.open_end else 0)
+        tail = var.args + (_addr(end), sync.data_ptr() + 4 * (sync.numel() - B) if var.open_end else 0)
+    stagger = _launch.tile_stagger(plan.W) if stagger is None else stagger
     args = (_launch.ptr(x), _launch.ptr(y), _launch.ptr(C), gamma.data_ptr(), x_lengths.data_ptr(),
             y_lengths.data_ptr(), _launch.ptr(window), value.data_ptr(), _launch.ptr(saved), _launch.ptr(bnd),
-            sync.data_ptr(), _launch.ptr(ckpt), _launch.i32(B), _launch.i32(N), _launch.i32(M),
-            _launch.i32(plan.nch), _launch.i32(max(plan.TH, 1)), _launch.i32(_launch.tile_stagger(plan.W)),
+            sync.data_ptr() + 4 * region * (1 + B * plan.nch), _launch.ptr(ckpt), _launch.i32(B), _launch.i32(N),
+            _launch.i32(M), _launch.i32(plan.nch), _launch.i32(max(plan.TH, 1)), _launch.i32(stagger),
             *(_launch.i32(v) for v in band), *tail)
     _launch.launch("forward", expr, dev, B * band.nb, plan.block(), args)
 
@@ -512,13 +524,13 @@ def _run_backward_chain(grad, x, y, C, dC, cost, D, gamma, x_lengths, y_lengths,
     return dx, dy, dgamma
 
 
-def _backward_chain_buffers(data, B, N, M, DX, plan, saved, nband, var=None):
+def _backward_chain_buffers(data, B, N, M, DX, plan, saved, nband, var=None, regions=1):
     """(bnd, ws, fbnd, ckpt, tiles) of a chained backward: the hand-over column between chunks (E, link and
     DX dx values per row), one zeroed buffer for <E, C> per pair (float64) and the int32 ticket, flags
-    (B, nch) and done (B), with a step penalty a zeroed float64 sum per pair after them, and with
-    checkpoints their two halves and the tile buffers of B·nband blocks."""
+    (B, nch) and done (B) of each of `regions` launches (the row bands), with a step penalty a zeroed float64 sum
+    per pair after them, and with checkpoints their two halves and the tile buffers of B·nband blocks."""
     bnd = data.new_empty((B * plan.nch * N * (2 + DX),)) if plan.nch > 1 else None
-    ints = 1 + B * plan.nch + B
+    ints = regions * (1 + B * plan.nch + B)
     pens = B if var is not None and var.penalty else 0
     ws = torch.zeros(B + (ints + 1) // 2 + pens, dtype=torch.int64, device=data.device)
     fbnd = ckpt = tiles = None
@@ -530,22 +542,24 @@ def _backward_chain_buffers(data, B, N, M, DX, plan, saved, nband, var=None):
 
 
 def _launch_backward_chain(expr, dev, plan, grad, x, y, C, dC, gamma, x_lengths, y_lengths, window, value, saved,
-                           dx, dy, dgamma, bufs, B, N, M, band, var=None, endbuf=None, dpen=None):
-    """One launch of backward_chain_kernel over one :class:`Band` (see the kernel)."""
+                           dx, dy, dgamma, bufs, B, N, M, band, var=None, endbuf=None, dpen=None, region=0,
+                           stagger=None, rowb=None):
+    """One launch of backward_chain_kernel over one :class:`Band` (see the kernel). region, stagger: as
+    :func:`_launch_forward_chain`; rowb: the row bands' hand-over row `(B, M, 2)`."""
     bnd, ws, fbnd, ckpt, tiles = bufs
     checkpoint = plan.TH > 0
     tail = _PLAIN_BWD_CHAIN
     if var is not None:
-        ints = 1 + B * plan.nch + B
-        pensum = ws.data_ptr() + 8 * (B + (ints + 1) // 2) if var.penalty else 0
+        pensum = ws.data_ptr() + 8 * (ws.numel() - B) if var.penalty else 0
         tail = var.args + (_addr(endbuf), _launch.ptr(dpen), pensum)
+    stagger = _launch.tile_stagger(plan.W) if stagger is None else stagger
     args = (_launch.ptr(x), _launch.ptr(y), _launch.ptr(C), gamma.data_ptr(), x_lengths.data_ptr(),
             y_lengths.data_ptr(), _launch.ptr(window), grad.data_ptr(), 0 if checkpoint else saved.data_ptr(),
             _launch.ptr(dx), _launch.ptr(dy), _launch.ptr(dC), value.data_ptr(), dgamma.data_ptr(),
-            _launch.ptr(bnd), ws.data_ptr() + 8 * B, ws.data_ptr(), _launch.ptr(fbnd), _launch.ptr(ckpt),
-            _launch.ptr(tiles), _launch.i32(B), _launch.i32(N), _launch.i32(M), _launch.i32(plan.nch),
-            _launch.i32(max(plan.TH, 1)), _launch.i32(_launch.tile_stagger(plan.W)),
-            *(_launch.i32(v) for v in band), *tail)
+            _launch.ptr(bnd), ws.data_ptr() + 8 * B + 4 * region * (1 + B * plan.nch + B), ws.data_ptr(),
+            _launch.ptr(fbnd), _launch.ptr(ckpt), _launch.ptr(tiles), _launch.i32(B), _launch.i32(N), _launch.i32(M),
+            _launch.i32(plan.nch), _launch.i32(max(plan.TH, 1)), _launch.i32(stagger),
+            *(_launch.i32(v) for v in band), _launch.ptr(rowb), *tail)
     # memory="checkpoint": twice the warps, the second group recomputing tiles (kernels/backward.cu).
     _launch.launch("backward", expr, dev, B * band.nb, plan.block() * (2 if checkpoint else 1), args)
 
@@ -638,7 +652,7 @@ def forward(x, y, gamma, cost, x_lengths, y_lengths, window, memory, *, open_beg
     window = _window(window)
     D = x.shape[2]
     if _banded("fused", D, memory, x.shape[0], x.shape[1], y.shape[1], x.dtype):
-        return _forward_banded(x, y, gamma, cost, x_lengths, y_lengths, window, memory, var)
+        return _forward_rows(x, y, gamma, cost, x_lengths, y_lengths, window, memory, var)
     if D > FUSED_D_MAX and cost == "sqeuclidean":
         xn, yn, G = _gram_checked(x, y)
         return _run_forward(xn, yn, G, "gram", 0, gamma, x_lengths, y_lengths, window, store, False, var)
@@ -662,7 +676,7 @@ def backward(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved
     x, y = x.contiguous(), y.contiguous()
     D = x.shape[2]
     if D > FUSED_D_MAX and memory == "checkpoint":
-        out = _backward_banded(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved, var)
+        out = _backward_rows(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved, var)
     elif D > FUSED_D_MAX:
         out = _backward_gemm(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved, var, needs)
     else:
@@ -727,71 +741,100 @@ def _backward_gram(grad, x, y, gamma, x_lengths, y_lengths, window, value, saved
     return (dx, dy) + tuple(out[2:])
 
 
-def _bands(plan, nband, B, M, right_to_left=False):
-    """The bands of at most nband chunks in launch order; tbase counts the blocks of the earlier launches."""
-    starts = list(range(0, plan.nch, nband))
-    tbase = 0
-    for c_lo in reversed(starts) if right_to_left else starts:
-        nb = min(nband, plan.nch - c_lo)
-        j0, j1 = c_lo * plan.CW, min(M, (c_lo + nb) * plan.CW)
-        yield Band(c_lo, nb, tbase, j1 - j0, j0)
-        tbase += B * nb
+def _row_bands(N: int, h: int):
+    """The row bands [r0, r1) of h rows (the last one shorter), top to bottom."""
+    return [(r0, min(N, r0 + h)) for r0 in range(0, N, h)]
 
 
-def _forward_banded(x, y, gamma, cost, x_lengths, y_lengths, window, memory, var=None):
-    """Large D with bounded memory (memory="checkpoint", or a value-only pass over a large table): the cost
-    of one band of column chunks at a time (``_gemm_cost`` of y's band), each band's forward_chain_kernel
-    after the band on its left, which published its last column (kernels/forward.cu)."""
+def _row_table(cost, x, y, r0, r1, N):
+    """The table of rows [r0, r1) for a row band: x[r0:r1]·yᵀ for sqeuclidean (the kernels' "gram" cost, with the
+    norms beside it), the l1 kernel's cost for l1; out of memory, the MemoryError of :func:`_cost_memory_error`."""
+    xb = x[:, r0:r1]
+    if cost != "sqeuclidean":
+        return _cost_checked(cost, xb, y, N)
+    try:
+        return _gram_table(xb, y)
+    except torch.OutOfMemoryError as err:
+        raise _cost_memory_error(xb, y, N) from err
+
+
+def _gram_table(x, y):
+    """x·yᵀ `(B, N, M)` in x's dtype, also under autocast (see :func:`_gram`)."""
+    if torch.is_autocast_enabled("cuda"):
+        with torch.autocast("cuda", enabled=False):
+            return _gram_table(x, y)
+    return torch.bmm(x, y.transpose(1, 2))
+
+
+def _forward_rows(x, y, gamma, cost, x_lengths, y_lengths, window, memory, var=None):
+    """Large D with bounded memory (memory="checkpoint", or a value-only pass over a large table), one band of rows
+    at a time: the band's table by a GEMM of x's rows (:func:`_row_table`: x·yᵀ, whose cost the kernels form in the
+    cells, for sqeuclidean), then forward_chain_kernel over those rows, every chunk of every pair at once, starting
+    from the row checkpoint above the band that the previous launch wrote (kernels/forward.cu, row bands). A
+    value-only pass keeps checkpoints only above each band (TH = h), in a buffer of its own."""
     B, N, M, dev = x.shape[0], x.shape[1], y.shape[1], x.device.index
-    plan, nband = _band_plan(B, N, M, x.dtype, dev)
+    plan, h = _row_plan(B, N, M, x.dtype, dev)
     if memory != "checkpoint":
-        plan = _launch.Plan(plan.K, plan.W, plan.nch, True, 0)  # no row checkpoints
-    value, saved, bufs = _forward_chain_buffers(x, B, N, M, plan, False, var)
-    expr = _launch.expression("forward_chain_kernel", x.dtype, "precomputed", 0, plan, window is not None, False,
-                              plan.TH > 0, var=var.code if var else 0)
-    xx = _row_norms(cost, x)
-    for band in _bands(plan, nband, B, M):
-        C = _cost_checked(cost, x, y[:, band.cols], xx, M)
-        _launch_forward_chain(expr, dev, plan, None, None, C, gamma, x_lengths, y_lengths, window, value, None,
-                              bufs, B, N, M, band, var)
+        plan = _launch.Plan(plan.K, plan.W, plan.nch, True, h)
+    bands = _row_bands(N, h)
+    value, saved, bufs = _forward_chain_buffers(x, B, N, M, plan, False, var, len(bands))
+    gram = cost == "sqeuclidean"
+    xn, yn = _norms(x, y) if gram else (None, None)
+    expr = _launch.expression("forward_chain_kernel", x.dtype, "gram" if gram else "precomputed", 0, plan,
+                              window is not None, False, True, var=var.code if var else 0)
+    for k, (r0, r1) in enumerate(bands):
+        C = _row_table(cost, x, y, r0, r1, N)
+        _launch_forward_chain(expr, dev, plan, xn, yn, C, gamma, x_lengths, y_lengths, window, value, None,
+                              bufs, B, N, M, Band(0, plan.nch, 0, M, 0, r0, r1), var, region=k, stagger=0)
         del C  # the caching allocator hands it to the next band's GEMM, after this launch on the same stream
+    if memory != "checkpoint":
+        saved = x.new_empty((0,))  # (the checkpoints and bufs are freed after the queued launches, same stream)
     return value, saved
 
 
-def _backward_banded(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved, var=None):
-    """memory="checkpoint" for large D: bands right to left, each its cost by GEMM, the checkpointed
-    backward_chain_kernel writing grad_b · E_b over it, then the band's share of dx and its dy by GEMMs. With
-    var a fourth output, as :func:`_run_backward`."""
+def _backward_rows(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved, var=None):
+    """memory="checkpoint" for large D, one band of rows at a time from the bottom up: the band's table by GEMM
+    (:func:`_row_table`), the checkpointed backward_chain_kernel over its rows writing grad_b · E_b over it (the row
+    below entering, and the band's top row leaving, through a `(B, M, 2)` hand-over row), then the band's dx rows
+    and its share of dy by GEMMs; sqeuclidean as :func:`_backward_gram` (E's row sums by row, its column sums added
+    up over the bands by the kernel, Eᵀx by a GEMM that accumulates). With var a fourth output, as
+    :func:`_run_backward`."""
     B, N, M, dev = x.shape[0], x.shape[1], y.shape[1], x.device.index
-    plan, nband = _band_plan(B, N, M, x.dtype, dev)
+    plan, h = _row_plan(B, N, M, x.dtype, dev)
+    bands = _row_bands(N, h)
     dgamma = torch.empty(B, dtype=x.dtype, device=x.device)
     endbuf = dpen = None
     if var is not None:
         if var.open_end:
             endbuf = _end_in(saved, _table_numel(plan, B, N, x.dtype, "checkpoint"))
         dpen = x.new_empty((B,)) if var.penalty else None
-    bufs = _backward_chain_buffers(x, B, N, M, 0, plan, saved, nband, var)
-    expr = _launch.expression("backward_chain_kernel", x.dtype, "precomputed", 0, plan, window is not None, True,
-                              var=var.code if var else 0)
+    gram = cost == "sqeuclidean"
+    bufs = _backward_chain_buffers(x, B, N, M, 1 if gram else 0, plan, saved, plan.nch, var, len(bands))
+    rowb = x.new_empty((B * M * 2,)) if len(bands) > 1 else None
+    expr = _launch.expression("backward_chain_kernel", x.dtype, "gram" if gram else "precomputed", 0, plan,
+                              window is not None, True, var=var.code if var else 0)
     grad = _like(grad, x)
-    dx, dy = None, torch.empty_like(y)
-    xx = _row_norms(cost, x)
-    for band in _bands(plan, nband, B, M, right_to_left=True):
-        yb = y[:, band.cols]
-        C = _cost_checked(cost, x, yb, xx, M)
-        _launch_backward_chain(expr, dev, plan, grad, None, None, C, C, gamma, x_lengths, y_lengths, window, value,
-                               saved, None, None, dgamma, bufs, B, N, M, band, var, endbuf, dpen)
-        gx, gy = _cost_vjp(cost, x, yb, C)
-        dx = gx if dx is None else dx.add_(gx)
-        dy[:, band.cols] = gy
-        del C, gx, gy
+    dx, dy = torch.empty_like(x), None
+    xn, yn = _norms(x, y) if gram else (None, None)
+    rs, cs = (x.new_empty((B, N)), x.new_empty((B, M))) if gram else (None, None)  # E's row and column sums
+    for k, (r0, r1) in enumerate(reversed(bands)):
+        xb = x[:, r0:r1]
+        C = _row_table(cost, x, y, r0, r1, N)
+        _launch_backward_chain(expr, dev, plan, grad, xn, yn, C, C, gamma, x_lengths, y_lengths, window, value,
+                               saved, rs, cs, dgamma, bufs, B, N, M, Band(0, plan.nch, 0, M, 0, r0, r1), var,
+                               endbuf, dpen, region=k, stagger=0, rowb=rowb)
+        if gram:  # dx = 2 (rs x - E y) by rows; dy = 2 (cs y - Eᵀ x), Eᵀ x summed over the bands
+            dx[:, r0:r1] = torch.baddbmm(xb * rs[:, r0:r1].unsqueeze(-1), C, y, beta=2.0, alpha=-2.0)
+            dy = torch.bmm(C.transpose(1, 2), xb) if dy is None else dy.baddbmm_(C.transpose(1, 2), xb)
+        else:
+            gx, gy = _cost_vjp(cost, xb, y, C)
+            dx[:, r0:r1] = gx
+            dy = gy if dy is None else dy.add_(gy)
+            del gx, gy
+        del C
+    if gram:
+        dy = torch.addcmul(dy, y, cs.unsqueeze(-1), value=-1.0).mul_(-2.0)
     return (dx, dy, dgamma) if var is None else (dx, dy, dgamma, dpen)
-
-
-def _row_norms(cost, x):
-    """|x_i|² `(B, N, 1)` for the squared Euclidean GEMM form (None for other costs): computed once for all
-    bands of a banded pass."""
-    return x.square().sum(-1, keepdim=True) if cost == "sqeuclidean" else None
 
 
 def _gram(x, y):
@@ -810,17 +853,16 @@ def _norms(x, y):
     return torch.linalg.vector_norm(x, dim=-1), torch.linalg.vector_norm(y, dim=-1)
 
 
-def _gemm_cost(cost, x, y, xx=None):
+def _gemm_cost(cost, x, y):
     """`(B, N, M)` cost for large D without a (B, N, M, D) temporary: |x|² + |y|² - 2 x·yᵀ (one batched
-    GEMM, the rest in place, clamped at 0) for sqeuclidean, l1.py's kernel for l1. xx: |x|² if known. In x's dtype
-    also under autocast (see :func:`_gram`)."""
+    GEMM, the rest in place, clamped at 0) for sqeuclidean, l1.py's kernel for l1. In x's dtype also under autocast
+    (see :func:`_gram`)."""
     if torch.is_autocast_enabled("cuda"):
         with torch.autocast("cuda", enabled=False):
-            return _gemm_cost(cost, x, y, xx)
+            return _gemm_cost(cost, x, y)
     if cost == "sqeuclidean":
         C = torch.bmm(x, y.transpose(1, 2)).mul_(-2.0)
-        xx = _row_norms(cost, x) if xx is None else xx
-        return C.add_(xx).add_(y.square().sum(-1).unsqueeze(1)).clamp_min_(0.0)
+        return C.add_(x.square().sum(-1, keepdim=True)).add_(y.square().sum(-1).unsqueeze(1)).clamp_min_(0.0)
     return _l1.cost(x, y)
 
 

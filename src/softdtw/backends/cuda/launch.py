@@ -264,52 +264,37 @@ def plan_for(B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index: i
     return _planned(B, N, M, D, dtype, device_index, checkpoint)
 
 
-def band_plan(B: int, N: int, M: int, dtype: torch.dtype, device_index: int, band_bytes: int,
-              max_bands: int = 8) -> tuple:
-    """(plan, chunks per band) for a large-D cost computed one band of column chunks at a time.
+def row_band_plan(B: int, N: int, M: int, dtype: torch.dtype, device_index: int, band_bytes: int) -> tuple:
+    """(plan, rows per band) for a large-D cost built one band of rows at a time (memory="checkpoint", and value-only
+    passes over a table too large to build whole).
 
-    The cost of a band, B·N·(nband·CW) values, takes at most `band_bytes` (a single chunk may exceed it
-    when B·N·32 values do; a band takes one chunk more when that keeps the band count at max_bands), the
-    checkpointed backward's tile buffers of the band's blocks about half of that (never less than two
-    tiles of 64·W + 32 rows per block). Bands run one after another, each a full pass over the rows (see
-    _band_plan for the layout). Under :func:`forced_plan` the forced K, W (and TH) are kept.
+    A band of h rows holds B·h·M cost values, at most `band_bytes` (at least one tile of rows); h is a multiple of
+    the tile height TH, whose tile buffers (two tiles of TH rows per block, all B·nch blocks at once) take at most
+    `band_bytes` too. Every chunk of every pair runs in each band, and the band's top row is a tile boundary: the
+    tiles are not staggered (the launches pass stagger 0). Under :func:`forced_plan` the forced K, W (and TH) are
+    kept. A pair of N <= h rows is one band.
     """
     item = dtype.itemsize  # a C value and a link word alike: 4 bytes for float32, 8 for float64
     if _forced:
         plan = plan_for(B, N, M, 0, dtype, device_index, checkpoint=True)
-        nband = _chunks_per_band(plan.nch, B * N * plan.CW * item, band_bytes, max_bands)
-        if _forced[-1][3] is None:
-            plan = Plan(plan.K, plan.W, plan.nch, True,
-                        tile_rows(B, N, plan.K, plan.W, nband, item, None, band_bytes // 2))
-        return plan, nband
-    return _band_plan(B, N, M, dtype, band_bytes, max_bands)
+        K, W, TH = plan.K, plan.W, _forced[-1][3]
+    else:
+        K, W, TH = _row_band_k(M, dtype), 1, None
+    nch = -(-M // (32 * W * K))
+    TH = tile_rows(B, N, K, W, nch, item, TH, band_bytes)
+    h = max(TH, band_bytes // max(1, B * M * item) // TH * TH)
+    return Plan(K, W, nch, True, TH), min(h, N)
 
 
-def _chunks_per_band(nch: int, chunk_bytes: int, band_bytes: int, max_bands: int) -> int:
-    """As many chunks as fit in band_bytes, one more if that brings the bands down to max_bands (the
-    budget is a fraction of the table, and rounding down to whole chunks would add bands)."""
-    nband = max(1, band_bytes // chunk_bytes)
-    if -(-nch // nband) > max_bands and -(-nch // (nband + 1)) <= max_bands:
-        nband += 1
-    return min(nch, nband)
-
-
-@lru_cache(maxsize=4096)
-def _band_plan(B: int, N: int, M: int, dtype: torch.dtype, band_bytes: int, max_bands: int = 8) -> tuple:
-    # One warp per block and the widest K <= 4 whose chunk fits the band (and is less than twice as wide
-    # as y). A sweep of every layout on an H100 (benchmarks/probes/banded_probe.py --sweep,
-    # benchmarks/OPTIMIZATION_LOG.md) put K = 4, W = 1 first at B = 32, N = 2048 and B = 1, N = 16384
-    # (D = 64), 11-12 % ahead of the chained model's pick (K = 1, W = 4): that model was fitted to
-    # fused-cost kernels, and the precomputed-cost ring changes the balance.
-    item = dtype.itemsize
-    K = 1
+def _row_band_k(M: int, dtype: torch.dtype) -> int:
+    # The widest K <= 4 (one warp per block) whose chunk is less than twice as wide as y. H100, B = 32, N = M = 2048,
+    # D = 64, 4 bands: K = 4, W = 1 10.7 ms; K = 4, W = 2 10.0; K = 8, W = 1 10.0; K = 2 22.3; K = 1 39.7 (each
+    # band refills one lag per chunk, so few wide chunks win); 2 bands: K = 4 8.1-8.6, K = 8 8.4-8.9, within noise
+    # (OPTIMIZATION_LOG.md, "Row bands"). The column bands' sweep had put K = 4, W = 1 first too.
     for k in (4, 2):
-        if k <= _krings(dtype, 0)[0] and 32 * k < 2 * M and B * N * 32 * k * item <= band_bytes:
-            K = k
-            break
-    nch = -(-M // (32 * K))
-    nband = _chunks_per_band(nch, B * N * 32 * K * item, band_bytes, max_bands)
-    return Plan(K, 1, nch, True, tile_rows(B, N, K, 1, nband, item, None, band_bytes // 2)), nband
+        if k <= _krings(dtype, 0)[0] and 32 * k < 2 * M:
+            return k
+    return 1
 
 
 def transposes(B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index: int) -> bool:

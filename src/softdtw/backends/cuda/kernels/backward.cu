@@ -47,6 +47,10 @@ struct BackwardArgs {
   int N, M, nch, TH;
   int stagger;            // CKPT: tile stagger between chunks, as in the forward (tile_shift)
   int ldc, cbase;         // C's and dC's row stride and first column: (M, 0) for the whole table
+  int crow0, crows;       // C's and dC's first row and rows per pair: (0, N) for the whole table; CKPT: the band of
+                          // rows [crow0, crow0 + crows) this pass sweeps (the row bands of a large-D checkpoint)
+  T* rowb;                // CKPT row bands: (B, M, 2) (E, link) of the row below the band (read) and of its top
+                          // row (written), handed from band to band
   // Alignment variants (VAR, common.cuh); unused (null) in the plain DP.
   const T* pen;           // VAR_PENALTY: pair b's step penalty at pen[b * pen_stride] (natural units)
   int pen_stride;
@@ -106,16 +110,23 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
   const int N = a.N, M = a.M;
   const int n = int(a.xlen[b]), m = int(a.ylen[b]);
   const int nch_b = (m + CW - 1) / CW;
-  const int steps = n + NL - 1;
+  // Rows of this pass, bottom up: [r0, r1) = [0, n), or in a row band of a large-D checkpoint (CKPT) the band's
+  // rows of the pair. The row below then enters from rowb as (E, link), and the band's top row leaves there.
+  // Only the checkpointed backward of a table (a cost, or COST_GRAM's x·yᵀ) takes bands of rows; the others compile
+  // as they did without. COST_GRAM's row sums go to dx by absolute row; its column sums add up over the bands.
+  constexpr bool ROWS = MODE == BWD_CKPT && !FUSED;
+  const int r0 = ROWS ? a.crow0 : 0, r1 = ROWS ? min(n, a.crow0 + a.crows) : n, nr = r1 - r0;
+  const bool below = ROWS && r1 < n;
+  const int steps = nr + NL - 1;
   // The forward (SEQ, K <= 4) ended its pass at the last lane holding a column of the pair (forward_pair):
   // the reverse pass starts that many steps late, when that lane reaches row n - 1 (TRIM).
   constexpr bool TRIM = MODE == BWD_SEQ && trims_pass<K>();
   const T* xb = a.x + size_t(b) * N * DT;
   const T* yb = a.y + size_t(b) * M * DT;
-  // Column j of C and dC at [row * ldc + j - cbase]: a band of columns (large D) or the whole table. The
+  // Column j of C and dC at [row * ldc + j - cbase] (rows from r0 in a row band): a band of the table or all of it. The
   // pointers stay at the band's start; only cells of the band (j >= cbase) are ever formed.
-  const T* Cb = a.C + size_t(b) * N * a.ldc;
-  T* dCb = a.dC + size_t(b) * N * a.ldc;
+  const T* Cb = a.C + size_t(b) * (ROWS ? a.crows : N) * a.ldc;  // row `row` at (row - r0) * ldc
+  T* dCb = a.dC + size_t(b) * (ROWS ? a.crows : N) * a.ldc;
   const int cb = a.cbase;
   // No C (a.C null, float links only): a float link holds the normalised weights, so the cost enters only <E, C>,
   // i.e. dgamma. A caller that drops dgamma passes none (the Gram backward then skips its x·yᵀ GEMM); the ring's
@@ -153,10 +164,11 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
           for (int d = 0; d < DT; ++d) a.dy[(size_t(b) * M + j) * DT + d] = T(0);
     }
     if (!FUSED) {
-      for (int i = (c0 >= nch_b ? 0 : n); i < N; ++i)
-        for (int j = cbeg + L; j < cend; j += NL) dCb[size_t(i) * a.ldc + (j - cb)] = T(0);
+      for (int i = ROWS ? max(r0, c0 >= nch_b ? 0 : n) : (c0 >= nch_b ? 0 : n); i < (ROWS ? r0 + a.crows : N); ++i)
+        for (int j = cbeg + L; j < cend; j += NL) dCb[size_t(i - r0) * a.ldc + (j - cb)] = T(0);
     }
     if (c0 >= nch_b) return;  // block-uniform: no chunk of this pair lies here
+    if (ROWS && r0 > 0 && nr <= 0) return;  // a row band below the pair's last row (the band at row 0 adds up <E, C>)
   } else {
     if (XY) {  // rows past n_b and columns past the visited chunks get zero gradients
       for (int i = n + L; i < N; i += NL)
@@ -208,7 +220,7 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
     Word Sb[K];  // E and link of this lane's columns on the row below (processed one step ago)
 #pragma unroll
     for (int k = 0; k < K; ++k) { Eb[k] = T(0); Sb[k] = BORDER; }
-    if constexpr (OE) {
+    if constexpr (OE) if (!below) {
       // Open end: the last row's E starts from the end's soft-min weights 2^(v - R[n-1, j]) (hard: one-hot on the
       // first argmin). They wait in Eb, the row "below" the last: float links Sb = one-hot "up" (w_up = 1, w_diag
       // = 0) carry them into the last row's E with no extra instruction per cell; float64 weights depend on R, so
@@ -227,13 +239,30 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
         }
       }
     }
+    if (below) {  // the row below the band, from the band below (written by this lane there)
+#pragma unroll
+      for (int k = 0; k < K; ++k)
+        if (j0 + k < M) {
+          Eb[k] = a.rowb[(size_t(b) * M + j0 + k) * 2];
+          Sb[k] = Link<T>::from_slot(a.rowb[(size_t(b) * M + j0 + k) * 2 + 1]);
+        }
+    }
+    // (E, link) of column j0 on the row just processed -> lane L - 1; before the lane's first row, the row below.
     T Efirst = T(0);
-    Word Sfirst = BORDER;  // (E, link) of column j0 on the row just processed -> lane L - 1
+    Word Sfirst = BORDER;
+    if (below) {
+      Efirst = Eb[0];
+      Sfirst = Sb[0];
+    }
     T dxout[DX > 0 ? DX : 1];        // dx of that row accumulated from column j0 rightwards
 #pragma unroll
     for (int d = 0; d < DX; ++d) dxout[d] = T(0);
     T pE = T(0);
     Word pS = BORDER;  // right neighbour received one step ago = diagonal neighbour now
+    if (below && L == NL - 1 && c + 1 < nch_b) {  // the next chunk's cell below-right
+      pE = __ldcg(bnd_in + size_t(r1) * NB);
+      pS = Link<T>::from_slot(__ldcg(bnd_in + size_t(r1) * NB + 1));
+    }
     if (W > 1) {
       if (lane == 0) {
 #pragma unroll
@@ -267,13 +296,14 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
         q.hi = (WINDOW && ok) ? wb[2 * row + 1] : 0;
       }
       if (right) {
-        q.right[0] = (edge && ok) ? __ldcg(bnd_in + size_t(row) * NB) : T(0);
-        q.right[1] = (edge && ok) ? __ldcg(bnd_in + size_t(row) * NB + 1) : Link<T>::to_slot(BORDER);
+        const bool in = edge && (ROWS ? unsigned(row - r0) < unsigned(nr) : ok);  // (a row band: its own rows only)
+        q.right[0] = in ? __ldcg(bnd_in + size_t(row) * NB) : T(0);
+        q.right[1] = in ? __ldcg(bnd_in + size_t(row) * NB + 1) : Link<T>::to_slot(BORDER);
 #pragma unroll
-        for (int d = 0; d < DX; ++d) q.right[2 + d] = (edge && ok) ? __ldcg(bnd_in + size_t(row) * NB + 2 + d) : T(0);
+        for (int d = 0; d < DX; ++d) q.right[2 + d] = in ? __ldcg(bnd_in + size_t(row) * NB + 2 + d) : T(0);
       }
     };
-    const int top0 = n - 1 + 32 * (W - 1 - wg);
+    const int top0 = r1 - 1 + 32 * (W - 1 - wg);
     const int skip = NL - pass_lanes<TRIM, K>(m, c, NL);  // steps of lanes past column m - 1 only
     // Those lanes hand no E to the left (their cells are invalid: E = 0), but links the forward did not
     // store; float links are fixed-point and finite whatever the bits, a double S could be NaN (0 * NaN):
@@ -291,7 +321,7 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
     constexpr bool LATE = MODE != BWD_SEQ;
     constexpr int LATE_AT = CHAIN_LATE_AT;
     BwdRow<T, DT, NB> cur, nxt, mine;
-    if (waits) wait_rows(flag_in, min(n, 32));  // waits: chained, so LATE (the next block's rows come later)
+    if (waits) wait_rows(flag_in, min(nr, 32));  // waits: chained, so LATE (the next block's rows come later)
     load_row(top0 - 32 * (tq0 / 32) - lane, cur, true, true);
     load_row(top0 - 32 * (tq0 / 32) - 32 - lane, nxt, true, !LATE);
     // LATE: the stream step of the next refill (a multiple of 32) or of the next late load: one test per step
@@ -312,14 +342,14 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
     // row leaves the tile. A division and a modulo per step here made the sweep's step loop 434
     // instructions against the store sweep's 292 (benchmarks/probes/sass_check.py), and the 65536^2 checkpoint
     // backward 93.5 ms against 66.8 now (OPTIMIZATION_LOG.md, "Checkpoint sweep").
-    int trow = n - 1 - skip + (NL - 1 - L);  // the row of the next issue
-    int tfirst = tiles.first(tiles.of(n - 1));
-    int tslot = (trow - tfirst + L) % TH;     // >= 0: trow >= n - 1 >= tfirst
-    const Word* tbuf = a.tile + size_t(tiles.of(n - 1) & 1) * TH * CW;
+    int trow = r1 - 1 - skip + (NL - 1 - L);  // the row of the next issue
+    int tfirst = tiles.first(tiles.of(r1 - 1));
+    int tslot = (trow - tfirst + L) % TH;     // >= 0: trow >= r1 - 1 >= tfirst
+    const Word* tbuf = a.tile + size_t(tiles.of(r1 - 1) & 1) * TH * CW;
     const Word* const tother = a.tile + size_t(TH) * CW;  // tbuf toggles between a.tile and this
     auto issue = [&](const int tau) {
-      const int row = n - 1 - tau + (NL - 1 - L);
-      const bool ok = row >= 0 && row < n;
+      const int row = r1 - 1 - tau + (NL - 1 - L);
+      const bool ok = ROWS ? unsigned(row - r0) < unsigned(nr) : row >= 0 && row < n;
       const int s = tau % P;
       const Word* src = sbase + size_t(islot) * CW;
       if (MODE == BWD_CKPT) {
@@ -336,8 +366,9 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
       }
       cp_async_step<Word, K>(my_wring + s * stage, src, L, NL, ok);
       if (!FUSED && readc) {
-        cp_async_table_row<T, K>(my_cring + s * stage, Cb + size_t(clamp_row(row, n)) * a.ldc + (j0 - cb), ok, j0, M,
-                           cgroups);  // common.cuh, clamp_row and table_groups
+        // (a row outside the pass is clamped into it: its address stays inside the table; common.cuh, table_groups)
+        const int crow = ROWS ? min(max(row, r0), r1 - 1) - r0 : clamp_row(row, n);
+        cp_async_table_row<T, K>(my_cring + s * stage, Cb + size_t(crow) * a.ldc + (j0 - cb), ok, j0, M, cgroups);
       }
       cp_async_commit();
       islot = (islot == 0) ? N - 1 : islot - 1;
@@ -347,9 +378,10 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
     // has passed the tile's top row. The recompute group then writes tile r - 2 there, while the sweep is
     // in tile r - 1 at least TH > NL + P rows away (launch.py), so no prefetch in flight reads it.
     // The steps of the next wait and hand-back are kept, not recomputed per step (as the slots above).
-    auto enter_step = [&](int r) { return n - tiles.first(r + 1); };  // lane NL - 1 reaches tile r's last row
-    auto done_step = [&](int r) { return n - 1 - tiles.first(r) + NL - 1; };  // lane 0 leaves tile r's first row
-    int next_tile = tiles.of(n - 1);
+    auto enter_step = [&](int r) { return r1 - tiles.first(r + 1); };  // lane NL - 1 reaches tile r's last row
+    auto done_step = [&](int r) { return r1 - 1 - tiles.first(r) + NL - 1; };  // lane 0 leaves tile r's first row
+    const int rt0 = ROWS ? tiles.of(r0) : 0;  // the pass's top tile (0 but in a row band)
+    int next_tile = tiles.of(r1 - 1);
     int done_tile = next_tile;
     int enter_at = enter_step(next_tile), done_at = done_step(done_tile);
     auto ensure = [&](const int tq) {
@@ -357,16 +389,16 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
         while (tq >= enter_at) {  // group-uniform
           bar_wait(BAR_READY + (next_tile & 1), 64 * W);
           --next_tile;
-          enter_at = next_tile >= 0 ? enter_step(next_tile) : 0x7fffffff;  // none left
+          enter_at = next_tile >= rt0 ? enter_step(next_tile) : 0x7fffffff;  // none left
         }
       }
     };
     auto release = [&](const int tq) {
       if constexpr (MODE == BWD_CKPT) {
         if (tq == done_at) {  // group-uniform
-          if (done_tile >= 2) bar_arrive(BAR_FREE + (done_tile & 1), 64 * W);
+          if (done_tile >= rt0 + 2) bar_arrive(BAR_FREE + (done_tile & 1), 64 * W);
           --done_tile;
-          done_at = done_tile >= 0 ? done_step(done_tile) : -1;  // none left (tq >= 0)
+          done_at = done_tile >= rt0 ? done_step(done_tile) : -1;  // none left (tq >= 0)
         }
       }
     };
@@ -381,19 +413,19 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
     T* const hflat = &hand[0][0][0];
     int hrd = ((skip + 1) & 1) * W * NB, hwr = (skip & 1) * W * NB;
     for (int tau = skip; tau < steps; ++tau) {
-      const int i = n - 1 - tau + (NL - 1 - L);
-      const bool live = (i >= 0) && (i < n);
+      const int i = r1 - 1 - tau + (NL - 1 - L);
+      const bool live = ROWS ? unsigned(i - r0) < unsigned(nr) : (i >= 0) && (i < n);
       const int tq = tau - sw;
       if (LATE ? tq == next_ev : (tq & 31) == 0 && tq > tq0) {
         if (!LATE || (tq & 31) == 0) {
           // The rows lane 0 has handed over (those of steps < tau; common.cuh, publish_rows). Chained modes
           // only: there tq == tau (no TRIM).
-          publish_rows(MODE != BWD_SEQ && L == 0 && c > 0, flag_out, tau, NL, n);
+          publish_rows(MODE != BWD_SEQ && L == 0 && c > 0, flag_out, tau, NL, nr);
           cur = nxt;
           load_row(top0 - 32 * (tq / 32) - 32 - lane, nxt, true, !LATE);
           next_ev = tq + LATE_AT;
         } else {
-          if (waits) wait_rows(flag_in, min(n, 32 * (tq / 32) + 64));
+          if (waits) wait_rows(flag_in, min(nr, 32 * (tq / 32) + 64));
           load_row(top0 - 32 * (tq / 32) - 32 - lane, nxt, false, true);
           next_ev = tq + 32 - LATE_AT;
         }
@@ -521,7 +553,7 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
             }
           }
         }
-        if constexpr (!FUSED) store_table_row<T, K>(dCb + size_t(i) * a.ldc + (j0 - cb), dcrow, j0, M, cgroups);
+        if constexpr (!FUSED) store_table_row<T, K>(dCb + size_t(i - r0) * a.ldc + (j0 - cb), dcrow, j0, M, cgroups);
         ec += double(ecrow);
         if (PEN) pensum += double(penrow);
         Efirst = Er;
@@ -557,16 +589,27 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
       }
       release(tau);
     }
-    if (MODE != BWD_SEQ && L == 0 && c > 0) st_release(flag_out, n);  // the rows since the last refill
+    if (MODE != BWD_SEQ && L == 0 && c > 0) st_release(flag_out, nr);  // the rows since the last refill
     cp_async_wait<0>();
+    if (ROWS && r0 > 0) {  // the band's top row (Eb, Sb hold it now), for the band above
+#pragma unroll
+      for (int k = 0; k < K; ++k)
+        if (j0 + k < M) {
+          a.rowb[(size_t(b) * M + j0 + k) * 2] = Eb[k];
+          a.rowb[(size_t(b) * M + j0 + k) * 2 + 1] = Link<T>::to_slot(Sb[k]);
+        }
+    }
     if (XY) {  // fused: dy; COST_GRAM: E's column sums
       const T dyunit = GRAM ? g : -slope_unit * g;
 #pragma unroll
       for (int k = 0; k < K; ++k)
         if (j0 + k < M) {
 #pragma unroll
-          for (int d = 0; d < DT; ++d)
-            a.dy[(size_t(b) * M + j0 + k) * DT + d] = (j0 + k < m) ? dyunit * dyacc[k][d] : T(0);
+          for (int d = 0; d < DT; ++d) {
+            T& out = a.dy[(size_t(b) * M + j0 + k) * DT + d];
+            const T v = (j0 + k < m) ? dyunit * dyacc[k][d] : T(0);
+            out = below ? out + v : v;  // a row band above the pair's bottom band adds to it (the same block wrote it)
+          }
         }
     }
     group_sync<W, BAR>();  // bnd written by this chunk is read by the next
@@ -577,6 +620,7 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
     if (L != 0) return;
     atomicAdd(a.ecsum + b, ec);
     if (PEN) atomicAdd(a.pensum + b, pensum);
+    if (ROWS && r0 > 0) return;  // a row band: the last launch, at row 0, adds up (its done counters are its own)
     __threadfence();
     if (atomicAdd(a.done + b, 1) != nch_b - 1) return;
     __threadfence();
@@ -623,7 +667,7 @@ backward_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* C, co
   const int b = (W == 1) ? int(blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) : int(blockIdx.x);
   if (b >= B) return;
   const BackwardArgs<T> a{x, y, C, xlen, ylen, window, grad, saved, dx, dy, dC, value, dgamma, bnd,
-                          nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, N, M, nch, N, 0, M, 0,
+                          nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, N, M, nch, N, 0, M, 0, 0, N, nullptr,
                           pen, pen_stride, endbuf, endbuf + size_t(B) * M, dpen, nullptr};
   const T g = *gamma;  // scales as in the forward (inputs pre-scaled for fused costs)
   if (g == T(0)) {
@@ -644,11 +688,15 @@ __device__ __forceinline__ void recompute_tiles(const ForwardArgs<T>& fa, const 
   const int n = int(fa.xlen[b]), m = int(fa.ylen[b]);
   const int nch_b = (m + CW - 1) / CW;
   const Tiles tiles(c, nch_b, fa.stagger, fa.TH);
-  const int bottom = tiles.of(n - 1);
-  for (int r = bottom; r >= 0; --r) {
+  // The rows of the pass (backward_pair): [0, n), or a row band's [crow0, min(n, crow0 + crows)), whose top is
+  // a tile boundary.
+  constexpr bool ROWS = !fused_cost<COST>();
+  const int r0 = ROWS ? fa.crow0 : 0, r1 = ROWS ? min(n, fa.crow0 + fa.crows) : n;
+  const int bottom = tiles.of(r1 - 1);
+  for (int r = bottom; r >= (ROWS ? tiles.of(r0) : 0); --r) {  // (none for a pair that ends above the band)
     if (r <= bottom - 2) bar_wait(BAR_FREE + (r & 1), 64 * W);
     forward_pair<T, COST, DT, K, W, WINDOW, true, HARD, 0, MODE_RECOMP, BAR_RECOMP, false, false, VAR>(
-        fa, b, scale, T(1), xs, fhand, nullptr, c, tiles.first(r), min(n, tiles.first(r + 1)),
+        fa, b, scale, T(1), xs, fhand, nullptr, c, tiles.first(r), min(r1, tiles.first(r + 1)),
         tile + size_t(r & 1) * fa.TH * CW, r);
     __threadfence_block();  // the tile's stores before the backward group's reads (the barrier orders them too)
     bar_arrive(BAR_READY + (r & 1), 64 * W);
@@ -672,8 +720,8 @@ backward_chain_kernel(const T* __restrict__ x, const T* __restrict__ y, const T*
                       T* __restrict__ dx, T* __restrict__ dy, T* dC, const T* __restrict__ value,
                       T* __restrict__ dgamma, T* bnd, int* sync, double* ecsum, T* fbnd, T* ckpt,
                       typename Link<T>::Word* tiles, int B, int N, int M, int nch, int TH, int stagger, int c_lo,
-                      int nband, int tbase, int ldc, int cbase, const T* __restrict__ pen, int pen_stride,
-                      const double* endbuf, T* dpen, double* pensum) {
+                      int nband, int tbase, int ldc, int cbase, int r_lo, int r_hi, T* rowb,
+                      const T* __restrict__ pen, int pen_stride, const double* endbuf, T* dpen, double* pensum) {
   using Word = typename Link<T>::Word;
   constexpr int THREADS = 32 * W;  // one group
   constexpr int STAGE = THREADS * K * int(sizeof(Word) + (fused_cost<COST>() ? 0 : sizeof(T)));
@@ -691,9 +739,13 @@ backward_chain_kernel(const T* __restrict__ x, const T* __restrict__ y, const T*
   if (b >= B) return;
   // Tile buffers for the blocks of one launch: (B, nband) of them.
   Word* tile = CKPT ? tiles + (size_t(b) * nband + (c - c_lo)) * 2 * size_t(TH) * (THREADS * K) : nullptr;
+  // Rows of this launch: the whole pair, or (CKPT) a band of rows [r_lo, r_hi), bands launched bottom up, each with
+  // its own sync [ticket, flags, done] (zeroed); ecsum (and pensum) summed over them.
+  constexpr bool ROWS = CKPT && !fused_cost<COST>();
+  const int r0 = ROWS ? r_lo : 0, rows = ROWS ? min(r_hi, N) - r0 : N;
   const BackwardArgs<T> a{x, y, C, xlen, ylen, window, grad, saved, dx, dy, dC, value, dgamma, bnd,
                           sync + 1, fbnd, ckpt, tile, ecsum, sync + 1 + B * nch, N, M, nch, TH, stagger, ldc, cbase,
-                          pen, pen_stride, endbuf, endbuf + size_t(B) * M, dpen, pensum};
+                          r0, rows, rowb, pen, pen_stride, endbuf, endbuf + size_t(B) * M, dpen, pensum};
   constexpr int MODE = CKPT ? BWD_CKPT : BWD_CHAIN;
   constexpr int BAR = CKPT ? BAR_BWD : 0;
   const T g = *gamma;
@@ -702,7 +754,7 @@ backward_chain_kernel(const T* __restrict__ x, const T* __restrict__ y, const T*
   if (CKPT && threadIdx.x >= THREADS) {  // the recompute group
     if (c * THREADS * K >= int(ylen[b])) return;  // no chunk of this pair here: the backward group only zeroes
     const ForwardArgs<T> fa{x, y, C, xlen, ylen, window, nullptr, nullptr, fbnd, nullptr, ckpt, N, M, nch, TH, stagger,
-                            ldc, cbase, pen, pen_stride};
+                            ldc, cbase, r0, rows, pen, pen_stride};
     if (g == T(0)) {
       recompute_tiles<T, COST, DT, K, W, WINDOW, true, VAR>(fa, b, c, scale, xs, fhand, tile);
     } else {

@@ -38,6 +38,8 @@ struct ForwardArgs {
   int N, M, nch, TH;
   int stagger;              // rows between the tile boundaries of neighbouring chunks (tile_shift)
   int ldc, cbase;           // C's row stride and first column: (M, 0) for the whole table
+  int crow0, crows;         // C's first row and rows per pair: (0, N) for the whole table; a band of rows
+                            // [crow0, crow0 + crows) (the row bands of a large-D checkpoint) holds only those
   // Alignment variants (VAR, common.cuh); unused (null) in the plain DP.
   const T* pen;             // VAR_PENALTY: the step penalty of pair b at pen[b * pen_stride] (natural units)
   int pen_stride;           // 0: one penalty for all pairs, 1: one per pair
@@ -132,7 +134,9 @@ struct FwdRow {
   T leftF;     // its frame (frames only; else 0)
 };
 
-// SEQ: chunks [0, nch_b), rows [0, n). CHAIN: chunk c0, rows [0, n). RECOMP: chunk c0, rows [r0, r1), links
+// SEQ: chunks [0, nch_b), rows [0, n). CHAIN: chunk c0, rows [r0, min(r1, n)): the whole pair (r0 = 0, r1 = N), or
+// a band of rows of a large-D checkpoint (CKPT; r0 a tile boundary, the pass starting from the checkpointed row
+// above it and the previous chunk's saved column). RECOMP: chunk c0, rows [r0, r1), links
 // to `tile` (TH step rows, slot = local step mod TH). CKPT: a CHAIN pass keeping checkpoints (a.ckpt). LONG: a
 // SEQ value-only pass that keeps frames all the same (long pairs, forward.cu).
 // hand: [3][W], R of each warp's last lane one step ago (double-buffered) and, with frames, its frame.
@@ -159,6 +163,10 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
   constexpr bool SPLIT_PASS = MODE == MODE_CHAIN && !STORE && !CKPT && sizeof(T) == 4 && K <= 4;
   constexpr bool SPLIT = SPLIT_PASS && !HARD;
   constexpr bool OB = (VAR & VAR_OPEN_BEGIN) != 0, OE = (VAR & VAR_OPEN_END) != 0, PEN = (VAR & VAR_PENALTY) != 0;
+  // Passes over a band of rows of a table (a cost, or COST_GRAM's x·yᵀ: the row bands of a large-D checkpoint): the
+  // checkpointing chained forward and the recompute. The other passes compile as they did without bands (r0 = 0,
+  // C whole).
+  constexpr bool ROWS = !FUSED && (MODE == MODE_RECOMP || (MODE == MODE_CHAIN && CKPT));
   const int lane = threadIdx.x & 31;
   const unsigned tid = group_tid<W, BAR>(), nthreads = group_threads<W, BAR>();
   const int wg = (W == 1) ? 0 : int(tid >> 5);
@@ -167,12 +175,17 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
   const int N = a.N, M = a.M;
   const int n = int(a.xlen[b]), m = int(a.ylen[b]);
   const int nch_b = (m + CW - 1) / CW;
-  if (MODE != MODE_RECOMP) r1 = n;
+  if (MODE == MODE_SEQ) r1 = n;
+  if (MODE == MODE_CHAIN) r1 = ROWS ? min(r1, n) : n;
+  const int nr = r1 - r0;  // rows of this pass; a chained pass counts the rows it publishes from r0
   const int smod = MODE == MODE_RECOMP ? a.TH : N;  // step rows in the link store (ring of slots)
   const T* xb = a.x + size_t(b) * N * DT;
   const T* yb = a.y + size_t(b) * M * DT;
-  const T* Cb = a.C + size_t(b) * N * a.ldc;  // column j of a row at Cb[row * ldc + j - cbase] (j >= cbase)
-  const int cb = a.cbase;
+  // Column j of row `row` at Cb[crow(row) * ldc + j - cbase] (j >= cbase, crow0 <= row): C holds rows
+  // [crow0, crow0 + crows) of each pair. A row the pass does not use is clamped into them (its address stays inside).
+  const T* Cb = a.C + size_t(b) * (ROWS ? a.crows : N) * a.ldc;
+  const int cb = a.cbase, crow_lo = ROWS ? a.crow0 : 0, crow_hi = (ROWS ? min(n, a.crow0 + a.crows) : n) - 1;
+  auto crow = [&](const int row) { return size_t(min(max(row, crow_lo), crow_hi) - crow_lo); };
   const int* wb = a.window + size_t(b) * N * 2;
   T* my_ring = ring + size_t(tid) * K;  // stage s at my_ring + s * nthreads * K
   // Variants (common.cuh, Variant): the penalty in the DP's units, and R of the row above row 0 (v0 with an
@@ -207,12 +220,14 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
     // Row checkpoint `row` of this chunk: CW values, then (frames) NL frames.
     constexpr int CKS = FR ? CW + NL : CW;
     auto ckpt_row = [&](const int row) { return a.ckpt + ((size_t(b) * ckpt_rows(N, a.TH) + row) * a.nch + c) * CKS; };
-    const T* top = (MODE == MODE_RECOMP && r0 > 0) ? ckpt_row(tile_index) : nullptr;
+    const Tiles tiles(c, nch_b, a.stagger, a.TH);
+    // R of the row above r0: RECOMP's tile and a chained band's first row are tile boundaries, checkpointed.
+    const T* top = ((MODE == MODE_RECOMP || ROWS) && r0 > 0) ? ckpt_row(MODE == MODE_RECOMP ? tile_index : tiles.of(r0))
+                                                             : nullptr;
     // CHAIN with checkpoints: rows until this lane's next checkpointed row (the row above a tile), counted
     // down per row instead of a modulo per row.
     constexpr bool keeps_ckpt = MODE == MODE_CHAIN && CKPT;
-    const Tiles tiles(c, nch_b, a.stagger, a.TH);
-    int to_ckpt = keeps_ckpt ? (2 * a.TH - 1 - tiles.shift) % a.TH : -1;
+    int to_ckpt = keeps_ckpt ? (2 * a.TH - 1 - (ROWS ? (r0 + tiles.shift) % a.TH : tiles.shift)) % a.TH : -1;
     // The count-down is dead without checkpoints (-1 never reaches 0 again), and left out of the step, except
     // in the value-only passes other than SPLIT_PASS: without it ptxas gave the K = 8 one 72 registers instead
     // of 56, and B = 16 N = 65536 (1024 blocks) would no longer run in one wave. The storing forward runs
@@ -239,7 +254,7 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
     // Left neighbour received one step ago = diagonal neighbour now; lane 0 of a later chunk starting
     // below row 0 begins with R[r0 - 1, c CW - 1] from the saved column.
     T prevleft = OB ? above : ((L == 0 && c == 0 && r0 == 0) ? T(0) : BIG);
-    if (MODE == MODE_RECOMP && r0 > 0 && c > 0 && L == 0)
+    if ((MODE == MODE_RECOMP || ROWS) && r0 > 0 && c > 0 && L == 0)  // (a chained band: an earlier launch's column)
       prevleft = bnd_in[size_t(r0 - 1) * BS] + (FR ? bnd_in[size_t(r0 - 1) * BS + 1] - F : T(0));
     if (W > 1) {
       if (lane == 31) {
@@ -262,8 +277,10 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
     // rather than at its start, so the chunk waits for 32 - LATE_AT fewer of its neighbour's rows (lag per
     // chunk 32 W + ~40 steps instead of 32 W + ~64). Measured at 65536^2: storing forward -8 %, store backward
     // -6 %; the value-only forward did not move, and the checkpointing forward and backward got 2.5-6 % slower
-    // (benchmarks/OPTIMIZATION_LOG.md, "Frame hand-over and late chain loads"), so they keep the early load.
-    constexpr bool LATE = MODE == MODE_CHAIN && STORE;
+    // (benchmarks/OPTIMIZATION_LOG.md, "Frame hand-over and late chain loads"), so they keep the early load; but
+    // a row band's pass (ROWS) is short, and each chunk's lag is paid again in every band (OPTIMIZATION_LOG.md,
+    // "Row bands for the large-D checkpoint").
+    constexpr bool LATE = MODE == MODE_CHAIN && (STORE || ROWS);
     constexpr int LATE_AT = CHAIN_LATE_AT;
     auto load_row = [&](const int row, FwdRow<T, DT>& q, const bool inputs, const bool left) {
       const bool ok = row >= 0 && row < n;
@@ -274,12 +291,14 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
         q.hi = (WINDOW && ok) ? wb[2 * row + 1] : 0;
       }
       if (left) {
-        q.left = (c > 0 && wg == 0 && ok) ? __ldcg(bnd_in + size_t(row) * BS) : BIG;
-        q.leftF = (REBASE && c > 0 && wg == 0 && ok) ? __ldcg(bnd_in + size_t(row) * BS + 1) : T(0);
+        // (A row band reads only its own rows of the column: those below it are not written yet.)
+        const bool in = ROWS ? unsigned(row - r0) < unsigned(nr) : ok;
+        q.left = (c > 0 && wg == 0 && in) ? __ldcg(bnd_in + size_t(row) * BS) : BIG;
+        q.leftF = (REBASE && c > 0 && wg == 0 && in) ? __ldcg(bnd_in + size_t(row) * BS + 1) : T(0);
       }
     };
     FwdRow<T, DT> cur, nxt, mine;  // mine: the row this lane works on now
-    if (waits) wait_rows(flag_in, min(n, LATE ? 32 : 64));
+    if (waits) wait_rows(flag_in, min(nr, LATE ? 32 : 64));
     load_row(r0 - 32 * wg + lane, cur, true, true);
     load_row(r0 + 32 - 32 * wg + lane, nxt, true, !LATE);
     // Frames, constant until they move again: dr, this lane's frame minus the right neighbour's (its last
@@ -305,9 +324,9 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
     auto issue_c = [&](const int t) {
       if constexpr (!FUSED && P > 0) {
         const int row = r0 + t - L;
-        const bool ok = row >= 0 && row < n;
+        const bool ok = ROWS ? unsigned(row - r0) < unsigned(nr) : row >= 0 && row < n;
         T* dst = my_ring + size_t(t % P) * nthreads * K;
-        cp_async_table_row<T, K>(dst, Cb + size_t(clamp_row(row, n)) * a.ldc + (j0 - cb), ok, j0, M, cgroups);
+        cp_async_table_row<T, K>(dst, Cb + crow(row) * a.ldc + (j0 - cb), ok, j0, M, cgroups);
         cp_async_commit();
       }
     };
@@ -326,9 +345,9 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
       if (tb > 0) {
         // The rows this chunk's last lane has finished (those of steps < tb); the release orders its bnd
         // stores before the count (common.cuh, publish_rows).
-        publish_rows(MODE == MODE_CHAIN && bnd_rows > 0, flag_out, tb, NL, n);
+        publish_rows(MODE == MODE_CHAIN && bnd_rows > 0, flag_out, tb, NL, nr);
         cur = nxt;
-        if (!LATE && waits) wait_rows(flag_in, min(n, tb + 64));
+        if (!LATE && waits) wait_rows(flag_in, min(nr, tb + 64));
         load_row(r0 + tb + 32 - 32 * wg + lane, nxt, true, !LATE);
         if (REBASE) {
           // Every lane moves its frame to its last value (the row above), once that is reachable.
@@ -360,7 +379,7 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
 #pragma unroll 1
       for (int seg = 0; seg < (LATE ? 2 : 1); ++seg) {
         if (LATE && seg == 1 && tb + 32 < steps) {
-          if (waits) wait_rows(flag_in, min(n, tb + 64));
+          if (waits) wait_rows(flag_in, min(nr, tb + 64));
           load_row(r0 + tb + 32 - 32 * wg + lane, nxt, false, true);
         }
         const int s0 = LATE && seg == 1 ? LATE_AT : 0;
@@ -403,7 +422,7 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
 #pragma unroll
             for (int k = 0; k < K; ++k) cr[k] = src_c[k];
           } else if constexpr (!FUSED) {  // RECOMP of a precomputed cost: plain loads (no ring in the backward)
-            load_table_row<T, K>(cr, Cb + size_t(clamp_row(i, n)) * a.ldc + (j0 - cb), live, j0, M, cgroups);
+            load_table_row<T, K>(cr, Cb + crow(i) * a.ldc + (j0 - cb), live, j0, M, cgroups);
           }
           if (live) {
             T left = leftin;
@@ -499,14 +518,17 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
         }
       }
     }
-    if (MODE == MODE_CHAIN && bnd_rows > 0) st_release(flag_out, n);  // the rows since the last block
+    if (MODE == MODE_CHAIN && bnd_rows > 0) st_release(flag_out, nr);  // the rows since the last block
     if constexpr (OE && MODE != MODE_RECOMP) {
       // The last row, for the end's soft-min and the backward: after the pass every lane holds R[n - 1, j] of its
       // columns (F + r; later frame moves shift F and r by the same exact difference), so nothing in the step
       // tests for the row (a test and K stores in the step cost the K = 16, W = 8 long pair 4 % of its forward).
+      // A band of rows above the last has none of it.
+      if (r1 == n) {
 #pragma unroll
-      for (int k = 0; k < K; ++k)
-        if (j0 + k < m) a.endr[size_t(b) * M + j0 + k] = double(F) + double(r[k]);
+        for (int k = 0; k < K; ++k)
+          if (j0 + k < m) a.endr[size_t(b) * M + j0 + k] = double(F) + double(r[k]);
+      }
     }
     if (!FUSED && P > 0) cp_async_wait<0>();
     group_sync<W, BAR>();  // bnd written by this chunk is read by the next
@@ -514,7 +536,8 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
   if constexpr (OE && MODE != MODE_RECOMP) {
     // Open end: the soft-min of the last row. Each lane folds the columns it wrote (its own stores: no barrier),
     // then the group; SEQ has every chunk of the pair, CHAIN publishes its chunk's partial, and the pair's last
-    // chunk to finish folds them all.
+    // chunk to finish folds them all (in the band of rows holding the last row).
+    if (r1 < n) return;  // group-uniform
     using Acc = EndAcc<T, HARD>;
     Acc acc;
     const double* er = a.endr + size_t(b) * M;
