@@ -759,7 +759,8 @@ def _row_table(cost, x, y, r0, r1, N):
 
 
 def _gram_table(x, y):
-    """x·yᵀ `(B, N, M)` in x's dtype, also under autocast (see :func:`_gram`)."""
+    """x·yᵀ `(B, N, M)` in x's dtype, also under autocast (see :func:`_gram`): the store path's Gram matrix, a row
+    band's table."""
     if torch.is_autocast_enabled("cuda"):
         with torch.autocast("cuda", enabled=False):
             return _gram_table(x, y)
@@ -841,11 +842,8 @@ def _gram(x, y):
     """(|x_i| `(B, N)`, |y_j| `(B, M)`, x·yᵀ `(B, N, M)`): the squared Euclidean cost of large D as the kernels
     take it (cost "gram", kernels/common.cuh): one GEMM and two norms, no elementwise pass over (B, N, M).
     In x's dtype also under autocast, which would lower the GEMM to half precision: the kernels read x's dtype,
-    and |x|² + |y|² - 2 x·y cancels too much for a half-precision x·y."""
-    if torch.is_autocast_enabled("cuda"):
-        with torch.autocast("cuda", enabled=False):
-            return _gram(x, y)
-    return *_norms(x, y), torch.bmm(x, y.transpose(1, 2))
+    and |x|² + |y|² - 2 x·y cancels too much for a half-precision x·y (:func:`_gram_table`)."""
+    return *_norms(x, y), _gram_table(x, y)
 
 
 def _norms(x, y):
