@@ -290,3 +290,29 @@ def test_row_bands_equal_one_band(monkeypatch, dtype):
         assert rel_err(p, q) <= tol
     # dgamma = (value - <E, C>) / gamma: two terms of |value| / gamma nearly cancel (test_cuda._dgamma_err).
     assert _dgamma_err(many[-1], one[-1], one[0], 0.3) <= tol
+
+
+@pytest.mark.cuda
+@needs_gpu
+def test_row_bands_shrink_to_the_memory_available(monkeypatch):
+    """With little memory available the bands get shorter (more of them) instead of running out: the one band of
+    700 rows becomes bands of one tile, the forward and the backward each cutting its own, and the results stay
+    those of the one band (float64, to the bands' GEMM rounding)."""
+    import softdtw.backends.cuda as be
+    from tests.backends.test_cuda import _dgamma_err, _gamma, _grad, _problem, cuda_fused
+
+    x, y, xl, yl, w = _problem(3, 700, 500, 40, seed=14, lengths=True, band=150)
+    g, grad = _gamma(0.3, torch.float64), _grad(3, torch.float64)
+    monkeypatch.setattr(be, "ROW_BANDS", 1)  # one band, the whole table
+    row = 3 * 500 * 8  # bytes per row of the table
+    with _launch().forced_plan(4, 1, TH=96):
+        assert be._row_plan(3, 700, 500, torch.float64, 0)[1] == 700
+        one = cuda_fused(x, y, g, "sqeuclidean", xl, yl, w, grad, "checkpoint")
+        monkeypatch.setattr(be, "_unallocated_bytes", lambda device: 4 * 96 * row)  # the driver gets asked
+        monkeypatch.setattr(be, "_available_bytes", lambda device: 2 * 96 * row)  # room for one tile of rows
+        assert be._fit_rows(700, 96, row, x.device) == 96
+        assert be._fit_rows(700, 96, row // 4, x.device) == 384
+        tight = cuda_fused(x, y, g, "sqeuclidean", xl, yl, w, grad, "checkpoint")
+    for p, q in zip(tight[:-1], one[:-1]):
+        assert rel_err(p, q) <= 1e-10
+    assert _dgamma_err(tight[-1], one[-1], one[0], 0.3) <= 1e-10

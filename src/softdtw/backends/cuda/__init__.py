@@ -72,6 +72,7 @@ FUSED_D_MAX = 16
 #: band refills the chunks' pipeline (each chunk runs ~100 rows behind the one on its left), so fewer, taller bands
 #: are faster: H100, B = 32, N = M = 2048, D = 64, 2 / 4 / 8 bands 8.1 / 10.7 / 16.6 ms per training call against
 #: 4.4-4.5 ms storing, at a peak of 595 / 319 / 184 MB against 1108 (benchmarks/OPTIMIZATION_LOG.md, "Row bands").
+#: Where a band would take more than half of the memory available, the pass cuts shorter ones (_fit_rows).
 COST_BAND_BYTES = 16 << 20
 ROW_BANDS = 2
 COST_BAND_MAX = 4 << 30
@@ -746,6 +747,33 @@ def _row_bands(N: int, h: int):
     return [(r0, min(N, r0 + h)) for r0 in range(0, N, h)]
 
 
+def _fit_rows(h: int, TH: int, row_bytes: int, device) -> int:
+    """h, or where a band of h rows (row_bytes each) would take more than half of the memory available now, the
+    tallest multiple of TH (at least TH) that does not: memory="checkpoint" at large D then runs in more, shorter
+    bands (slower; the same results but for each band's GEMM rounding) instead of running out of memory. Any
+    multiple of TH will do, in either pass: band boundaries are tile boundaries, so the forward and the backward
+    need not agree on h. Not inside a CUDA-graph capture (no memory query there). The driver is asked only for a
+    band above a quarter of what PyTorch has not allocated of the device (its counters, no driver call): the query
+    costs host time the launches would otherwise get ahead with."""
+    if h <= TH or torch.cuda.is_current_stream_capturing():
+        return h
+    if 4 * h * row_bytes <= _unallocated_bytes(device):
+        return h
+    room = _available_bytes(device) // 2
+    return h if h * row_bytes <= room else max(TH, room // row_bytes // TH * TH)
+
+
+def _unallocated_bytes(device) -> int:
+    """The device's memory less what PyTorch has allocated on it (its own counters: no driver call)."""
+    return torch.cuda.get_device_properties(device).total_memory - torch.cuda.memory_allocated(device)
+
+
+def _available_bytes(device) -> int:
+    """Device memory a new allocation can get: free, and held by PyTorch's caching allocator but unused."""
+    free = torch.cuda.mem_get_info(device)[0]
+    return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+
+
 def _row_table(cost, x, y, r0, r1, N):
     """The table of rows [r0, r1) for a row band: x[r0:r1]·yᵀ for sqeuclidean (the kernels' "gram" cost, with the
     norms beside it), the l1 kernel's cost for l1; out of memory, the MemoryError of :func:`_cost_memory_error`."""
@@ -775,6 +803,7 @@ def _forward_rows(x, y, gamma, cost, x_lengths, y_lengths, window, memory, var=N
     value-only pass keeps checkpoints only above each band (TH = h), in a buffer of its own."""
     B, N, M, dev = x.shape[0], x.shape[1], y.shape[1], x.device.index
     plan, h = _row_plan(B, N, M, x.dtype, dev)
+    h = _fit_rows(h, plan.TH, B * M * x.dtype.itemsize, x.device)
     if memory != "checkpoint":
         plan = _launch.Plan(plan.K, plan.W, plan.nch, True, h)
     bands = _row_bands(N, h)
@@ -802,7 +831,6 @@ def _backward_rows(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value,
     :func:`_run_backward`."""
     B, N, M, dev = x.shape[0], x.shape[1], y.shape[1], x.device.index
     plan, h = _row_plan(B, N, M, x.dtype, dev)
-    bands = _row_bands(N, h)
     dgamma = torch.empty(B, dtype=x.dtype, device=x.device)
     endbuf = dpen = None
     if var is not None:
@@ -810,7 +838,9 @@ def _backward_rows(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value,
             endbuf = _end_in(saved, _table_numel(plan, B, N, x.dtype, "checkpoint"))
         dpen = x.new_empty((B,)) if var.penalty else None
     gram = cost == "sqeuclidean"
-    bufs = _backward_chain_buffers(x, B, N, M, 1 if gram else 0, plan, saved, plan.nch, var, len(bands))
+    regions = -(-N // plan.TH)  # sync for the most bands _fit_rows can make
+    bufs = _backward_chain_buffers(x, B, N, M, 1 if gram else 0, plan, saved, plan.nch, var, regions)
+    bands = _row_bands(N, _fit_rows(h, plan.TH, B * M * x.dtype.itemsize, x.device))  # (the tiles are out already)
     rowb = x.new_empty((B * M * 2,)) if len(bands) > 1 else None
     expr = _launch.expression("backward_chain_kernel", x.dtype, "gram" if gram else "precomputed", 0, plan,
                               window is not None, True, var=var.code if var else 0)
