@@ -345,21 +345,8 @@ def _like(grad, data):
     return grad
 
 
-class Band(NamedTuple):
-    """One launch of a chained kernel, in the order of its integer arguments after the plan's: chunks
-    [c_lo, c_lo + nb), tickets counted on from tbase, C's columns [cbase, cbase + ldc), and (checkpointing kernels of
-    a cost table) the rows [r_lo, r_hi) that C holds and the launch runs (r_hi past N: all of them)."""
-    c_lo: int
-    nb: int
-    tbase: int
-    ldc: int
-    cbase: int
-    r_lo: int = 0
-    r_hi: int = 1 << 30
-
-    @property
-    def cols(self) -> slice:
-        return slice(self.cbase, self.cbase + self.ldc)
+#: The rows [r_lo, r_hi) of a chained launch that are not a row band: all of them (r_hi past any N).
+_ALL_ROWS = (0, 1 << 30)
 
 
 class _Seq(NamedTuple):
@@ -451,7 +438,7 @@ def _run_forward_chain(x, y, C, cost, D, gamma, x_lengths, y_lengths, window, st
     expr = _launch.expression("forward_chain_kernel", data.dtype, cost, D, plan, window is not None, store,
                               plan.TH > 0, var=var.code if var else 0)
     _launch_forward_chain(expr, dev, plan, x, y, C, gamma, x_lengths, y_lengths, window, value,
-                          saved if store else None, bufs, B, N, M, Band(0, plan.nch, 0, M, 0), var)
+                          saved if store else None, bufs, B, N, M, var)
     return value, saved
 
 
@@ -493,9 +480,10 @@ def _split_checkpoints(saved, plan, B, N):
 
 
 def _launch_forward_chain(expr, dev, plan, x, y, C, gamma, x_lengths, y_lengths, window, value, saved, bufs,
-                          B, N, M, band, var=None, region=0, stagger=None):
-    """One launch of forward_chain_kernel over one :class:`Band` (Band(0, nch, 0, M, 0): the whole table). region:
-    its [ticket, flags] in sync (:func:`_forward_chain_buffers`); stagger: the tiles' (None: launch.tile_stagger)."""
+                          B, N, M, var=None, rows=_ALL_ROWS, region=0, stagger=None):
+    """One launch of forward_chain_kernel: B·nch blocks over the rows [r_lo, r_hi) = rows (a row band; C then holds
+    only those rows). region: its [ticket, flags] in sync (:func:`_forward_chain_buffers`); stagger: the tiles'
+    (None: launch.tile_stagger)."""
     bnd, sync, ckpt, end = bufs
     tail = _PLAIN_FWD_CHAIN
     if var is not None:
@@ -505,8 +493,8 @@ def _launch_forward_chain(expr, dev, plan, x, y, C, gamma, x_lengths, y_lengths,
             y_lengths.data_ptr(), _launch.ptr(window), value.data_ptr(), _launch.ptr(saved), _launch.ptr(bnd),
             sync.data_ptr() + 4 * region * (1 + B * plan.nch), _launch.ptr(ckpt), _launch.i32(B), _launch.i32(N),
             _launch.i32(M), _launch.i32(plan.nch), _launch.i32(max(plan.TH, 1)), _launch.i32(stagger),
-            *(_launch.i32(v) for v in band), *tail)
-    _launch.launch("forward", expr, dev, B * band.nb, plan.block(), args)
+            *(_launch.i32(v) for v in rows), *tail)
+    _launch.launch("forward", expr, dev, B * plan.nch, plan.block(), args)
 
 
 def _run_backward_chain(grad, x, y, C, dC, cost, D, gamma, x_lengths, y_lengths, window, value, saved, plan,
@@ -516,20 +504,20 @@ def _run_backward_chain(grad, x, y, C, dC, cost, D, gamma, x_lengths, y_lengths,
     dpen: the alignment variants (:func:`_run_backward`)."""
     data, B, N, M, dev = _sizes(x, y, C if C is not None else dC)
     dx, dy, dgamma = _backward_outputs(x, y, data, B, needs)
-    bufs = _backward_chain_buffers(data, B, N, M, _carried(cost, D), plan, saved, plan.nch, var)
+    bufs = _backward_chain_buffers(data, B, N, M, _carried(cost, D), plan, saved, var)
     expr = _launch.expression("backward_chain_kernel", data.dtype, cost, D, plan, window is not None, plan.TH > 0,
                               var=var.code if var else 0)
     _launch_backward_chain(expr, dev, plan, _like(grad, data), x, y, C, dC, gamma, x_lengths, y_lengths, window,
-                           value, saved, dx, dy, dgamma, bufs, B, N, M, Band(0, plan.nch, 0, M, 0), var, endbuf,
+                           value, saved, dx, dy, dgamma, bufs, B, N, M, var, endbuf,
                            dpen)
     return dx, dy, dgamma
 
 
-def _backward_chain_buffers(data, B, N, M, DX, plan, saved, nband, var=None, regions=1):
+def _backward_chain_buffers(data, B, N, M, DX, plan, saved, var=None, regions=1):
     """(bnd, ws, fbnd, ckpt, tiles) of a chained backward: the hand-over column between chunks (E, link and
     DX dx values per row), one zeroed buffer for <E, C> per pair (float64) and the int32 ticket, flags
     (B, nch) and done (B) of each of `regions` launches (the row bands), with a step penalty a zeroed float64 sum
-    per pair after them, and with checkpoints their two halves and the tile buffers of B·nband blocks."""
+    per pair after them, and with checkpoints their two halves and the tile buffers of the B·nch blocks."""
     bnd = data.new_empty((B * plan.nch * N * (2 + DX),)) if plan.nch > 1 else None
     ints = regions * (1 + B * plan.nch + B)
     pens = B if var is not None and var.penalty else 0
@@ -537,16 +525,16 @@ def _backward_chain_buffers(data, B, N, M, DX, plan, saved, nband, var=None, reg
     fbnd = ckpt = tiles = None
     if plan.TH > 0:
         fbnd, ckpt = _split_checkpoints(saved, plan, B, N)
-        tiles = _alloc(data, B * nband * plan.tile_numel(), _saved_dtype(data.dtype),
+        tiles = _alloc(data, B * plan.nch * plan.tile_numel(), _saved_dtype(data.dtype),
                        "the checkpointed backward's tile buffers", B, N, M)
     return bnd, ws, fbnd, ckpt, tiles
 
 
 def _launch_backward_chain(expr, dev, plan, grad, x, y, C, dC, gamma, x_lengths, y_lengths, window, value, saved,
-                           dx, dy, dgamma, bufs, B, N, M, band, var=None, endbuf=None, dpen=None, region=0,
-                           stagger=None, rowb=None):
-    """One launch of backward_chain_kernel over one :class:`Band` (see the kernel). region, stagger: as
-    :func:`_launch_forward_chain`; rowb: the row bands' hand-over row `(B, M, 2)`."""
+                           dx, dy, dgamma, bufs, B, N, M, var=None, endbuf=None, dpen=None, rows=_ALL_ROWS,
+                           region=0, stagger=None, rowb=None):
+    """One launch of backward_chain_kernel (see the kernel). rows, region, stagger: as :func:`_launch_forward_chain`;
+    rowb: the row bands' hand-over row `(B, M, 2)`."""
     bnd, ws, fbnd, ckpt, tiles = bufs
     checkpoint = plan.TH > 0
     tail = _PLAIN_BWD_CHAIN
@@ -560,9 +548,9 @@ def _launch_backward_chain(expr, dev, plan, grad, x, y, C, dC, gamma, x_lengths,
             _launch.ptr(bnd), ws.data_ptr() + 8 * B + 4 * region * (1 + B * plan.nch + B), ws.data_ptr(),
             _launch.ptr(fbnd), _launch.ptr(ckpt), _launch.ptr(tiles), _launch.i32(B), _launch.i32(N), _launch.i32(M),
             _launch.i32(plan.nch), _launch.i32(max(plan.TH, 1)), _launch.i32(stagger),
-            *(_launch.i32(v) for v in band), _launch.ptr(rowb), *tail)
+            *(_launch.i32(v) for v in rows), _launch.ptr(rowb), *tail)
     # memory="checkpoint": twice the warps, the second group recomputing tiles (kernels/backward.cu).
-    _launch.launch("backward", expr, dev, B * band.nb, plan.block() * (2 if checkpoint else 1), args)
+    _launch.launch("backward", expr, dev, B * plan.nch, plan.block() * (2 if checkpoint else 1), args)
 
 
 def _carried(cost: str, D: int) -> int:
@@ -815,7 +803,7 @@ def _forward_rows(x, y, gamma, cost, x_lengths, y_lengths, window, memory, var=N
     for k, (r0, r1) in enumerate(bands):
         C = _row_table(cost, x, y, r0, r1, N)
         _launch_forward_chain(expr, dev, plan, xn, yn, C, gamma, x_lengths, y_lengths, window, value, None,
-                              bufs, B, N, M, Band(0, plan.nch, 0, M, 0, r0, r1), var, region=k, stagger=0)
+                              bufs, B, N, M, var, rows=(r0, r1), region=k, stagger=0)
         del C  # the caching allocator hands it to the next band's GEMM, after this launch on the same stream
     if memory != "checkpoint":
         saved = x.new_empty((0,))  # (the checkpoints and bufs are freed after the queued launches, same stream)
@@ -839,7 +827,7 @@ def _backward_rows(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value,
         dpen = x.new_empty((B,)) if var.penalty else None
     gram = cost == "sqeuclidean"
     regions = -(-N // plan.TH)  # sync for the most bands _fit_rows can make
-    bufs = _backward_chain_buffers(x, B, N, M, 1 if gram else 0, plan, saved, plan.nch, var, regions)
+    bufs = _backward_chain_buffers(x, B, N, M, 1 if gram else 0, plan, saved, var, regions)
     bands = _row_bands(N, _fit_rows(h, plan.TH, B * M * x.dtype.itemsize, x.device))  # (the tiles are out already)
     rowb = x.new_empty((B * M * 2,)) if len(bands) > 1 else None
     expr = _launch.expression("backward_chain_kernel", x.dtype, "gram" if gram else "precomputed", 0, plan,
@@ -852,8 +840,8 @@ def _backward_rows(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value,
         xb = x[:, r0:r1]
         C = _row_table(cost, x, y, r0, r1, N)
         _launch_backward_chain(expr, dev, plan, grad, xn, yn, C, C, gamma, x_lengths, y_lengths, window, value,
-                               saved, rs, cs, dgamma, bufs, B, N, M, Band(0, plan.nch, 0, M, 0, r0, r1), var,
-                               endbuf, dpen, region=k, stagger=0, rowb=rowb)
+                               saved, rs, cs, dgamma, bufs, B, N, M, var, endbuf, dpen, rows=(r0, r1), region=k,
+                               stagger=0, rowb=rowb)
         if gram:  # dx = 2 (rs x - E y) by rows; dy = 2 (cs y - Eᵀ x), Eᵀ x summed over the bands
             dx[:, r0:r1] = torch.baddbmm(xb * rs[:, r0:r1].unsqueeze(-1), C, y, beta=2.0, alpha=-2.0)
             dy = torch.bmm(C.transpose(1, 2), xb) if dy is None else dy.baddbmm_(C.transpose(1, 2), xb)

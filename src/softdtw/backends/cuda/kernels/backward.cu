@@ -25,7 +25,7 @@ template <typename T>
 struct BackwardArgs {
   const T* x;             // (B, N, DT), fused costs
   const T* y;             // (B, M, DT), fused costs
-  const T* C;             // (B, N, ldc), precomputed cost of columns [cbase, cbase + ldc)
+  const T* C;             // (B, N, M) cost table (COST_GRAM: x·yᵀ), or (B, crows, M): rows [crow0, crow0 + crows)
   const long long* xlen;  // (B,)
   const long long* ylen;  // (B,)
   const int* window;      // (B, N, 2) or unused
@@ -33,7 +33,7 @@ struct BackwardArgs {
   const typename Link<T>::Word* saved;  // (B, nch, N, CW) step-major links from the forward
   T* dx;                  // (B, N, DT)
   T* dy;                  // (B, M, DT)
-  T* dC;                  // (B, N, ldc) like C (may be C itself)
+  T* dC;                  // like C (may be C itself)
   const T* value;         // (B,) forward values
   T* dgamma;              // (B,)
   T* bnd;                 // SEQ: (B, N, NB): (E, link, dx[DT]) of the first column of the chunk to the right;
@@ -46,7 +46,6 @@ struct BackwardArgs {
   int* done;              // CHAIN: (B,) chunks finished (zeroed by the caller)
   int N, M, nch, TH;
   int stagger;            // CKPT: tile stagger between chunks, as in the forward (tile_shift)
-  int ldc, cbase;         // C's and dC's row stride and first column: (M, 0) for the whole table
   int crow0, crows;       // C's and dC's first row and rows per pair: (0, N) for the whole table; CKPT: the band of
                           // rows [crow0, crow0 + crows) this pass sweeps (the row bands of a large-D checkpoint)
   T* rowb;                // CKPT row bands: (B, M, 2) (E, link) of the row below the band (read) and of its top
@@ -123,18 +122,16 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
   constexpr bool TRIM = MODE == BWD_SEQ && trims_pass<K>();
   const T* xb = a.x + size_t(b) * N * DT;
   const T* yb = a.y + size_t(b) * M * DT;
-  // Column j of C and dC at [row * ldc + j - cbase] (rows from r0 in a row band): a band of the table or all of it. The
-  // pointers stay at the band's start; only cells of the band (j >= cbase) are ever formed.
-  const T* Cb = a.C + size_t(b) * (ROWS ? a.crows : N) * a.ldc;  // row `row` at (row - r0) * ldc
-  T* dCb = a.dC + size_t(b) * (ROWS ? a.crows : N) * a.ldc;
-  const int cb = a.cbase;
+  // Column j of row `row` of C and dC at [(row - r0) * M + j]: the whole table, or (ROWS) a band of its rows.
+  const T* Cb = a.C + size_t(b) * (ROWS ? a.crows : N) * M;
+  T* dCb = a.dC + size_t(b) * (ROWS ? a.crows : N) * M;
   // No C (a.C null, float links only): a float link holds the normalised weights, so the cost enters only <E, C>,
   // i.e. dgamma. A caller that drops dgamma passes none (the Gram backward then skips its x·yᵀ GEMM); the ring's
   // C slots stay zero, and the dgamma written is a finite value nobody reads. float64 links (S) need R = S + cost,
   // and the checkpointed backward recomputes the forward: both always read C.
   const bool readc = !FUSED && (Link<T>::NEEDS_R || MODE == BWD_CKPT || a.C != nullptr);
   // C read and dC written in 16-byte groups where both tables allow (common.cuh, table_groups).
-  const bool cgroups = !FUSED && table_groups<T, K>(a.C, a.ldc, cb, M) && table_groups<T, K>(a.dC, a.ldc, cb, M);
+  const bool cgroups = !FUSED && table_groups<T, K>(a.C, M) && table_groups<T, K>(a.dC, M);
   const int* wb = a.window + size_t(b) * N * 2;
   const T g = a.grad[b];
   // d cost / d x = slope_unit * cost_slope(x - y); the kernel sees pre-scaled x' = xs x, y' = xs y, so the
@@ -165,7 +162,7 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
     }
     if (!FUSED) {
       for (int i = ROWS ? max(r0, c0 >= nch_b ? 0 : n) : (c0 >= nch_b ? 0 : n); i < (ROWS ? r0 + a.crows : N); ++i)
-        for (int j = cbeg + L; j < cend; j += NL) dCb[size_t(i - r0) * a.ldc + (j - cb)] = T(0);
+        for (int j = cbeg + L; j < cend; j += NL) dCb[size_t(i - r0) * M + j] = T(0);
     }
     if (c0 >= nch_b) return;  // block-uniform: no chunk of this pair lies here
     if (ROWS && r0 > 0 && nr <= 0) return;  // a row band below the pair's last row (the band at row 0 adds up <E, C>)
@@ -180,9 +177,9 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
     }
     if (!FUSED) {  // dC: rows past n_b, and columns right of the visited chunks (the main loop writes the rest)
       for (int i = n; i < N; ++i)
-        for (int j = L; j < M; j += NL) dCb[size_t(i) * a.ldc + (j - cb)] = T(0);
+        for (int j = L; j < M; j += NL) dCb[size_t(i) * M + j] = T(0);
       for (int i = 0; i < n; ++i)
-        for (int j = nch_b * CW + L; j < M; j += NL) dCb[size_t(i) * a.ldc + (j - cb)] = T(0);
+        for (int j = nch_b * CW + L; j < M; j += NL) dCb[size_t(i) * M + j] = T(0);
       if (TRIM && nch_b > 0) {
         // A trimmed pass (TRIM) starts late: a lane past the pair's last column, L >= PL, first reaches row
         // n - 2 - (L - PL); the same lane zeroes the rows above it here (no two threads write one cell).
@@ -192,7 +189,7 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
           for (int i = max(0, n - 1 - (L - PL)); i < n; ++i)
 #pragma unroll
             for (int k = 0; k < K; ++k)
-              if (jl + k < M) dCb[size_t(i) * a.ldc + (jl + k - cb)] = T(0);
+              if (jl + k < M) dCb[size_t(i) * M + jl + k] = T(0);
       }
     }
   }
@@ -368,7 +365,7 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
       if (!FUSED && readc) {
         // (a row outside the pass is clamped into it: its address stays inside the table; common.cuh, table_groups)
         const int crow = ROWS ? min(max(row, r0), r1 - 1) - r0 : clamp_row(row, n);
-        cp_async_table_row<T, K>(my_cring + s * stage, Cb + size_t(crow) * a.ldc + (j0 - cb), ok, j0, M, cgroups);
+        cp_async_table_row<T, K>(my_cring + s * stage, Cb + size_t(crow) * M + j0, ok, j0, M, cgroups);
       }
       cp_async_commit();
       islot = (islot == 0) ? N - 1 : islot - 1;
@@ -553,7 +550,7 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
             }
           }
         }
-        if constexpr (!FUSED) store_table_row<T, K>(dCb + size_t(i - r0) * a.ldc + (j0 - cb), dcrow, j0, M, cgroups);
+        if constexpr (!FUSED) store_table_row<T, K>(dCb + size_t(i - r0) * M + j0, dcrow, j0, M, cgroups);
         ec += double(ecrow);
         if (PEN) pensum += double(penrow);
         Efirst = Er;
@@ -667,7 +664,7 @@ backward_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* C, co
   const int b = (W == 1) ? int(blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) : int(blockIdx.x);
   if (b >= B) return;
   const BackwardArgs<T> a{x, y, C, xlen, ylen, window, grad, saved, dx, dy, dC, value, dgamma, bnd,
-                          nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, N, M, nch, N, 0, M, 0, 0, N, nullptr,
+                          nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, N, M, nch, N, 0, 0, N, nullptr,
                           pen, pen_stride, endbuf, endbuf + size_t(B) * M, dpen, nullptr};
   const T g = *gamma;  // scales as in the forward (inputs pre-scaled for fused costs)
   if (g == T(0)) {
@@ -707,9 +704,7 @@ __device__ __forceinline__ void recompute_tiles(const ForwardArgs<T>& fa, const 
 // order blocks start (see forward_chain_kernel): W warps, or with CKPT (memory="checkpoint": saved holds no
 // links; fbnd / ckpt are the forward's checkpoints, `tiles` has 2 TH CW links per block) 2 W warps, the
 // backward group (warps [0, W)) and the recompute group (warps [W, 2 W)).
-// sync: [ticket, flags (B, nch), done (B)], ecsum (B,), zeroed by the caller. Banded cost (large D): one launch
-// per band of chunks [c_lo, c_lo + nband), right to left, as in forward_chain_kernel; ecsum, done and the
-// flags carry over from launch to launch, so the last chunk of a pair still adds up <E, C>.
+// sync: [ticket, flags (B, nch), done (B)], ecsum (B,), zeroed by the caller. Row bands: see below.
 // VAR: as backward_kernel; pensum (B,) float64 zeroed by the caller (VAR_PENALTY).
 template <typename T, int COST, int DT, int K, int W, bool WINDOW, bool CKPT, int VAR = 0>
 __global__ void __launch_bounds__(CKPT ? 64 * W : 32 * W)
@@ -719,8 +714,8 @@ backward_chain_kernel(const T* __restrict__ x, const T* __restrict__ y, const T*
                       const typename Link<T>::Word* __restrict__ saved,
                       T* __restrict__ dx, T* __restrict__ dy, T* dC, const T* __restrict__ value,
                       T* __restrict__ dgamma, T* bnd, int* sync, double* ecsum, T* fbnd, T* ckpt,
-                      typename Link<T>::Word* tiles, int B, int N, int M, int nch, int TH, int stagger, int c_lo,
-                      int nband, int tbase, int ldc, int cbase, int r_lo, int r_hi, T* rowb,
+                      typename Link<T>::Word* tiles, int B, int N, int M, int nch, int TH, int stagger, int r_lo,
+                      int r_hi, T* rowb,
                       const T* __restrict__ pen, int pen_stride, const double* endbuf, T* dpen, double* pensum) {
   using Word = typename Link<T>::Word;
   constexpr int THREADS = 32 * W;  // one group
@@ -735,17 +730,16 @@ backward_chain_kernel(const T* __restrict__ x, const T* __restrict__ y, const T*
   __shared__ int ticket;
   if (threadIdx.x == 0) ticket = atomicAdd(sync, 1);
   __syncthreads();
-  const int b = (ticket - tbase) / nband, c = c_lo + nband - 1 - (ticket - tbase) % nband;
+  const int b = ticket / nch, c = nch - 1 - ticket % nch;
   if (b >= B) return;
-  // Tile buffers for the blocks of one launch: (B, nband) of them.
-  Word* tile = CKPT ? tiles + (size_t(b) * nband + (c - c_lo)) * 2 * size_t(TH) * (THREADS * K) : nullptr;
+  // Tile buffers for the blocks of one launch: (B, nch) of them.
+  Word* tile = CKPT ? tiles + (size_t(b) * nch + c) * 2 * size_t(TH) * (THREADS * K) : nullptr;
   // Rows of this launch: the whole pair, or (CKPT) a band of rows [r_lo, r_hi), bands launched bottom up, each with
   // its own sync [ticket, flags, done] (zeroed); ecsum (and pensum) summed over them.
   constexpr bool ROWS = CKPT && !fused_cost<COST>();
   const int r0 = ROWS ? r_lo : 0, rows = ROWS ? min(r_hi, N) - r0 : N;
   const BackwardArgs<T> a{x, y, C, xlen, ylen, window, grad, saved, dx, dy, dC, value, dgamma, bnd,
-                          sync + 1, fbnd, ckpt, tile, ecsum, sync + 1 + B * nch, N, M, nch, TH, stagger, ldc, cbase,
-                          r0, rows, rowb, pen, pen_stride, endbuf, endbuf + size_t(B) * M, dpen, pensum};
+                          sync + 1, fbnd, ckpt, tile, ecsum, sync + 1 + B * nch, N, M, nch, TH, stagger, r0, rows, rowb, pen, pen_stride, endbuf, endbuf + size_t(B) * M, dpen, pensum};
   constexpr int MODE = CKPT ? BWD_CKPT : BWD_CHAIN;
   constexpr int BAR = CKPT ? BAR_BWD : 0;
   const T g = *gamma;
@@ -754,7 +748,7 @@ backward_chain_kernel(const T* __restrict__ x, const T* __restrict__ y, const T*
   if (CKPT && threadIdx.x >= THREADS) {  // the recompute group
     if (c * THREADS * K >= int(ylen[b])) return;  // no chunk of this pair here: the backward group only zeroes
     const ForwardArgs<T> fa{x, y, C, xlen, ylen, window, nullptr, nullptr, fbnd, nullptr, ckpt, N, M, nch, TH, stagger,
-                            ldc, cbase, r0, rows, pen, pen_stride};
+                            r0, rows, pen, pen_stride};
     if (g == T(0)) {
       recompute_tiles<T, COST, DT, K, W, WINDOW, true, VAR>(fa, b, c, scale, xs, fhand, tile);
     } else {

@@ -325,15 +325,14 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 // Gram passes, Nsight Compute). Measured: a K = 8 Gram DP 609 -> 377 us, K = 4 on one warp -12 %; no change
 // where the step is bound by issue, as 32 x 2048^2 (benchmarks/OPTIMIZATION_LOG.md, "Table rows in 16-byte
 // groups").
-// Whether a table with row stride ldc, whose column j sits at j - cb, takes whole groups: the stride, the band's
-// offset and M multiples of V (a group is all in or all out of the pair's columns), and the base 16-byte aligned
-// (min(16, 4 V) for float). Uniform over the grid.
+// Whether a table of rows of M values takes whole groups: M a multiple of V (a group is all in or all out of the
+// pair's columns, and every row starts aligned), and the base 16-byte aligned (min(16, 4 V) for float). Uniform
+// over the grid.
 template <typename T, int K>
-__device__ __forceinline__ bool table_groups(const T* table, int ldc, int cb, int M) {
+__device__ __forceinline__ bool table_groups(const T* table, int M) {
   constexpr int V = StepLayout<K>::VEC;
   constexpr unsigned long long A = (V * sizeof(T) < 16 ? V * sizeof(T) : 16) - 1;
-  return V > 1 && ldc % V == 0 && cb % V == 0 && M % V == 0 &&
-         (reinterpret_cast<unsigned long long>(table) & A) == 0;
+  return V > 1 && M % V == 0 && (reinterpret_cast<unsigned long long>(table) & A) == 0;
 }
 // Copy row values src[k] (src = &table[row][j0]) into dst[k], k < K; a value past column M - 1, or of a row that
 // is not ok, reads nothing (src-size 0; src is still an address inside the table, clamp_row).

@@ -30,7 +30,7 @@ forward_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* __rest
   __shared__ __align__(16) T ring[STAGE > 0 ? P * THREADS * K : 1];
   const int b = (W == 1) ? int(blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) : int(blockIdx.x);
   if (b >= B) return;  // only the last block of a W == 1 grid; W > 1 grids have exactly B blocks
-  const ForwardArgs<T> a{x, y, C, xlen, ylen, window, value, saved, bnd, nullptr, nullptr, N, M, nch, N, 0, M, 0, 0, N,
+  const ForwardArgs<T> a{x, y, C, xlen, ylen, window, value, saved, bnd, nullptr, nullptr, N, M, nch, N, 0, 0, N,
                         pen, pen_stride, endbuf, endbuf + size_t(B) * M, nullptr, nullptr};
   // gamma is read on the device: no host sync, and CUDA-graph replays see its current value.
   // Soft: values in log2 units, scale = 1 / (gamma ln 2). Fused costs scale their inputs instead of each
@@ -53,11 +53,8 @@ forward_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* __rest
 // before it: the chain makes progress whatever the number of resident blocks. sync: [ticket, flags (B, nch)],
 // zeroed by the caller. CKPT: ckpt (memory="checkpoint", else null): row checkpoints every TH rows; bnd keeps the
 // last column of every chunk for all rows (the column checkpoints).
-// Banded cost (large D): one launch per band of chunks [c_lo, c_lo + nband), C holding only the band's
-// columns [cbase, cbase + ldc); tickets count on from tbase (the blocks of the earlier bands), and the
-// band's first chunk finds its left neighbour's column already published by the previous launch.
 // Row bands (CKPT, large D): one launch per band of rows [r_lo, r_hi), top to bottom, C holding only those rows
-// (B, r_hi - r_lo, ldc), r_lo a tile boundary (stagger 0): each chunk starts from the row checkpoint the launch
+// (B, r_hi - r_lo, M), r_lo a tile boundary (stagger 0): each chunk starts from the row checkpoint the launch
 // before wrote and the previous chunk's column (bnd, all rows); sync is the band's own [ticket, flags], zeroed.
 // (0, N): the whole pair.
 // Minimum blocks per SM (the register cap) of forward_chain_kernel, 0 for ptxas' choice. Capped: the float
@@ -78,8 +75,7 @@ forward_chain_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* 
                      const T* __restrict__ gamma, const long long* __restrict__ xlen,
                      const long long* __restrict__ ylen, const int* __restrict__ window, T* __restrict__ value,
                      typename Link<T>::Word* __restrict__ saved, T* bnd, int* sync, T* ckpt, int B, int N,
-                     int M, int nch, int TH, int stagger, int c_lo, int nband, int tbase, int ldc, int cbase,
-                     int r_lo, int r_hi, const T* __restrict__ pen, int pen_stride, double* endbuf, int* done) {
+                     int M, int nch, int TH, int stagger, int r_lo, int r_hi, const T* __restrict__ pen, int pen_stride, double* endbuf, int* done) {
   constexpr int THREADS = 32 * W;
   constexpr int STAGE = fused_cost<COST>() ? 0 : THREADS * K * int(sizeof(T));
   constexpr int P = ring_depth(STAGE);
@@ -89,7 +85,7 @@ forward_chain_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* 
   __shared__ int ticket;
   if (threadIdx.x == 0) ticket = atomicAdd(sync, 1);
   __syncthreads();
-  const int b = (ticket - tbase) / nband, c = c_lo + (ticket - tbase) % nband;
+  const int b = ticket / nch, c = ticket % nch;
   if (b >= B) return;
   const int m = int(ylen[b]);
   if (c * THREADS * K >= m) return;  // past this pair's columns: nobody waits on this chunk
@@ -99,7 +95,7 @@ forward_chain_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* 
   const int r0 = ROWS ? r_lo : 0, r1 = ROWS ? min(r_hi, N) : N;
   if (r0 > 0 && r0 >= int(xlen[b])) return;  // nor does any chunk wait on this one: its neighbours return too
   const ForwardArgs<T> a{x, y, C, xlen, ylen, window, value, saved, bnd, sync + 1, ckpt, N, M, nch, TH, stagger,
-                        ldc, cbase, r0, r1 - r0, pen, pen_stride, endbuf, endbuf + size_t(B) * M,
+                        r0, r1 - r0, pen, pen_stride, endbuf, endbuf + size_t(B) * M,
                         endbuf + size_t(B) * M + 2 * size_t(B), done};
   const T g = *gamma;
   if (g == T(0)) {

@@ -23,7 +23,7 @@ template <typename T>
 struct ForwardArgs {
   const T* x;               // (B, N, DT), fused costs
   const T* y;               // (B, M, DT), fused costs
-  const T* C;               // (B, N, ldc), precomputed cost of columns [cbase, cbase + ldc) (a band of the full C)
+  const T* C;               // (B, N, M) cost table (COST_GRAM: x·yᵀ), or (B, crows, M): rows [crow0, crow0 + crows)
   const long long* xlen;    // (B,)
   const long long* ylen;    // (B,)
   const int* window;        // (B, N, 2) column ranges [lo, hi), or unused
@@ -37,7 +37,6 @@ struct ForwardArgs {
                             // (tile_shift)
   int N, M, nch, TH;
   int stagger;              // rows between the tile boundaries of neighbouring chunks (tile_shift)
-  int ldc, cbase;           // C's row stride and first column: (M, 0) for the whole table
   int crow0, crows;         // C's first row and rows per pair: (0, N) for the whole table; a band of rows
                             // [crow0, crow0 + crows) (the row bands of a large-D checkpoint) holds only those
   // Alignment variants (VAR, common.cuh); unused (null) in the plain DP.
@@ -181,10 +180,10 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
   const int smod = MODE == MODE_RECOMP ? a.TH : N;  // step rows in the link store (ring of slots)
   const T* xb = a.x + size_t(b) * N * DT;
   const T* yb = a.y + size_t(b) * M * DT;
-  // Column j of row `row` at Cb[crow(row) * ldc + j - cbase] (j >= cbase, crow0 <= row): C holds rows
-  // [crow0, crow0 + crows) of each pair. A row the pass does not use is clamped into them (its address stays inside).
-  const T* Cb = a.C + size_t(b) * (ROWS ? a.crows : N) * a.ldc;
-  const int cb = a.cbase, crow_lo = ROWS ? a.crow0 : 0, crow_hi = (ROWS ? min(n, a.crow0 + a.crows) : n) - 1;
+  // Column j of row `row` at Cb[crow(row) * M + j]: C holds rows [crow0, crow0 + crows) of each pair. A row the pass
+  // does not use is clamped into them (its address stays inside).
+  const T* Cb = a.C + size_t(b) * (ROWS ? a.crows : N) * M;
+  const int crow_lo = ROWS ? a.crow0 : 0, crow_hi = (ROWS ? min(n, a.crow0 + a.crows) : n) - 1;
   auto crow = [&](const int row) { return size_t(min(max(row, crow_lo), crow_hi) - crow_lo); };
   const int* wb = a.window + size_t(b) * N * 2;
   T* my_ring = ring + size_t(tid) * K;  // stage s at my_ring + s * nthreads * K
@@ -320,13 +319,13 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
     // C ring (precomputed cost): step t's K values of row t - L, issued P - 1 steps ahead. (Stage t % P:
     // counting the stages instead took fewer instructions but made the gram forward 2-3 % slower, and the
     // store backward 10-15 %, benchmarks/OPTIMIZATION_LOG.md "Leaner steps".)
-    const bool cgroups = !FUSED && table_groups<T, K>(a.C, a.ldc, cb, M);  // 16-byte copies (common.cuh)
+    const bool cgroups = !FUSED && table_groups<T, K>(a.C, M);  // 16-byte copies (common.cuh)
     auto issue_c = [&](const int t) {
       if constexpr (!FUSED && P > 0) {
         const int row = r0 + t - L;
         const bool ok = ROWS ? unsigned(row - r0) < unsigned(nr) : row >= 0 && row < n;
         T* dst = my_ring + size_t(t % P) * nthreads * K;
-        cp_async_table_row<T, K>(dst, Cb + crow(row) * a.ldc + (j0 - cb), ok, j0, M, cgroups);
+        cp_async_table_row<T, K>(dst, Cb + crow(row) * M + j0, ok, j0, M, cgroups);
         cp_async_commit();
       }
     };
@@ -422,7 +421,7 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
 #pragma unroll
             for (int k = 0; k < K; ++k) cr[k] = src_c[k];
           } else if constexpr (!FUSED) {  // RECOMP of a precomputed cost: plain loads (no ring in the backward)
-            load_table_row<T, K>(cr, Cb + crow(i) * a.ldc + (j0 - cb), live, j0, M, cgroups);
+            load_table_row<T, K>(cr, Cb + crow(i) * M + j0, live, j0, M, cgroups);
           }
           if (live) {
             T left = leftin;
