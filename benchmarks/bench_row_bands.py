@@ -90,7 +90,8 @@ def main():
     lines = [f"# Large-D checkpoint (row bands) against store, {meta['gpu']}, torch {meta['torch']}", "",
              "Training call soft_dtw(...).mean().backward(), ms per call (median; two alternated runs), peak MB above "
              "the inputs.", "",
-             "| B, N x M, D, cost | store ms (MB) | " + " | ".join(f"{v} ms (MB)" for v in variants) + " | default / store |",
+             "| B, N x M, D, cost | store ms (MB) | " + " | ".join(f"{v} ms (MB)" for v in variants)
+             + " | default / store |",
              "|---" * (len(variants) + 3) + "|"]
     for r in rows:
         cells = [f"{min(r[f'{v} ms']):.2f} ({r[f'{v} peak_mb']:.0f})" for v in variants]

@@ -35,6 +35,7 @@ _MAGIC = b"SOFTDTW-CUBIN-1\n"
 STATS = {"compiles": 0, "compile_seconds": 0.0, "disk_hits": 0}
 
 _lock = threading.Lock()
+_import_lock = threading.Lock()  # cuda_core
 _kernels: dict = {}  # (device index, source, name expression) -> cuda.core Kernel
 _warned_cache = False
 
@@ -50,7 +51,15 @@ def _install_hint() -> str:
 
 
 def cuda_core():
-    """The cuda-core namespace (``cuda.core``, or ``cuda.core.experimental`` on versions before 0.4)."""
+    """The cuda-core namespace (``cuda.core``, or ``cuda.core.experimental`` on versions before 0.4).
+
+    One thread at a time: threads importing cuda.core for the first time at once saw it half initialised (no
+    ``Program`` yet; cuda-core 1.2.2) and reported cuda-core missing (tests/backends/test_cuda_compile.py)."""
+    with _import_lock:
+        return _cuda_core()
+
+
+def _cuda_core():
     try:
         import cuda.core as cc
 

@@ -739,7 +739,8 @@ backward_chain_kernel(const T* __restrict__ x, const T* __restrict__ y, const T*
   constexpr bool ROWS = CKPT && !fused_cost<COST>();
   const int r0 = ROWS ? r_lo : 0, rows = ROWS ? min(r_hi, N) - r0 : N;
   const BackwardArgs<T> a{x, y, C, xlen, ylen, window, grad, saved, dx, dy, dC, value, dgamma, bnd,
-                          sync + 1, fbnd, ckpt, tile, ecsum, sync + 1 + B * nch, N, M, nch, TH, stagger, r0, rows, rowb, pen, pen_stride, endbuf, endbuf + size_t(B) * M, dpen, pensum};
+                          sync + 1, fbnd, ckpt, tile, ecsum, sync + 1 + B * nch, N, M, nch, TH, stagger, r0, rows,
+                          rowb, pen, pen_stride, endbuf, endbuf + size_t(B) * M, dpen, pensum};
   constexpr int MODE = CKPT ? BWD_CKPT : BWD_CHAIN;
   constexpr int BAR = CKPT ? BAR_BWD : 0;
   const T g = *gamma;

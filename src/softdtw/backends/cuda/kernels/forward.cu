@@ -56,7 +56,7 @@ forward_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* __rest
 // Row bands (CKPT, large D): one launch per band of rows [r_lo, r_hi), top to bottom, C holding only those rows
 // (B, r_hi - r_lo, M), r_lo a tile boundary (stagger 0): each chunk starts from the row checkpoint the launch
 // before wrote and the previous chunk's column (bnd, all rows); sync is the band's own [ticket, flags], zeroed.
-// (0, N): the whole pair.
+// (r_lo, r_hi) = (0, N): the whole pair.
 // Minimum blocks per SM (the register cap) of forward_chain_kernel, 0 for ptxas' choice. Capped: the float
 // value-only kernels of fused costs, the builds measured on the H100. At K <= 4 (two-stage soft-min,
 // forward_pair.cuh SPLIT_PASS) 1024 threads per SM, 64 registers (uncapped, ptxas picked fewer and a longer
@@ -75,7 +75,8 @@ forward_chain_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* 
                      const T* __restrict__ gamma, const long long* __restrict__ xlen,
                      const long long* __restrict__ ylen, const int* __restrict__ window, T* __restrict__ value,
                      typename Link<T>::Word* __restrict__ saved, T* bnd, int* sync, T* ckpt, int B, int N,
-                     int M, int nch, int TH, int stagger, int r_lo, int r_hi, const T* __restrict__ pen, int pen_stride, double* endbuf, int* done) {
+                     int M, int nch, int TH, int stagger, int r_lo, int r_hi, const T* __restrict__ pen,
+                     int pen_stride, double* endbuf, int* done) {
   constexpr int THREADS = 32 * W;
   constexpr int STAGE = fused_cost<COST>() ? 0 : THREADS * K * int(sizeof(T));
   constexpr int P = ring_depth(STAGE);
