@@ -266,6 +266,21 @@ def test_pysdtw_checks_what_it_would_misread():
         pysdtw.SoftDTW(0.1, None, 2)
 
 
+def test_flags_and_bandwidths_as_the_libraries_read_them():
+    """The libraries read their flags by truth value and take float(bandwidth): 0 / 1 and None (tslearn's
+    normalize) pass as flags, a one-element tensor as a bandwidth; a float in a flag's place stays an error (a
+    misplaced gamma)."""
+    x, y = case(2, 7, 7, 2)
+    close(maghoumi.SoftDTW(0, 0.5, 1)(x, y), F.soft_dtw_divergence(x, y, 0.5))
+    close(pysdtw.SoftDTW(0.5, None, 0)(x, y), F.soft_dtw(x, y, 0.5))
+    close(sdtw_cuda_torch.SoftDTW(gamma=0.5, normalize=1)(x, y), F.soft_dtw_divergence(x, y, 0.5))
+    close(tslearn.SoftDTWLossPyTorch(gamma=0.5, normalize=None)(x, y), F.soft_dtw(x, y, 0.5))
+    close(maghoumi.SoftDTW(False, 0.5, bandwidth=torch.tensor(2))(x, y), F.soft_dtw(x, y, 0.5, bandwidth=2))
+    close(sdtw_cuda_torch.softdtw(x, y, gamma=0.5, bandwidth=torch.tensor(2.0)), F.soft_dtw(x, y, 0.5, bandwidth=2))
+    with pytest.raises(TypeError, match=r"normalize must be True or False; got 1\.0"):
+        maghoumi.SoftDTW(False, 0.5, 1.0)
+
+
 # sdtw-cuda-torch --------------------------------------------------------------------------------------
 
 def test_sdtw_cuda_torch_readme_basic_and_fused():
@@ -319,6 +334,16 @@ def test_sdtw_cuda_torch_conventions_and_fixes():
     for bw in (None, 0, -3):
         close(sdtw_cuda_torch.SoftDTW(gamma=0.5, bandwidth=bw)(x, y), F.soft_dtw(x, y, 0.5))
     close(sdtw_cuda_torch.SoftDTW(gamma=0.5, bandwidth=2)(x, y), F.soft_dtw(x, y, 0.5, bandwidth=2))
+    # A radius in (0, 1) keeps the diagonal only (there: a cell is skipped when 0 < bandwidth < |i - j|); the module
+    # keeps the value given, as there. (It once stored floor(0.5) = 0 and then read 0 as no band.)
+    D = _sqdist(x, y).numpy()
+    for bw in (0.5, 2.5):
+        module = sdtw_cuda_torch.SoftDTW(gamma=0.5, bandwidth=bw)
+        assert module.bandwidth == bw
+        assert np.allclose(module(x, y).numpy(), _recursion_reference(D, 0.5, bw), rtol=1e-12)
+        close(sdtw_cuda_torch.softdtw(x, y, gamma=0.5, bandwidth=bw), F.soft_dtw(x, y, 0.5, bandwidth=math.floor(bw)))
+        close(sdtw_cuda_torch.softdtw(x, y, gamma=0.5, bandwidth=bw, normalize=True),
+              F.soft_dtw_divergence(x, y, 0.5, bandwidth=math.floor(bw)))
     for alias in ("sqeuclidean", "SQ_EUCLIDEAN", "squared_euclidean"):
         close(sdtw_cuda_torch.SoftDTW(dist=alias)(x, y), F.soft_dtw(x, y, 1.0))
     close(sdtw_cuda_torch.SoftDTW(normalize=True)(x, y), F.soft_dtw_divergence(x, y, 1.0))

@@ -84,7 +84,11 @@ def _order_hint(lib: str) -> str:
 
 
 def check_bool(value, name: str, lib: str) -> bool:
-    if not is_bool(value):
+    """A flag as the libraries read it (by truth value): True / False, the integers 0 / 1 and None (False) pass;
+    anything else (a float above all: a gamma in the wrong place) is a misread call."""
+    if value is None:
+        return False
+    if not is_bool(value) and not (isinstance(value, numbers.Integral) and value in (0, 1)):
         raise TypeError(
             f"{name} must be True or False; got {show(value)}. {_order_hint(lib)}: check the positional "
             f"order of the call, or pass the arguments by keyword."
@@ -119,6 +123,9 @@ def check_bandwidth(value, lib: str) -> Optional[float]:
     tslearn's, which reaches ceil(radius) on one side)."""
     if value is None:
         return None
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.dtype.is_complex \
+            and value.dtype != torch.bool:
+        value = value.item()  # the libraries take float(bandwidth)
     if isinstance(value, numbers.Real) and not is_bool(value) and math.isnan(value):
         raise ValueError(f"bandwidth must be a number or None; got {value!r}.")
     if is_bool(value) or not isinstance(value, numbers.Real):

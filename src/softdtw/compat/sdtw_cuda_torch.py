@@ -140,7 +140,9 @@ class SoftDTW(torch.nn.Module):
         _native_options(gamma, bandwidth, normalize, dist, fused)  # check now, not at the first call
         _warn_unfused(fused)
         self.gamma = gamma
-        self.bandwidth = _common.check_bandwidth(bandwidth, _LIB)
+        # The value given, as there (None for no band): forward converts it once. Storing the converted radius
+        # (floor: 0.0 for 0.5) made forward read 0.0 as no band.
+        self.bandwidth = None if _common.check_bandwidth(bandwidth, _LIB) is None else bandwidth
         self.normalize = bool(normalize)
         self.dist = dist
         self.fused = fused
