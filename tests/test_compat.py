@@ -273,6 +273,7 @@ def test_flags_and_bandwidths_as_the_libraries_read_them():
     x, y = case(2, 7, 7, 2)
     close(maghoumi.SoftDTW(0, 0.5, 1)(x, y), F.soft_dtw_divergence(x, y, 0.5))
     close(pysdtw.SoftDTW(0.5, None, 0)(x, y), F.soft_dtw(x, y, 0.5))
+    assert pysdtw.SoftDTW(0.5, None, 0).dtw_func == pysdtw.SoftDTWcpu.apply  # the attribute pysdtw sets
     close(sdtw_cuda_torch.SoftDTW(gamma=0.5, normalize=1)(x, y), F.soft_dtw_divergence(x, y, 0.5))
     close(tslearn.SoftDTWLossPyTorch(gamma=0.5, normalize=None)(x, y), F.soft_dtw(x, y, 0.5))
     close(maghoumi.SoftDTW(False, 0.5, bandwidth=torch.tensor(2))(x, y), F.soft_dtw(x, y, 0.5, bandwidth=2))

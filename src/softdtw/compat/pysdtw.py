@@ -120,6 +120,7 @@ class SoftDTW(torch.nn.Module):
         self.bandwidth = 0 if bandwidth is None else float(bandwidth)
         self.dist_func = dist_func if dist_func is not None else pairwise_l2_squared
         self.use_cuda = use_cuda
+        self.dtw_func = (SoftDTWcuda if use_cuda else SoftDTWcpu).apply  # as there (this module's own)
 
     def forward(self, X, Y):
         """Soft-DTW between X[b] and Y[b] (each over its own length): `(B,)`."""
