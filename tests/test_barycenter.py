@@ -321,3 +321,28 @@ def test_per_group_lengths(data, divergence):
     a = soft_dtw_barycenter(X, 1.0, groups=groups, length=[16, 16, 16], max_iter=5)
     b = soft_dtw_barycenter(X, 1.0, groups=groups, length=16, max_iter=5)
     assert torch.equal(a.barycenter, b.barycenter)
+
+
+def test_barycenter_is_detached_from_inputs_that_require_grad():
+    """The minimiser is not differentiated: X or init requiring grad give a result without a graph (it once carried
+    the mean initialisation's, a gradient of 1/P that finite differences contradict)."""
+    X = torch.randn(4, 6, 1, dtype=torch.float64, requires_grad=True)
+    res = soft_dtw_barycenter(X, 0.1, max_iter=5)
+    assert res.barycenter.grad_fn is None and not res.barycenter.requires_grad
+    init = X[0].detach().clone().requires_grad_()
+    assert soft_dtw_barycenter(X, 0.1, init=init, max_iter=5).barycenter.grad_fn is None
+
+
+def test_nan_padded_result_warm_starts_a_per_length_call():
+    """Barycenters of different lengths come back NaN-padded; passed back as init with the same lengths they start
+    where the first call ended (the steps past length[k] are ignored, as the docstring says)."""
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(6, 10, 2, generator=g, dtype=torch.float64)
+    groups, length = [0, 1, 0, 1, 2, 2], [3, 5, 10]
+    first = soft_dtw_barycenter(X, 0.1, groups=groups, length=length, max_iter=5)
+    assert torch.isnan(first.barycenter[0, 3:]).all()
+    again = soft_dtw_barycenter(X, 0.1, groups=groups, length=length, init=first.barycenter, max_iter=5)
+    assert torch.allclose(again.losses[0], first.losses[-1], rtol=1e-12)
+    assert float(again.losses[-1].sum()) <= float(first.losses[-1].sum())
+    with pytest.raises(ValueError, match="need length="):  # NaN-padded, but no lengths to say where
+        soft_dtw_barycenter(X, 0.1, groups=groups, init=first.barycenter)

@@ -260,3 +260,17 @@ def test_cuda_estimator_keeps_a_tensor_on_its_device():
     X, _ = make_cbf(30, length=32, seed=1)
     km = SoftDTWKMeans(3, random_state=0, max_iter=2, barycenter_max_iter=2).fit(X.cuda())
     assert isinstance(km.labels_, np.ndarray) and km.predict(X.cuda()).shape == (30,)
+
+
+def test_init_padded_past_its_longest_centre():
+    """An init NaN-padded to the data's width, every centre shorter (tslearn's to_time_series_dataset pads to the
+    longest series): the centres start from their own steps (it crashed mixing the two widths)."""
+    X = torch.tensor(np.random.RandomState(0).randn(10, 12, 1))
+    init = torch.full((2, 12, 1), float("nan"), dtype=torch.float64)
+    init[0, :8], init[1, :5] = X[0, :8], X[1, :5]
+    res = soft_dtw_kmeans(X, 2, 0.1, init=init, max_iter=3)
+    assert res.center_lengths.tolist() == [8, 5]
+    assert torch.isfinite(res.centers[0, :8]).all() and torch.isfinite(res.centers[1, :5]).all()
+    assert torch.isnan(res.centers[1, 5:]).all()
+    km = SoftDTWKMeans(2, gamma=0.1, init=init.numpy(), max_iter=3).fit(X.numpy())
+    assert km.cluster_center_lengths_.tolist() == [8, 5]

@@ -194,3 +194,15 @@ def test_cuda_step_has_no_host_sync_and_keeps_the_checks():
     bad[2, 5, 0] = float("nan")
     with pytest.raises(ValueError, match="NaN"):
         softdtw.dilate_loss(pred.detach(), bad, 0.5, 0.1)
+
+
+def test_alpha_as_numpy_scalar():
+    """dilate_loss takes alpha as DILATELoss does: any real number in [0, 1], NumPy scalars included."""
+    import numpy as np
+
+    x, y = case(2, 8, 9, 1)
+    want = softdtw.dilate_loss(x, y, 0.5)
+    for alpha in (np.float32(0.5), np.float64(0.5)):
+        assert torch.allclose(softdtw.dilate_loss(x, y, alpha), want, rtol=1e-12)
+    with pytest.raises(ValueError, match=r"alpha must be a number in \[0, 1\]"):
+        softdtw.dilate_loss(x, y, np.float32(1.5))

@@ -132,3 +132,18 @@ def test_cuda_matches_cpu():
     gpu = pairwise_soft_dtw(X.cuda(), Y.cuda(), 0.5, x_lengths=xl.cuda(), divergence=True, batch_size=100)
     assert gpu.device.type == "cuda"
     torch.testing.assert_close(gpu.cpu(), cpu, rtol=1e-4, atol=1e-3)
+
+
+def test_fractional_band_is_not_mirrored():
+    """A fractional Sakoe-Chiba radius is tslearn's band, one step wider on one side of the diagonal, so
+    sdtw(X_p, X_q) != sdtw(X_q, X_p) for pairs of equal length: Y=None computes both halves (it once mirrored the
+    upper triangle, 7.3 off at bandwidth 0.5)."""
+    import softdtw
+
+    X = torch.randn(4, 6, 1, dtype=torch.float64, generator=torch.Generator().manual_seed(11))
+    for bw in (0.5, 1.5, 2):
+        K = softdtw.pairwise_soft_dtw(X, gamma=0.1, bandwidth=bw, progress=False)
+        for p in range(4):
+            for q in range(4):
+                want = softdtw.soft_dtw(X[p], X[q], 0.1, bandwidth=bw)
+                assert torch.allclose(K[p, q], want, rtol=1e-12), (bw, p, q)

@@ -331,3 +331,21 @@ def test_to_time_series_dataset_padding(series):
     lengths = torch.tensor([len(s) for s in series])
     ref = softdtw.soft_dtw_barycenter(torch.nan_to_num(X), gamma=1.0, max_iter=5, x_lengths=lengths)
     torch.testing.assert_close(bary.barycenter, ref.barycenter)
+
+
+def test_half_precision_tensors_and_object_arrays_of_series():
+    """bfloat16 / float16 tensors (NumPy has no bfloat16) are read in float32; a NumPy object array of series of
+    different lengths is read like a list of them."""
+    rng = np.random.RandomState(0)
+    X = torch.tensor(rng.randn(6, 5), dtype=torch.float32)
+    labels = [0, 1, 0, 1, 0, 1]
+    want = SoftDTWKNeighborsClassifier(n_neighbors=1).fit(X.bfloat16().float(), labels).predict(X)
+    for dtype in (torch.bfloat16, torch.float16):
+        got = SoftDTWKNeighborsClassifier(n_neighbors=1).fit(X.to(dtype), labels).predict(X)
+        assert (got == want).all()
+    series = [rng.randn(n) for n in (5, 7, 6, 5)]
+    objs = np.empty(4, dtype=object)
+    objs[:] = series
+    clf = SoftDTWKNeighborsClassifier(n_neighbors=1).fit(objs, [0, 1, 0, 1])
+    assert (clf.predict(objs) == clf.predict(series)).all()
+    assert SoftDTWKMeans(2, max_iter=2, random_state=0).fit(objs).cluster_centers_.shape[0] == 2

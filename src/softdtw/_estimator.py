@@ -30,6 +30,8 @@ FLOAT_DTYPES = (np.float64, np.float32)
 
 def _ragged_to_padded(X):
     """A list of series of different lengths, NaN-padded to the longest (else X unchanged)."""
+    if isinstance(X, np.ndarray) and X.dtype == object and X.ndim == 1:
+        X = list(X)  # a NumPy array of series objects of different lengths
     if not isinstance(X, (list, tuple)) or len(X) == 0:
         return X
     try:
@@ -67,7 +69,10 @@ def validate_series(estimator, X, y=None, *, reset: bool, x_lengths=None, device
     src_device = None
     if isinstance(X, torch.Tensor):
         src_device = X.device
-        X = X.detach().cpu().numpy()
+        X = X.detach().cpu()
+        if X.dtype in (torch.bfloat16, torch.float16):  # NumPy has no bfloat16; the estimators compute in float32
+            X = X.float()
+        X = X.numpy()
     X = _ragged_to_padded(X)
     kw = dict(ensure_all_finite="allow-nan", allow_nd=True, dtype=FLOAT_DTYPES)
     if reset:

@@ -129,7 +129,8 @@ def soft_dtw_barycenter(X, gamma: float = 1.0, *, weights=None, groups=None, n_g
 
     Returns:
         :class:`BarycenterResult` (barycenter, losses, converged, n_iter). The barycenter is the best
-        iterate seen, so ``losses`` never ends above its first value.
+        iterate seen, so ``losses`` never ends above its first value. It is detached: the optimisation is not
+        differentiated (X or init requiring grad give no gradient through it).
 
     Devices: CPU, CUDA (the barycenter lives on X's device).
 
@@ -143,6 +144,11 @@ def soft_dtw_barycenter(X, gamma: float = 1.0, *, weights=None, groups=None, n_g
         (torch.Size([3, 64, 1]), True)
     """
     X, x_lengths = as_padded_set(X, "X", x_lengths, "x_lengths")  # NaN padding -> lengths
+    # The minimiser is not differentiated: without this, an X (or init) that requires grad left the mean
+    # initialisation's graph on the result, a gradient of 1/P that is not the barycenter's.
+    X = X.detach()
+    if isinstance(init, torch.Tensor):
+        init = init.detach()
     P, T, D = X.shape
     device = X.device
     dtype = torch.float32 if X.dtype in (torch.float16, torch.bfloat16) else X.dtype
@@ -226,8 +232,13 @@ def soft_dtw_barycenter(X, gamma: float = 1.0, *, weights=None, groups=None, n_g
         if length is not None and int(length) != Z0.shape[1]:
             raise ValueError(f"length={length} disagrees with init's length {Z0.shape[1]}; drop one of them.")
         L = Z0.shape[1]
+        if glen is not None:  # steps past length[k] are ignored: a NaN-padded result of an earlier call is an init
+            past = torch.arange(L, device=device).view(1, L, 1) >= glen.to(device).view(K, 1, 1)
+            Z0 = torch.where(past, torch.zeros((), dtype=dtype, device=device), Z0)
         if not bool(torch.isfinite(Z0).all()):
-            raise ValueError("init contains NaN or Inf values; pass a finite initial barycenter.")
+            raise ValueError("init contains NaN or Inf values; pass a finite initial barycenter (barycenters of "
+                             "different lengths, NaN-padded as this function returns them, need length=, one per "
+                             "barycenter).")
     elif init is None or (isinstance(init, str) and init == "mean"):
         L = int(length) if length is not None else int(lengths.max())
         if L < 1:

@@ -254,6 +254,9 @@ def soft_dtw_kmeans(X, n_clusters: int, gamma: float = 1.0, *, x_lengths=None, m
         C_init, init_lengths = nan_padding(C_init, "init", None, "the centres' lengths")
         init_lengths = torch.full((K,), C_init.shape[1], dtype=torch.int64) if init_lengths is None \
             else init_lengths.cpu()
+        # Padded past its longest centre (tslearn pads to the longest series): the barycenters take the centres
+        # up to their own lengths only.
+        C_init = C_init[:, :int(init_lengths.max())]
     elif init in _INITS:
         C_init = None
     else:

@@ -12,6 +12,7 @@ soft-DTW (Mensch & Blondel 2018): with gradients the loss runs a value-only forw
 """
 from __future__ import annotations
 
+import numbers
 from typing import Callable, Optional, Union
 
 import torch
@@ -212,8 +213,9 @@ def dilate_loss(x, y, alpha: float = 0.5, gamma: Union[float, torch.Tensor] = 0.
         >>> bool(torch.isfinite(pred.grad).all())
         True
     """
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 <= float(alpha) <= 1.0:
+    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not 0.0 <= float(alpha) <= 1.0:
         raise ValueError(f"alpha must be a number in [0, 1] (the weight of the shape term); got {alpha!r}.")
+    alpha = float(alpha)  # NumPy scalars too, as DILATELoss takes them
     if omega is None and not divergence and not return_terms and type(gamma) is float and type(x) is torch.Tensor \
             and x.is_cuda and isinstance(cost, str) and cost == "sqeuclidean" and x_lengths is None \
             and y_lengths is None and bandwidth is None and itakura_max_slope is None:

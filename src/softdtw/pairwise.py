@@ -118,7 +118,7 @@ def pairwise_soft_dtw(X, Y=None, gamma: Union[float, torch.Tensor] = 1.0, *, div
 
     The pairs are processed in chunks, each one batched :func:`softdtw.soft_dtw` call, so the memory
     stays within ``memory_budget`` whatever P and Q. With ``Y=None`` and a symmetric setting (named
-    cost, no Itakura slope) only the upper triangle is computed and mirrored. Each chunk is trimmed to
+    cost, no Itakura slope, no fractional band radius) only the upper triangle is computed and mirrored. Each chunk is trimmed to
     the longest series it contains, so sets of very unequal lengths do not pay for their padding.
 
     Args:
@@ -188,8 +188,11 @@ def pairwise_soft_dtw(X, Y=None, gamma: Union[float, torch.Tensor] = 1.0, *, div
     yl = xl if symmetric_input else as_set_lengths(y_lengths, "y_lengths", Q, M)[1]
     device = X.device
 
+    # Symmetric settings only: a fractional Sakoe-Chiba radius is tslearn's band, ceil(r) steps on one side of the
+    # diagonal and floor(r) on the other for pairs of equal length, so sdtw(X_p, X_q) != sdtw(X_q, X_p) there.
     triangle = symmetric_input and isinstance(cost, str) and cost in _NAMED_SYMMETRIC_COSTS \
-        and itakura_max_slope is None
+        and itakura_max_slope is None \
+        and (bandwidth is None or (isinstance(bandwidth, numbers.Real) and float(bandwidth).is_integer()))
     gamma_grad = isinstance(gamma, torch.Tensor) and gamma.requires_grad
     needs_grad = torch.is_grad_enabled() and (X.requires_grad or Y.requires_grad or gamma_grad)
     total = P * (P + 1) // 2 if triangle else P * Q
