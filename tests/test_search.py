@@ -348,3 +348,22 @@ def test_dtw_path_fast_path_edge_sizes(n, L):
             path, value = softdtw.dtw_path(x, y, **kw)
             ref_path, ref_value = softdtw.dtw_path(x, y, backend="reference", **kw)
             assert torch.equal(path, ref_path) and float(value) == float(ref_value)
+
+
+def test_non_finite_inputs_and_bad_k_are_errors():
+    """NaN or Inf in the query or the series is an error naming where (it once read a NaN step as a forbidden cell
+    and a NaN query as 'no match'), on the one-call route and the batched one; k must be an integer."""
+    q = torch.tensor([[1.0], [2.0], [1.0]])
+    s = torch.zeros(20, 1)
+    s[12, 0] = float("nan")
+    with pytest.raises(ValueError, match=r"series contains NaN values \(first at index \(12, 0\)\)"):
+        softdtw.dtw_search(q, s, k=2)
+    with pytest.raises(ValueError, match="series contains NaN"):
+        softdtw.dtw_search(torch.stack([q, q]), s, k=2)
+    with pytest.raises(ValueError, match="query contains NaN"):
+        softdtw.dtw_search(torch.full((3, 1), float("nan")), torch.zeros(20, 1))
+    with pytest.raises(ValueError, match="series contains Inf"):
+        softdtw.dtw_search(q, torch.full((20, 1), float("inf")))
+    for k in (None, True, 0, 1.5):
+        with pytest.raises(ValueError, match="k must be an integer >= 1"):
+            softdtw.dtw_search(q, torch.zeros(20, 1), k=k)

@@ -9,6 +9,7 @@ the series, kernels/search.cu).
 """
 from __future__ import annotations
 
+import numbers
 from typing import NamedTuple, Optional
 
 import numpy as np
@@ -148,8 +149,17 @@ def dtw_search(query, series, k: int = 1, gamma: float = 0.0, exclusion: Optiona
                          f"series {tuple(s.shape)}.")
     if n < 1 or L < 1:
         raise ValueError(f"query and series need at least one step; got n={n}, L={L}.")
-    if int(k) != k or k < 1:
+    if isinstance(k, bool) or not isinstance(k, numbers.Real) or int(k) != k or k < 1:
         raise ValueError(f"k must be an integer >= 1; got {k!r}.")
+    for name, t in (("query", q), ("series", s)):
+        bad = ~torch.isfinite(t)
+        if bool(bad.any()):  # NaN is no padding here: a step of the series or of a query, and a match would skip it
+            where = bad.nonzero()[0].tolist()
+            what = "NaN" if bool(torch.isnan(t).any()) else "Inf"
+            raise ValueError(
+                f"{name} contains {what} values (first at index {tuple(where)}); dtw_search needs finite values. "
+                f"Pass each query without its padding, and impute missing steps of the series (e.g. linear "
+                f"interpolation) or search its finite stretches one by one.")
     gamma = float(gamma)
     if not np.isfinite(gamma) or gamma < 0:
         raise ValueError(f"gamma must be a finite number >= 0; got {gamma!r}.")
@@ -235,6 +245,8 @@ def _search_cpu_one(query: torch.Tensor, series: torch.Tensor, k, gamma, exclusi
     if type(k) is not int or k < 1 or cost not in _COSTS or not (exclusion is None or type(exclusion) is int):
         return None
     if type(gamma) is not float and type(gamma) is not int:
+        return None
+    if not (np.isfinite(qn).all() and np.isfinite(sn).all()):  # ~1 us at L = 2000; the caller's route raises
         return None
     gamma = float(gamma)
     n, L = qn.shape[0], sn.shape[0]
