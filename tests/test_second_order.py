@@ -530,3 +530,46 @@ def test_cuda_graph_of_a_second_order_step(what):
         loss, dx = step()
         assert torch.allclose(loss_static, loss, rtol=1e-6, atol=1e-6)
         assert torch.allclose(dx_static, dx, rtol=1e-5, atol=1e-6)
+
+
+def test_torch_func_transforms_raise_a_clear_error():
+    """torch.func's wrapped tensors have no storage for the kernels to read: every entry point says so and names
+    the alternatives (it failed deep inside with 'Cannot access data pointer')."""
+    from torch.func import grad, jvp, vmap
+
+    x = torch.randn(2, 5, 1, dtype=torch.float64)
+    y = torch.randn(2, 6, 1, dtype=torch.float64)
+    C = torch.rand(2, 4, 4, dtype=torch.float64)
+    calls = [
+        lambda: grad(lambda a: softdtw.soft_dtw(a, y, 0.5).sum())(x),
+        lambda: grad(lambda a: softdtw.soft_dtw(a, y, 0.5, backend="reference").sum())(x),
+        lambda: vmap(lambda a, b: softdtw.soft_dtw(a, b, 0.5))(x, y),
+        lambda: jvp(lambda a: softdtw.soft_dtw(a, y, 0.5), (x,), (torch.ones_like(x),)),
+        lambda: grad(lambda c: softdtw.soft_dtw_from_cost(c, 0.5).sum())(C),
+        lambda: grad(lambda a: softdtw.dilate_loss(a, y, 0.5).sum())(x),
+        lambda: grad(lambda a: softdtw.pairwise_soft_dtw(a, gamma=0.5, progress=False).sum())(x),
+    ]
+    for call in calls:
+        with pytest.raises(RuntimeError, match="does not support torch.func transforms .* torch.autograd.grad"):
+            call()
+
+
+def test_functional_hvp_points_to_vhp():
+    """torch.autograd.functional.hvp differentiates the double backward again (a third derivative here): the error
+    names vhp, which gives the same product (the Hessian is symmetric)."""
+    from torch.autograd.functional import hvp, vhp
+
+    x = torch.randn(2, 5, 1, dtype=torch.float64)
+    y = torch.randn(2, 6, 1, dtype=torch.float64)
+    v = torch.randn_like(x)
+
+    def f(a):
+        return softdtw.soft_dtw(a, y, 0.3).sum()
+
+    with pytest.raises(NotImplementedError, match="use torch.autograd.functional.vhp"):
+        hvp(f, x, v)
+    _, product = vhp(f, x, v)
+    xr = x.clone().requires_grad_()
+    (g,) = torch.autograd.grad(f(xr), xr, create_graph=True)
+    (want,) = torch.autograd.grad((g * v).sum(), xr)
+    assert torch.allclose(product, want, rtol=1e-12, atol=1e-12)

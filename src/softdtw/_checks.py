@@ -742,6 +742,24 @@ def run_checked(p: Problem, run):
     return out
 
 
+_transforms_active = torch._C._are_functorch_transforms_active
+_is_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+
+
+def check_not_transformed(*tensors) -> None:
+    """A clear error for torch.func transforms (their wrapped tensors have no storage: the kernels, which read the
+    data, would fail deep inside with 'Cannot access data pointer'). One call when no transform is active."""
+    if _transforms_active():
+        for t in tensors:
+            if isinstance(t, torch.Tensor) and _is_wrapped(t):
+                raise RuntimeError(
+                    "softdtw does not support torch.func transforms (grad, vjp, jvp, jacrev, hessian, vmap): its "
+                    "kernels read the tensors' data. Use torch.autograd.grad for gradients (for a Hessian-vector "
+                    "product, torch.autograd.grad of (grad * v).sum() after a first grad with create_graph=True, or "
+                    "torch.autograd.functional.vhp), and a batch dimension instead of vmap: every function takes "
+                    "(B, N, D) batches.")
+
+
 def prepare(x, y, gamma, *, cost, bandwidth, itakura_max_slope, x_lengths, y_lengths, memory,
             backend, defer: bool = False) -> Problem:
     """Validate the arguments of the public functions and normalise them into a :class:`Problem`.
@@ -751,6 +769,7 @@ def prepare(x, y, gamma, *, cost, bandwidth, itakura_max_slope, x_lengths, y_len
     :func:`run_checked` (or call :func:`finish_check`). x and y may be PackedSequences (read as a
     padded batch with its lengths, :mod:`softdtw._packed`).
     """
+    check_not_transformed(x, y, gamma)
     key = None
     if defer and x_lengths is None and y_lengths is None and type(x) is torch.Tensor and type(y) is torch.Tensor \
             and x.is_cuda and not torch.compiler.is_compiling():
@@ -834,6 +853,7 @@ def _prepared(hit: tuple, x, y, gamma, cost) -> Problem:
 def prepare_cost(C, gamma, *, bandwidth, itakura_max_slope, x_lengths, y_lengths, memory, backend,
                  defer: bool = False) -> Problem:
     """Like :func:`prepare` for a precomputed cost `(B, N, M)` (or `(N, M)`); x and y hold C and C."""
+    check_not_transformed(C, gamma)
     C = as_tensor(C, "C")
     if C.dim() not in (2, 3) or 0 in C.shape:
         raise ValueError(

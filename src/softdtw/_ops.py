@@ -232,7 +232,9 @@ def _third_order_error() -> NotImplementedError:
     return NotImplementedError(
         "third derivatives of soft-DTW are not supported: the double backward of softdtw::backward / "
         "softdtw::backward_cost is softdtw::hvp_cost, which has no derivative of its own. Take the second "
-        "backward with create_graph=False."
+        "backward with create_graph=False. torch.autograd.functional.hvp asks for one (it differentiates the "
+        "double backward again, with respect to the direction): use torch.autograd.functional.vhp, which is the "
+        "same product here (the Hessian is symmetric), or torch.autograd.grad twice."
     )
 
 

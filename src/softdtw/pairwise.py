@@ -12,7 +12,8 @@ from typing import Optional, Tuple, Union
 import numpy as np
 import torch
 
-from ._checks import as_lengths, check_length_range, check_values, nan_padding, ragged_hint, values_checked
+from ._checks import (as_lengths, check_length_range, check_not_transformed, check_values, nan_padding,
+                      ragged_hint, values_checked)
 from .functional import soft_dtw
 
 __all__ = ["pairwise_soft_dtw", "as_series_set", "as_padded_set", "as_set_lengths"]
@@ -158,6 +159,7 @@ def pairwise_soft_dtw(X, Y=None, gamma: Union[float, torch.Tensor] = 1.0, *, div
         >>> K.shape, bool(K.diagonal().abs().max() < 1e-4)
         (torch.Size([5, 5]), True)
     """
+    check_not_transformed(X, Y, gamma)
     X, x_lengths = as_padded_set(X, "X", x_lengths, "x_lengths")
     symmetric_input = Y is None
     if symmetric_input:
