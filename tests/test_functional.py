@@ -175,3 +175,18 @@ def test_half_precision_inputs_give_half_outputs():
         v = softdtw.soft_dtw(x.to(dtype), y.to(dtype), 1.0)
         assert v.dtype == dtype
         assert rel_err(v.float(), softdtw.soft_dtw(x.to(dtype).float(), y.to(dtype).float(), 1.0)) < 1e-2
+
+
+def test_dtw_path_overflow_is_the_same_error_on_every_route():
+    """A float32 pair whose DTW cost is finite in float64 but not in float32: every route (the lean unbatched one,
+    the batched cpu one, the reference and the banded ones) raises the same error (the cpu routes once returned the
+    path with a value of inf, the unbatched one with NumPy's overflow warning)."""
+    import warnings
+
+    x, y = torch.tensor([[0.0], [1e30]]), torch.tensor([[0.0], [-1e30]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for kw in ({}, {"backend": "reference"}, {"bandwidth": 5}):
+            for xx, yy in ((x, y), (x[None], y[None])):
+                with pytest.raises(ValueError, match="no warping path of finite cost"):
+                    softdtw.dtw_path(xx, yy, return_value=True, **kw)

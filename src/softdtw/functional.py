@@ -430,6 +430,9 @@ def _cpu_hard_paths(p: Problem, cost: str, open_begin: bool, open_end: bool
     return paths, torch.tensor(values, dtype=torch.float64)
 
 
+_F32_MAX = float(np.finfo(np.float32).max)
+
+
 def _cpu_path_fast(x, y, cost, open_begin, open_end):
     """dtw_path of one unbatched pair of finite float32 / float64 CPU tensors with a named cost and no other option,
     without the validation layer: (path, value) or None (anything else, or a non-finite input or value: the
@@ -458,6 +461,8 @@ def _cpu_path_fast(x, y, cost, open_begin, open_end):
     if path.shape[0] == 0:
         return None
     if dt is torch.float32:
+        if not abs(value[0]) <= _F32_MAX:  # overflows float32: the validating route raises (as every route does)
+            return None
         value = value.astype(np.float32)
     return torch.from_numpy(path), torch.from_numpy(value.reshape(()))
 
@@ -509,6 +514,10 @@ def dtw_path(x, y, *, cost="sqeuclidean", bandwidth=None, itakura_max_slope=None
     if p.backend == "cpu" and p.window is None and cost in ("sqeuclidean", "l1") and (
             variant is None or variant[2] is None):
         paths, value = _cpu_hard_paths(p, cost, *((False, False) if variant is None else variant[:2]))
+        over = torch.isinf(value.to(p.out_dtype))
+        if bool(over.any()):  # finite in float64, not in x's dtype: the error the other routes raise
+            raise ValueError(f"pair {int(over.nonzero()[0, 0])} has no warping path of finite cost: its DTW cost "
+                             f"overflows {p.out_dtype}. Rescale the inputs.")
         return _paths_out(paths, value, p, return_value)
     with torch.no_grad():
         E, value = _alignment(p, cost, variant)
