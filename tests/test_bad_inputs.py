@@ -514,3 +514,24 @@ def test_cuda_extremes_match_the_reference():
     xs, ys = case(2, 10, 8, 3, dtype=torch.float32, seed=6)
     assert rel_err(softdtw.soft_dtw(xs.cuda() * 1e20, ys.cuda() * 1e20, cost="cosine").cpu(),
                    softdtw.soft_dtw(xs, ys, cost="cosine")) <= 1e-5
+
+
+def test_hints_name_the_right_arguments():
+    """Errors for lists of cost matrices, nested lists, PackedSequences where they are not read, and short pairs
+    an Itakura parallelogram cannot hold name what was wrong and the arguments that exist (they once suggested
+    C_lengths, a (B, T, D) cost, a 'list of 4 series' for a PackedSequence and a slope the call already had)."""
+    from torch.nn.utils.rnn import pack_sequence
+
+    packed = pack_sequence([torch.randn(5, 2), torch.randn(3, 2)], enforce_sorted=False)
+    with pytest.raises(TypeError, match=r"got a list of 2 cost matrices.*x_lengths / y_lengths"):
+        softdtw.soft_dtw_from_cost([torch.rand(3, 3), torch.rand(4, 4)], 0.1)
+    with pytest.raises(TypeError, match=r"C must be a torch.Tensor of shape \(B, N, M\) or \(N, M\)"):
+        softdtw.soft_dtw_from_cost([[1.0, 2.0], [3.0, 4.0]], 0.1)
+    with pytest.raises(TypeError, match="got a PackedSequence, which holds series, not costs"):
+        softdtw.soft_dtw_from_cost(packed, 0.1)
+    with pytest.raises(TypeError, match=r"X is a PackedSequence.*pad_packed_sequence.*x_lengths=lengths"):
+        softdtw.pairwise_soft_dtw(packed)
+    with pytest.raises(ValueError, match=r"The slope allows max\(n, m\) / min\(n, m\) = 2, but on so few cells"):
+        softdtw.soft_dtw_from_cost(torch.rand(4, 2), 0.1, itakura_max_slope=3.0)
+    with pytest.raises(ValueError, match=r"Itakura slopes must allow max\(n, m\) / min\(n, m\) = 4"):
+        softdtw.soft_dtw_from_cost(torch.rand(8, 2), 0.1, itakura_max_slope=3.0)

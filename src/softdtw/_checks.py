@@ -19,6 +19,7 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 import torch
+from torch.nn.utils.rnn import PackedSequence
 
 from . import backends
 from ._packed import unpack
@@ -103,6 +104,9 @@ def _shape(t) -> tuple:
 def ragged_hint(t, name: str, lengths_name: str) -> str:
     """For a list or tuple of series of different lengths: how to pass them (padded, with lengths);
     "" for anything else."""
+    if isinstance(t, PackedSequence):  # a namedtuple, not a list of series
+        return (f"{name} is a PackedSequence, which this function does not read: unpack it, {name}, lengths = "
+                f"torch.nn.utils.rnn.pad_packed_sequence({name}, batch_first=True), and pass {lengths_name}=lengths.")
     if not isinstance(t, (list, tuple)) or len(t) < 2:
         return ""
     try:
@@ -121,7 +125,7 @@ def ragged_hint(t, name: str, lengths_name: str) -> str:
     )
 
 
-def as_tensor(t, name: str) -> torch.Tensor:
+def as_tensor(t, name: str, shape: str = "(B, T, D) or (T, D)") -> torch.Tensor:
     """Accept tensors and NumPy arrays; reject everything else with the fix."""
     if isinstance(t, np.ndarray):
         t = torch.from_numpy(t)
@@ -130,7 +134,7 @@ def as_tensor(t, name: str) -> torch.Tensor:
         if hint:
             raise TypeError(hint)
         raise TypeError(
-            f"{name} must be a torch.Tensor of shape (B, T, D) or (T, D); got {type(t).__name__}. "
+            f"{name} must be a torch.Tensor of shape {shape}; got {type(t).__name__}. "
             f"Wrap it with torch.as_tensor({name}, dtype=torch.float32)."
         )
     if t.device.type == "meta":
@@ -493,10 +497,16 @@ def make_window(x_lengths, y_lengths, N, M, bandwidth, itakura_max_slope) -> Opt
         if not bool(ok.all()):
             b = int((~ok).nonzero()[0, 0])
             n, m = int(x_lengths[b]), int(y_lengths[b])
+            ratio = max(n, m) / min(n, m)
+            if itakura_max_slope is not None and float(itakura_max_slope) >= ratio:
+                why = (f"The slope allows max(n, m) / min(n, m) = {ratio:.3g}, but on so few cells the parallelogram "
+                       f"(tslearn's itakura_mask, rounded to cells) still has no path from the first cell to the "
+                       f"last")
+            else:
+                why = f"Itakura slopes must allow max(n, m) / min(n, m) = {ratio:.3g}"
             raise ValueError(
                 f"the constraint (bandwidth={bandwidth!r}, itakura_max_slope={itakura_max_slope!r}) leaves "
-                f"no warping path for pair {b} (lengths n={n}, m={m}). Itakura slopes must allow "
-                f"max(n, m) / min(n, m) = {max(n, m) / min(n, m):.3g}: use a larger itakura_max_slope, a "
+                f"no warping path for pair {b} (lengths n={n}, m={m}). {why}: use a larger itakura_max_slope, a "
                 f"bandwidth, or None."
             )
     return window
@@ -854,7 +864,17 @@ def prepare_cost(C, gamma, *, bandwidth, itakura_max_slope, x_lengths, y_lengths
                  defer: bool = False) -> Problem:
     """Like :func:`prepare` for a precomputed cost `(B, N, M)` (or `(N, M)`); x and y hold C and C."""
     check_not_transformed(C, gamma)
-    C = as_tensor(C, "C")
+    if isinstance(C, PackedSequence):
+        raise TypeError("C must be a cost tensor (B, N, M); got a PackedSequence, which holds series, not costs. "
+                        "Call soft_dtw(x, y) on the series (it reads PackedSequences), or build the cost tensor "
+                        "first.")
+    if isinstance(C, (list, tuple)) and len(C) > 1 and all(
+            isinstance(c, (torch.Tensor, np.ndarray)) and c.ndim == 2 for c in C):
+        raise TypeError(
+            f"C must be one cost tensor (B, N, M); got a {type(C).__name__} of {len(C)} cost matrices. Stack them "
+            f"with torch.stack(C) when their shapes agree; else pad each to the largest (N, M) (any finite value "
+            f"past a pair's lengths) and pass x_lengths / y_lengths, the rows and columns of each.")
+    C = as_tensor(C, "C", "(B, N, M) or (N, M)")
     if C.dim() not in (2, 3) or 0 in C.shape:
         raise ValueError(
             f"C must be a non-empty cost matrix of shape (B, N, M) or (N, M); got C.shape={_shape(C)}."
