@@ -535,3 +535,12 @@ def test_hints_name_the_right_arguments():
         softdtw.soft_dtw_from_cost(torch.rand(4, 2), 0.1, itakura_max_slope=3.0)
     with pytest.raises(ValueError, match=r"Itakura slopes must allow max\(n, m\) / min\(n, m\) = 4"):
         softdtw.soft_dtw_from_cost(torch.rand(8, 2), 0.1, itakura_max_slope=3.0)
+
+
+def test_gamma_beyond_float32_is_a_clear_error():
+    """A float gamma that float32 cannot hold, on float32 data: a ValueError with the fix (it was torch's 'value
+    cannot be converted to type float without overflow'); float64 data takes it."""
+    x, y = torch.randn(2, 5, 1), torch.randn(2, 6, 1)
+    with pytest.raises(ValueError, match=r"gamma=1e\+39 does not fit in float32.*pass float64 inputs"):
+        softdtw.soft_dtw(x, y, 1e39)
+    assert torch.isfinite(softdtw.soft_dtw(x.double(), y.double(), 1e39)).all()

@@ -287,7 +287,13 @@ def as_gamma(gamma, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
         return gamma.reshape(()).to(device=device, dtype=dtype)
     g = float(gamma)
     _check_gamma_value(g)
+    if dtype in (torch.float32, torch.float16, torch.bfloat16) and g > _F32_MAX:  # the DP runs in float32
+        raise ValueError(f"gamma={g:g} does not fit in float32 (at most {_F32_MAX:.4g}), the precision of this call; "
+                         f"pass float64 inputs or a smaller gamma (typically 0.01 to 10 in the cost's units).")
     return _constant((), g, dtype, device)
+
+
+_F32_MAX = float(torch.finfo(torch.float32).max)
 
 
 def _check_gamma_value(g: float) -> None:
