@@ -26,8 +26,9 @@ import numpy as np
 import torch
 
 from . import _ops, costs
-from ._checks import (NaNPadded, Problem, Span, _value_checks_enabled, as_variant, check_cost_matrix, cost_name,
-                      host_views, make_window, prepare, prepare_cost, rerun_args, route_by_range, run_checked)
+from ._checks import (_F32_MAX, NaNPadded, Problem, Span, _value_checks_enabled, as_variant, check_cost_matrix,
+                      cost_name, host_views, make_window, prepare, prepare_cost, rerun_args, route_by_range,
+                      run_checked)
 from .backends import FUSED_COSTS
 from .backends.cuda import FUSED_D_MAX, launch as _launch
 from .backends.cuda import fastpath as _fastpath
@@ -428,9 +429,6 @@ def _cpu_hard_paths(p: Problem, cost: str, open_begin: bool, open_end: bool
         paths.append(torch.from_numpy(path))
         values.append(value)
     return paths, torch.tensor(values, dtype=torch.float64)
-
-
-_F32_MAX = float(np.finfo(np.float32).max)
 
 
 def _cpu_path_fast(x, y, cost, open_begin, open_end):
