@@ -19,7 +19,6 @@ reference backend instead, slower (see softdtw._checks.REACH_LIMIT).
 """
 from __future__ import annotations
 
-import math
 from typing import List, Union
 
 import numpy as np
@@ -418,13 +417,14 @@ def _cpu_hard_paths(p: Problem, cost: str, open_begin: bool, open_end: bool
     kern = _search_kernels()
     x, y = p.x.detach().to(torch.float64), p.y.detach().to(torch.float64)
     paths, values = [], []
+    limit = torch.finfo(p.out_dtype).max
     for b, (n, m) in enumerate(zip(p.x_lengths.tolist(), p.y_lengths.tolist())):
         path, value = kern.hard_path_into(x[b, :n].numpy(), y[b, :m].numpy(), 0 if cost == "sqeuclidean" else 1,
                                           open_begin, open_end, kern.scratch("values", m, np.float64),
                                           kern.scratch("starts", m, np.int64),
                                           kern.scratch("dirs", kern.dirs_size(n, m), np.uint8))
-        if not math.isfinite(value):
-            raise ValueError(f"pair {b} has no warping path of finite cost: its DTW cost overflows float64. "
+        if not abs(value) <= limit:  # beyond float64, or beyond the dtype of the result (float32: every route raises)
+            raise ValueError(f"pair {b} has no warping path of finite cost: its DTW cost overflows {p.out_dtype}. "
                              f"Rescale the inputs.")
         paths.append(torch.from_numpy(path))
         values.append(value)
@@ -512,10 +512,6 @@ def dtw_path(x, y, *, cost="sqeuclidean", bandwidth=None, itakura_max_slope=None
     if p.backend == "cpu" and p.window is None and cost in ("sqeuclidean", "l1") and (
             variant is None or variant[2] is None):
         paths, value = _cpu_hard_paths(p, cost, *((False, False) if variant is None else variant[:2]))
-        over = torch.isinf(value.to(p.out_dtype))
-        if bool(over.any()):  # finite in float64, not in x's dtype: the error the other routes raise
-            raise ValueError(f"pair {int(over.nonzero()[0, 0])} has no warping path of finite cost: its DTW cost "
-                             f"overflows {p.out_dtype}. Rescale the inputs.")
         return _paths_out(paths, value, p, return_value)
     with torch.no_grad():
         E, value = _alignment(p, cost, variant)

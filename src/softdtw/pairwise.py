@@ -119,8 +119,9 @@ def pairwise_soft_dtw(X, Y=None, gamma: Union[float, torch.Tensor] = 1.0, *, div
 
     The pairs are processed in chunks, each one batched :func:`softdtw.soft_dtw` call, so the memory
     stays within ``memory_budget`` whatever P and Q. With ``Y=None`` and a symmetric setting (named
-    cost, no Itakura slope, no fractional band radius) only the upper triangle is computed and mirrored. Each chunk is trimmed to
-    the longest series it contains, so sets of very unequal lengths do not pay for their padding.
+    cost, no Itakura slope, no fractional band radius) only the upper triangle is computed and mirrored.
+    Each chunk is trimmed to the longest series it contains, so sets of very unequal lengths do not pay
+    for their padding.
 
     Args:
         X: `(P, N, D)` float tensor (or NumPy array; `(P, N)` is read as univariate series).

@@ -26,8 +26,8 @@ class SearchResult(NamedTuple):
     """Matches of :func:`dtw_search`, best first: tensors `(Q, k)` (`(k,)` for one query).
 
     start, end: int64 series indices of each match's first and last step (inclusive); value: its
-    (soft-)DTW value, in the query's dtype (float32 for float16 / bfloat16 queries). Where fewer than k non-overlapping matches exist, the
-    remaining entries are start = end = -1 and value = +inf.
+    (soft-)DTW value, in the query's dtype (float32 for float16 / bfloat16 queries). Where fewer than k
+    non-overlapping matches exist, the remaining entries are start = end = -1 and value = +inf.
     """
     start: torch.Tensor
     end: torch.Tensor
