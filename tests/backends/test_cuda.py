@@ -745,6 +745,23 @@ def test_missing_cuda_core_says_what_to_install(monkeypatch):
         comp.cuda_core()
 
 
+def test_fused_float32_pairs_past_1024_steps_run_chained():
+    """float32 fused costs of 1028 to 2048 steps whose chained blocks fill at most half the GPU take the chained
+    K = 4, W = 4 plan (launch.CHAIN_MARGIN_F32: H100, B = 1..64, forward + backward 9-18 % and value-only 20-28 %
+    faster than the sequential K = 8, W = 8); 1024 steps, float64 and larger batches keep the sequential plan."""
+    lm = launch_module()
+
+    def plan(B, N, dtype=torch.float32):
+        return lm.choose_plan(B, N, N, lm.k_max(dtype, 1), 132, lm._krings(dtype, 1), False, dtype.itemsize, True)
+
+    for B, N in ((1, 2048), (16, 2048), (64, 2048), (32, 1280), (8, 1536)):
+        p = plan(B, N)
+        assert (p.K, p.W, p.chain) == (4, 4, True), (B, N, p)
+    assert not plan(16, 1024).chain
+    assert not plan(96, 2048).chain
+    assert not plan(16, 2048, torch.float64).chain
+
+
 def test_long_precomputed_cost_pairs_run_chained():
     """A precomputed or Gram cost of long pairs, up to 128 of them: chained K = 4, W = 2 (launch.choose_plan;
     the fused-cost model's one block per pair left most SMs idle); short pairs and fused costs keep the model."""

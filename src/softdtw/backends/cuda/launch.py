@@ -112,6 +112,9 @@ def sm_count(device_index: int) -> int:
 #: chunk runs behind the one on its left (a chunk reads the left column 32 rows at a time, a block ahead).
 CHAIN_K_MAX = 8
 _CHAIN_LAG_ROWS = 64
+#: The modelled gain a chained plan needs over the sequential one for a float32 fused cost whose chained blocks fill
+#: at most half the GPU (plan_estimate; 0.7 elsewhere).
+CHAIN_MARGIN_F32 = 0.8
 #: Precomputed and Gram costs (large D) of pairs at least this long, in batches of at most COST_CHAIN_MAX_B
 #: pairs (the range the sweep covered), run chained K = 4, W = 2 (choose_plan).
 COST_CHAIN_MIN_N, COST_CHAIN_MAX_B = 1024, 128
@@ -216,7 +219,15 @@ def plan_estimate(B: int, N: int, M: int, kmax: int, sms: int, kring: tuple = ()
                 best_chain, chain_time = (K, W, nch), ctime
                 chain_seq_units = max(N + (nch - 1) * (32 * W + _CHAIN_LAG_ROWS) + 32 * W,
                                       B * nch * W * (N + 32 * W) / resident) * step
-    if best_chain is not None and (checkpoint or (best_chain[2] > 1 and chain_seq_units < 0.7 * best_time)):
+    # The chained model is optimistic (measured/modelled ~1.1 at N = 2048), hence a margin. float32 fused costs whose
+    # chained blocks fill at most half of the GPU take a chained plan at a smaller modelled gain: H100, B = 8..64, N = M
+    # = 2048, D = 1, the model's 0.77 was measured 0.85-0.92 forward + backward (value-only 0.72) against the
+    # sequential K = 8, W = 8, and 1024 steps (0.91 modelled) stay sequential, 1.08-1.16 measured
+    # (OPTIMIZATION_LOG.md, "Chained plans for fused costs at N = 2048").
+    margin = 0.7
+    if best_chain is not None and fused and word_bytes == 4 and B * best_chain[2] * best_chain[1] * 2 <= resident:
+        margin = CHAIN_MARGIN_F32
+    if best_chain is not None and (checkpoint or (best_chain[2] > 1 and chain_seq_units < margin * best_time)):
         K, W, nch = best_chain
         return Plan(K, W, nch, True, tile_rows(B, N, K, W, nch, word_bytes) if checkpoint else 0), chain_seq_units
     return best, best_time
