@@ -762,6 +762,23 @@ def test_fused_float32_pairs_past_1024_steps_run_chained():
     assert not plan(16, 2048, torch.float64).chain
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("B,N,M,D", [(3, 17, 9, 24), (1, 1, 1, 17), (2, 300, 1, 1000), (4, 0, 5, 20)])
+def test_gram_norms_one_launch(dtype, B, N, M, D):
+    """kernels/norms.cu: |x_i| and |y_j| of the gram cost in one launch (float64 sums), against float64 torch norms;
+    a non-contiguous input is taken as its values."""
+    be = cuda_backend()
+    x = torch.randn(B, N, D, dtype=torch.float64, device="cuda") * 3
+    y = torch.randn(B, D, M, dtype=torch.float64, device="cuda").transpose(1, 2)  # non-contiguous
+    xn, yn = be._norms(x.to(dtype), y.to(dtype))
+    assert xn.shape == (B, N) and yn.shape == (B, M) and xn.dtype == yn.dtype == dtype
+    tol = 2e-7 if dtype == torch.float32 else 1e-13  # float64: D = 1000 sums in two orders
+    for got, v in ((xn, x.to(dtype).double()), (yn, y.to(dtype).double())):
+        want = torch.linalg.vector_norm(v, dim=-1)
+        if want.numel():
+            assert ((got.double() - want).abs() <= tol * want).all()
+
+
 def test_long_precomputed_cost_pairs_run_chained():
     """A precomputed or Gram cost of long pairs, up to 128 of them: chained K = 4, W = 2 (launch.choose_plan;
     the fused-cost model's one block per pair left most SMs idle); short pairs and fused costs keep the model."""

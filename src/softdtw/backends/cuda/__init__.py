@@ -865,8 +865,23 @@ def _gram(x, y):
 
 
 def _norms(x, y):
-    """(|x_i| `(B, N)`, |y_j| `(B, M)`): the norms the "gram" cost's kernels take beside x·yᵀ."""
-    return torch.linalg.vector_norm(x, dim=-1), torch.linalg.vector_norm(y, dim=-1)
+    """(|x_i| `(B, N)`, |y_j| `(B, M)`): the norms the "gram" cost's kernels take beside x·yᵀ, in x's dtype, by one
+    launch of kernels/norms.cu (float64 sums; the C++ launcher runs the same kernel)."""
+    x, y = x.contiguous(), y.contiguous()
+    B, N, D = x.shape
+    M = y.shape[1]
+    xn = torch.empty((B, N), dtype=x.dtype, device=x.device)
+    yn = torch.empty((B, M), dtype=x.dtype, device=x.device)
+    rows = B * (N + M)
+    if rows:
+        dev = x.get_device()
+        _launch.launch("norms", NORMS_EXPR[x.dtype], dev, -(-rows // _NORMS_THREADS), _NORMS_THREADS,
+                       (x.data_ptr(), B * N, y.data_ptr(), B * M, D, xn.data_ptr(), yn.data_ptr()))
+    return xn, yn
+
+
+NORMS_EXPR = {torch.float32: "sdtw::norms_kernel<float>", torch.float64: "sdtw::norms_kernel<double>"}
+_NORMS_THREADS = 256
 
 
 def _gemm_cost(cost, x, y):

@@ -64,6 +64,7 @@ struct Plan {
   int64_t B = 0, N = 0, M = 0, nch = 1;
   std::string cost;
   bool gram = false;  // large-D squared Euclidean: the kernels take |x_i|, |y_j| and x·yᵀ (cost "gram")
+  Kernel norms;       // gram: norms_kernel (its grid is set per launch)
   // DILATE (set_hvp): fwd is the value-only forward of a precomputed cost, hvp is hvp_warp_kernel (hvp.py)
   Kernel hvp;
   int64_t rec_numel = 0;  // its per-cell records, in the data dtype
@@ -116,10 +117,21 @@ at::Tensor maybe_empty(const std::vector<int64_t>& shape, const at::TensorOption
   return shape.empty() ? at::Tensor() : at::empty(shape, opts);
 }
 
-// The gram cost's inputs, as backends/cuda/__init__.py's _gram: |x_i|, |y_j| and x·yᵀ.
-void gram_inputs(const at::Tensor& x, const at::Tensor& y, at::Tensor& xn, at::Tensor& yn, at::Tensor& G) {
-  xn = at::linalg_vector_norm(x, 2, at::IntArrayRef{-1});
-  yn = at::linalg_vector_norm(y, 2, at::IntArrayRef{-1});
+// The gram cost's inputs, as backends/cuda/__init__.py's _gram: |x_i|, |y_j| (norms_kernel, one launch for both) and
+// x·yᵀ.
+void gram_inputs(const Plan& p, int64_t stream, const at::Tensor& xa, const at::Tensor& ya, at::Tensor& xn,
+                 at::Tensor& yn, at::Tensor& G) {
+  const at::Tensor x = xa.contiguous(), y = ya.contiguous();  // (no copy for the launcher's own calls)
+  const int64_t B = x.size(0), N = x.size(1), M = y.size(1), D = x.size(2);
+  xn = at::empty({B, N}, x.options());
+  yn = at::empty({B, M}, x.options());
+  const int64_t rows = B * (N + M);
+  if (rows > 0) {
+    TORCH_CHECK(p.norms.fn != nullptr, "softdtw fast path: a gram plan without its norms kernel (a bug, please report it).");
+    Kernel k = p.norms;
+    k.grid = (unsigned)((rows + k.block - 1) / k.block);
+    launch(k, stream, {ptr(x), B * N, ptr(y), B * M, D, ptr(xn), ptr(yn)}, "norms_kernel");
+  }
   G = at::bmm(x, y.transpose(1, 2));
 }
 
@@ -151,7 +163,7 @@ struct Fused : public torch::autograd::Function<Fused> {
       launch(p.check, stream, {ptr(x), x.numel(), ptr(y), y.numel(), 0, ptr(gamma), flag, ws, wmax}, "check_kernel");
     }
     at::Tensor xn, yn, G;  // the gram cost's inputs (backends/cuda/__init__.py, _gram)
-    if (p.gram) gram_inputs(x, y, xn, yn, G);
+    if (p.gram) gram_inputs(p, stream, x, y, xn, yn, G);
     auto [value, saved] = run_forward(p, stream, p.gram ? ptr(xn) : ptr(x), p.gram ? ptr(yn) : ptr(y), ptr(G), gamma,
                                       xl, yl, store, x.options());
     if (store) {
@@ -491,7 +503,7 @@ void forward_op(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::
   const Plan& p = plan_of(id);
   bind(p);
   at::Tensor xn, yn, G;
-  if (p.gram) gram_inputs(x, y, xn, yn, G);
+  if (p.gram) gram_inputs(p, current_stream(x), x, y, xn, yn, G);
   auto [value, saved] = run_forward(p, current_stream(x), p.gram ? ptr(xn) : ptr(x), p.gram ? ptr(yn) : ptr(y),
                                     ptr(G), gamma, xl, yl, store, x.options());
   torch::jit::drop(s, 12);
@@ -529,7 +541,7 @@ void backward_op(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
   if (p.gram) {
     // E = grad_b E_b over x·yᵀ in place, its row and column sums rs, cs; dx = 2 (rs x - E y), dy = 2 (cs y - Eᵀ x).
     at::Tensor xn, yn, G;
-    gram_inputs(x, y, xn, yn, G);
+    gram_inputs(p, stream, x, y, xn, yn, G);
     at::Tensor rs = at::empty_like(xn), cs = at::empty_like(yn);
     launch(p.bwd, stream,
            {ptr(xn), ptr(yn), ptr(G), ptr(gamma), ptr(xl), ptr(yl), 0, ptr(grad), ptr(saved), ptr(rs), ptr(cs), ptr(G),
@@ -687,6 +699,17 @@ int64_t add_plan(int64_t context, std::vector<int64_t> check, std::vector<int64_
   return (int64_t)g_plans.size() - 1;
 }
 
+// A gram plan's norms_kernel (fastpath.py): (CUfunction, grid (unused: set per launch), block).
+void set_norms(int64_t id, std::vector<int64_t> k) {
+  TORCH_CHECK(k.size() == 3, "softdtw fast path: a kernel is (CUfunction, grid, block)");
+  std::lock_guard<std::mutex> guard(g_lock);
+  TORCH_CHECK(id >= 0 && id < (int64_t)g_plans.size(), "softdtw fast path: unknown plan ", id);
+  Kernel& n = g_plans[id].norms;
+  n.fn = (void*)(uintptr_t)k[0];
+  n.grid = (unsigned)k[1];
+  n.block = (unsigned)k[2];
+}
+
 void set_driver(int64_t launch, int64_t ctx_get, int64_t ctx_set) {
   g_launch = (LaunchFn)(uintptr_t)launch;
   g_ctx_get = (CtxFn)(uintptr_t)ctx_get;
@@ -702,6 +725,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("fused", &fused, "soft-DTW values (B,) with a C++ autograd node");
   m.def("dilate", &dilate, "DILATE losses (B,) with a C++ autograd node");
   m.def("set_hvp", &set_hvp, "the hvp kernel of a DILATE plan");
+  m.def("set_norms", &set_norms, "the norms kernel of a gram plan");
   m.def("set_dilate_xy", &set_dilate_xy, "a DILATE plan through dilate_xy_kernel");
   m.def("register_ops", &register_ops, "the CUDA kernels of softdtw::forward and softdtw::backward");
   m.def("set_ops_enabled", &set_ops_enabled, "off: every op call runs the Python kernel");

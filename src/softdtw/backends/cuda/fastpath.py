@@ -235,6 +235,10 @@ def _plan(x, y, cost, memory: str, backend, grad: bool, transposable: bool = Fal
                             _kernel("forward", fwd, dev), _kernel("backward", bwd, dev), fwd.saved_numel,
                             _saved_dtype(x.dtype), list(fwd.bnd), list(bwd.bnd) if bwd is not None else [], B, N, M,
                             fwd.plan.nch, cost, gram)
+    if gram:  # |x_i|, |y_j| by kernels/norms.cu, as the Python path's _norms
+        from . import NORMS_EXPR, _NORMS_THREADS
+
+        _module.set_norms(plan, [_launch._launcher("norms", NORMS_EXPR[x.dtype], dev).fn, 0, _NORMS_THREADS])
     return plan, unbatched, _checks.Span(cost, D, N, M), gram, swap
 
 
