@@ -780,13 +780,18 @@ def test_gram_norms_one_launch(dtype, B, N, M, D):
 
 
 def test_long_precomputed_cost_pairs_run_chained():
-    """A precomputed or Gram cost of long pairs, up to 128 of them: chained K = 4, W = 2 (launch.choose_plan;
-    the fused-cost model's one block per pair left most SMs idle); short pairs and fused costs keep the model."""
+    """A precomputed or Gram cost of long pairs, up to 128 of them, runs chained (launch.choose_plan; the fused-cost
+    model's one block per pair left most SMs idle): float32 W = 4, K = 4 while its blocks fill at most a quarter of
+    the GPU, else K = 8; float64 K = 4, W = 2. Short pairs and fused costs keep the model."""
     lm = launch_module()
     p = lm.choose_plan(32, 2048, 2048, 16, 132, (), False, 4, False)
-    assert (p.K, p.W, p.nch, p.chain) == (4, 2, 8, True)
-    q = lm.choose_plan(32, 2048, 2000, 16, 132, (4, 2, 2, 1, 1), False, 4, False)  # the ring allows K = 2 at W = 2
-    assert (q.K, q.W, q.nch, q.chain) == (2, 2, 16, True)
+    assert (p.K, p.W, p.nch, p.chain) == (4, 4, 4, True)
+    r = lm.choose_plan(128, 1024, 1024, 16, 132, (), False, 4, False)
+    assert (r.K, r.W, r.nch, r.chain) == (8, 4, 1, True)
+    f = lm.choose_plan(32, 2048, 2048, 16, 132, (), False, 8, False)  # float64
+    assert (f.K, f.W, f.nch, f.chain) == (4, 2, 8, True)
+    q = lm.choose_plan(32, 2048, 2000, 16, 132, (4, 2, 2, 1, 1), False, 4, False)  # the ring allows K = 2 at W = 4
+    assert (q.K, q.W, q.nch, q.chain) == (2, 4, 8, True)
     assert not lm.choose_plan(256, 512, 512, 16, 132, (), False, 4, False).chain
-    assert lm.choose_plan(32, 2048, 2048, 16, 132, (), False, 4, True) != p
+    assert lm.choose_plan(128, 1024, 1024, 16, 132, (), False, 4, True) != r  # a fused cost: the model
     assert lm.choose_plan(32, 2048, 2048, 16, 132, (), True, 4, False).TH > 0  # checkpoint: the model's tiles

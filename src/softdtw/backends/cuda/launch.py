@@ -182,6 +182,15 @@ def plan_estimate(B: int, N: int, M: int, kmax: int, sms: int, kring: tuple = ()
         # N = 1024 2.98 -> 2.32, B = 128, N = 1024 6.39 -> 5.72, B = 4, N = 4096 8.44 -> 7.49 (H100,
         # benchmarks/probes/large_d_sweep.py, OPTIMIZATION_LOG "Large D: chained layouts for the cost ring").
         # Pairs of 512 steps or fewer stay with the model (its pick was 1-13 % ahead there).
+        if word_bytes == 4:
+            # float32: W = 4, K = 4 while its blocks' warps fill at most a quarter of the GPU, else K = 8: H100, D = 64,
+            # against K = 4, W = 2: 32 x 2048² 4.36 -> 4.12 ms, 16 x 2048² 3.55 -> 3.33, 32 x 1024² 1.89 -> 1.75,
+            # 4 x 4096² 6.30 -> 5.87; with K = 8: 128 x 1024² 3.62 -> 3.17, 64 x 2048² (D = 32) 5.74 -> 5.03
+            # (OPTIMIZATION_LOG "Large D: four warps per chained block").
+            K = min(4, kmax, kring[2] if kring else 4)
+            if B * -(-M // (128 * K)) * 4 * 4 > sms * _RESIDENT_WARPS_PER_SM:
+                K = min(8, kmax, kring[2] if kring else 8)
+            return Plan(K, 4, -(-M // (128 * K)), True, 0), math.inf
         K = min(4, kmax, kring[1] if kring else 4)
         return Plan(K, 2, -(-M // (64 * K)), True, 0), math.inf
     resident = sms * _RESIDENT_WARPS_PER_SM
