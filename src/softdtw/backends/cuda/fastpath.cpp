@@ -127,7 +127,8 @@ void gram_inputs(const Plan& p, int64_t stream, const at::Tensor& xa, const at::
   yn = at::empty({B, M}, x.options());
   const int64_t rows = B * (N + M);
   if (rows > 0) {
-    TORCH_CHECK(p.norms.fn != nullptr, "softdtw fast path: a gram plan without its norms kernel (a bug, please report it).");
+    TORCH_CHECK(p.norms.fn != nullptr,
+                "softdtw fast path: a gram plan without its norms kernel (a bug, please report it).");
     Kernel k = p.norms;
     k.grid = (unsigned)((rows + k.block - 1) / k.block);
     launch(k, stream, {ptr(x), B * N, ptr(y), B * M, D, ptr(xn), ptr(yn)}, "norms_kernel");

@@ -116,7 +116,7 @@ _CHAIN_LAG_ROWS = 64
 #: at most half the GPU (plan_estimate; 0.7 elsewhere).
 CHAIN_MARGIN_F32 = 0.8
 #: Precomputed and Gram costs (large D) of pairs at least this long, in batches of at most COST_CHAIN_MAX_B
-#: pairs (the range the sweep covered), run chained K = 4, W = 2 (choose_plan).
+#: pairs (the range the sweep covered), run chained: float32 W = 4, float64 K = 4, W = 2 (choose_plan).
 COST_CHAIN_MIN_N, COST_CHAIN_MAX_B = 1024, 128
 #: Budget for the checkpointed backward's tile buffers, bytes (all blocks of one call together).
 TILE_BYTES = 1 << 30
@@ -176,7 +176,7 @@ def plan_estimate(B: int, N: int, M: int, kmax: int, sms: int, kring: tuple = ()
     pair is no loss: a 16-column pair runs K = 2 on 8 lanes in 23 steps instead of 31.
     """
     if not fused and not checkpoint and min(N, M) >= COST_CHAIN_MIN_N and B <= COST_CHAIN_MAX_B:
-        # A precomputed / Gram cost of long pairs: chained K = 4, W = 2. The model below was fitted to
+        # A precomputed / Gram cost of long pairs runs chained (first K = 4, W = 2). The model below was fitted to
         # fused-cost kernels; with a cost ring its pick (one block per pair, K = 4..8 and W = 8) left most SMs
         # idle: B = 32, N = M = 2048, D = 64 forward + backward 10.2 -> 6.4 ms, B = 16 9.0 -> 4.4, B = 32,
         # N = 1024 2.98 -> 2.32, B = 128, N = 1024 6.39 -> 5.72, B = 4, N = 4096 8.44 -> 7.49 (H100,
@@ -188,7 +188,7 @@ def plan_estimate(B: int, N: int, M: int, kmax: int, sms: int, kring: tuple = ()
             # 4 x 4096² 6.30 -> 5.87; with K = 8: 128 x 1024² 3.62 -> 3.17, 64 x 2048² (D = 32) 5.74 -> 5.03
             # (OPTIMIZATION_LOG "Large D: four warps per chained block").
             K = min(4, kmax, kring[2] if kring else 4)
-            if B * -(-M // (128 * K)) * 4 * 4 > sms * _RESIDENT_WARPS_PER_SM:
+            if B * -(-M // (128 * K)) * 4 * 4 > sms * _RESIDENT_WARPS_PER_SM:  # B·nch·W past a quarter
                 K = min(8, kmax, kring[2] if kring else 8)
             return Plan(K, 4, -(-M // (128 * K)), True, 0), math.inf
         K = min(4, kmax, kring[1] if kring else 4)
