@@ -236,6 +236,20 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
         }
       }
     }
+    // float links, no open end: the end cell's E = 1 enters the same way, as a seed "below" it with the one-hot up
+    // link (w_up = Q exactly, and Q * UNIT == 1.f), not as a test per cell and step. Cells right of column m - 1
+    // then get E = 0 with no test either: every E they read is 0 and float weights are finite whatever the bits
+    // (OPTIMIZATION_LOG.md, "Backward: the end cell as a seed").
+    constexpr bool SEED = !Link<T>::NEEDS_R && !OE;
+    if constexpr (SEED) if (!below) {
+#pragma unroll
+      for (int k = 0; k < K; ++k)
+        if (j0 + k == m - 1) {
+          Eb[k] = T(1);
+          Sb[k] = Link<T>::hard(1);
+          if (PEN) pensum -= double(Eb[k] * Link<T>::w_up(Sb[k], T(0), HARD));
+        }
+    }
     if (below) {  // the row below the band, from the band below (written by this lane there)
 #pragma unroll
       for (int k = 0; k < K; ++k)
@@ -347,7 +361,7 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
     auto issue = [&](const int tau) {
       const int row = r1 - 1 - tau + (NL - 1 - L);
       const bool ok = ROWS ? unsigned(row - r0) < unsigned(nr) : row >= 0 && row < n;
-      const int s = tau % P;
+      const int s = int(unsigned(tau) % P);  // (tau >= 0: an unsigned modulo is 1-3 instructions, a signed one 5)
       const Word* src = sbase + size_t(islot) * CW;
       if (MODE == BWD_CKPT) {
         src = tbuf + size_t(ok ? tslot : 0) * CW;
@@ -482,9 +496,9 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
       T cr[K];
 #pragma unroll
       for (int k = 0; k < K; ++k) {
-        s[k] = my_wring[(tau % P) * stage + k];
+        s[k] = my_wring[(unsigned(tau) % P) * stage + k];
         cr[k] = T(0);
-        if constexpr (!FUSED) cr[k] = my_cring[(tau % P) * stage + k];
+        if constexpr (!FUSED) cr[k] = my_cring[(unsigned(tau) % P) * stage + k];
       }
       if (live) {
         const bool endrow = i == n - 1;
@@ -522,12 +536,14 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
           }
           if constexpr (OE) {
             if (Link<T>::NEEDS_R && endrow) e += Eb[k];
-          } else if (endrow && ((colend >> k) & 1u)) {
+          } else if (!SEED && endrow && ((colend >> k) & 1u)) {
             e = T(1);
           }
-          bool valid = (colok >> k) & 1u;
-          if (WINDOW) valid = valid && j >= mine.lo && j < mine.hi;
-          if (!valid) e = T(0);
+          if (!SEED || WINDOW) {  // (SEED: past column m - 1, e is 0 already)
+            bool valid = (colok >> k) & 1u;
+            if (WINDOW) valid = valid && j >= mine.lo && j < mine.hi;
+            if (!valid) e = T(0);
+          }
           Ed = Eb[k];
           Sd = Sb[k];
           Eb[k] = e;
