@@ -196,6 +196,34 @@ def test_float32_value_only_long_pairs_keep_frames(K, W):
     assert torch.allclose(got, stored, rtol=1e-5, atol=0), (got - stored).abs().max()
 
 
+@pytest.mark.parametrize("K,W,chain,memory", [(4, 4, False, "store"), (2, 8, False, "store"), (4, 1, False, "store"),
+                                           (4, 4, True, "store"), (2, 2, True, "checkpoint")])
+def test_float32_end_cell_seed(K, W, chain, memory):
+    """The float32 backward starts E at the end cell from a seed below it (kernels/backward.cu, SEED), not by a
+    test per cell, and leaves cells past column m - 1 at E = 0 without one: E[n - 1, m - 1] is exactly 1 and E
+    is exactly 0 outside the pair, for y lengths that put m - 1 on every column of a lane, at the last column of
+    a chunk and at the first of the next; E against float64 within 1e-3, dgamma too."""
+    be = cuda_backend()
+    CW = 32 * W * K
+    ms = [CW - 1, CW, CW + 1, CW + 2, CW + 3, 2 * CW - 5, 37, 2 * CW]
+    B, N, M = len(ms), 70, 2 * CW
+    x, y, xl, _, _ = _problem(B, N, M, 2, seed=K * W, lengths=True)
+    yl = torch.tensor(ms, dtype=torch.int64, device="cuda")
+    grad = torch.ones(B, dtype=torch.float64, device="cuda")
+    C = ((x[:, :, None, :] - y[:, None, :, :]) ** 2).sum(-1)
+    v64, R = ref.forward_cost(C, _gamma(0.3, torch.float64), xl, yl, None, "store")
+    E64, dg64 = ref.backward_cost(grad, C, _gamma(0.3, torch.float64), xl, yl, None, v64, R, "store")
+    g32 = _gamma(0.3, torch.float32)
+    with launch_module().forced_plan(K, W, chain=chain, TH=64 if memory == "checkpoint" else None):
+        v, saved = be.forward_cost(C.float(), g32, xl, yl, None, memory)
+        E, dg = be.backward_cost(grad.float(), C.float(), g32, xl, yl, None, v, saved, memory)
+    for b in range(B):
+        n, m = int(xl[b]), int(yl[b])
+        assert E[b, n - 1, m - 1].item() == 1.0, (b, n, m, E[b, n - 1, m - 1].item())
+        assert not E[b, n:].any() and not E[b, :, m:].any(), (b, n, m)
+    assert rel_err(E, E64) <= 1e-3 and rel_err(dg, dg64) <= 1e-3, (rel_err(E, E64), rel_err(dg, dg64))
+
+
 # --- every layout: warps per pair, columns per lane, column chunks ---------------------------------------
 
 LAYOUTS = [(1, 1), (2, 1), (4, 1), (16, 1), (1, 2), (2, 4), (4, 2), (8, 1), (1, 16), (4, 16)]
