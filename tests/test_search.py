@@ -364,6 +364,9 @@ def test_non_finite_inputs_and_bad_k_are_errors():
         softdtw.dtw_search(torch.full((3, 1), float("nan")), torch.zeros(20, 1))
     with pytest.raises(ValueError, match="series contains Inf"):
         softdtw.dtw_search(q, torch.full((20, 1), float("inf")))
+    s[3, 0] = float("-inf")  # the message names the first non-finite value and its kind
+    with pytest.raises(ValueError, match=r"series contains Inf values \(first at index \(3, 0\)\)"):
+        softdtw.dtw_search(q, s, k=2)
     for k in (None, True, 0, 1.5):
         with pytest.raises(ValueError, match="k must be an integer >= 1"):
             softdtw.dtw_search(q, torch.zeros(20, 1), k=k)

@@ -155,7 +155,7 @@ def dtw_search(query, series, k: int = 1, gamma: float = 0.0, exclusion: Optiona
         bad = ~torch.isfinite(t)
         if bool(bad.any()):  # NaN is no padding here: a step of the series or of a query, and a match would skip it
             where = bad.nonzero()[0].tolist()
-            what = "NaN" if bool(torch.isnan(t).any()) else "Inf"
+            what = "NaN" if bool(torch.isnan(t[tuple(where)])) else "Inf"  # the kind of the one it names
             raise ValueError(
                 f"{name} contains {what} values (first at index {tuple(where)}); dtw_search needs finite values. "
                 f"Pass each query without its padding, and impute missing steps of the series (e.g. linear "
