@@ -1,0 +1,69 @@
+"""Kernel-time A/B of two source trees: the GPU time per step of the DP kernels (torch.profiler, not wall time).
+
+    python benchmarks/probes/kernel_time_ab.py SRC_DIR TAG OUT.jsonl
+
+SRC_DIR is a `src/` folder (a copy of this tree, with or without a patch); one JSON line per call goes to OUT.jsonl:
+the loss step's forward / backward DP kernels (`soft_dtw(...).mean().backward()`, gamma 0.1) on ten shapes, then
+per HVP shape the `hvp_xy` kernels (gamma terms off) and a DILATE step's kernels. `kernel_time_ab.sh` runs it as an
+A/B: a warm-up process per tree (the NVRTC compiles), then base, new, base, new. Kernel times resolve 1-2 %
+between processes where event-timed steps of these sizes move with the host (OPTIMIZATION_LOG.md, "The backward's
+ring address once")."""
+import json
+import sys
+from collections import defaultdict
+
+sys.path.insert(0, sys.argv[1])
+import torch  # noqa: E402
+from torch.profiler import ProfilerActivity, profile  # noqa: E402
+
+import softdtw  # noqa: E402
+from softdtw.backends import cuda as be  # noqa: E402
+
+def ktimes(fn, reps=20, warm=5):
+    for _ in range(warm): fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps): fn()
+        torch.cuda.synchronize()
+    k = defaultdict(float)
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            n = e.name
+            nm = "hvp" if "hvp" in n else ("bwd" if "backward" in n else ("fwd" if "forward" in n else "other"))
+            k[nm] += e.device_time / reps
+    return {a: round(b, 1) for a, b in k.items()}
+
+SH = [("512", 32, 512, 512, 1, {}), ("128", 16, 128, 128, 1, {}), ("fc96", 64, 96, 96, 7, {}),
+      ("gest64", 128, 64, 64, 3, {}), ("speech", 16, 400, 300, 80, {}), ("2048", 16, 2048, 2048, 1, {}),
+      ("g2048", 32, 2048, 2048, 64, {}), ("lens512", 32, 512, 480, 1, {"lengths": True}),
+      ("band512", 32, 512, 512, 1, {"bandwidth": 64}), ("oe512", 32, 512, 512, 1, {"open_end": True})]
+out = open(sys.argv[3], "a")
+rec = {"tag": sys.argv[2], "kind": "loss"}
+for name, B, N, M, D, kw in SH:
+    kw = dict(kw)
+    x0 = torch.randn(B, N, D, device="cuda"); y0 = torch.randn(B, M, D, device="cuda")
+    if kw.pop("lengths", False):
+        kw["x_lengths"] = torch.randint(N // 2, N + 1, (B,), device="cuda")
+        kw["y_lengths"] = torch.randint(M // 2, M + 1, (B,), device="cuda")
+    def step():
+        x = x0.clone().requires_grad_(True)
+        softdtw.soft_dtw(x, y0, 0.1, **kw).mean().backward()
+    for nm, v in ktimes(step).items():
+        rec[f"{name}_{nm}"] = v
+print(json.dumps(rec), file=out, flush=True)
+for B, N, M, gamma in [(1024, 256, 256, 1.0), (1024, 256, 256, 0.1), (64, 512, 512, 1.0), (256, 128, 128, 0.1)]:
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(B, N, 1, device="cuda", generator=g); y = torch.randn(B, M, 1, device="cuda", generator=g)
+    xd = torch.randn(B, N, 1, device="cuda", generator=g); yd = torch.zeros_like(y)
+    gam = torch.tensor(gamma, device="cuda"); gd = torch.zeros(B, device="cuda")
+    xl = torch.full((B,), N, device="cuda", dtype=torch.int64); yl = torch.full((B,), M, device="cuda", dtype=torch.int64)
+    xr = x.clone().requires_grad_(True)
+    def hx():
+        return be.hvp_xy("sqeuclidean", x, y, gam, xl, yl, None, xd, yd, gd, gamma_terms=False)
+    def dil():
+        xr.grad = None
+        softdtw.dilate_loss(xr, y, alpha=0.5, gamma=gamma).mean().backward()
+    r = {"tag": sys.argv[2], "kind": "hvp", "B": B, "N": N, "gamma": gamma}
+    for nm, v in ktimes(hx).items(): r["hx_" + nm] = v
+    for nm, v in ktimes(dil, reps=10).items(): r["dil_" + nm] = v
+    print(json.dumps(r), file=out, flush=True)
