@@ -11,6 +11,7 @@ ring address once")."""
 import json
 import sys
 from collections import defaultdict
+from pathlib import Path
 
 sys.path.insert(0, sys.argv[1])
 import torch  # noqa: E402
@@ -19,19 +20,24 @@ from torch.profiler import ProfilerActivity, profile  # noqa: E402
 import softdtw  # noqa: E402
 from softdtw.backends import cuda as be  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from gpu import cuda_kernels  # noqa: E402  (benchmarks/gpu.py)
+
+
 def ktimes(fn, reps=20, warm=5):
-    for _ in range(warm): fn()
+    """GPU µs per call of fn's kernels by kind: hvp, bwd (backward), fwd (forward), other."""
+    for _ in range(warm):
+        fn()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(reps): fn()
+        for _ in range(reps):
+            fn()
         torch.cuda.synchronize()
     k = defaultdict(float)
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            n = e.name
-            nm = "hvp" if "hvp" in n else ("bwd" if "backward" in n else ("fwd" if "forward" in n else "other"))
-            k[nm] += e.device_time / reps
+    for n, (_, us) in cuda_kernels(prof).items():
+        k["hvp" if "hvp" in n else ("bwd" if "backward" in n else ("fwd" if "forward" in n else "other"))] += us / reps
     return {a: round(b, 1) for a, b in k.items()}
+
 
 SH = [("512", 32, 512, 512, 1, {}), ("128", 16, 128, 128, 1, {}), ("fc96", 64, 96, 96, 7, {}),
       ("gest64", 128, 64, 64, 3, {}), ("speech", 16, 400, 300, 80, {}), ("2048", 16, 2048, 2048, 1, {}),

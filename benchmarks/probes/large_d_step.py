@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 import torch
@@ -21,21 +20,18 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import softdtw  # noqa: E402
-from gpu import median_ms  # noqa: E402
+from gpu import cuda_kernels, median_ms  # noqa: E402
 
 
 def kernels(fn, reps=3):
+    """{kernel name: GPU ms per call} of fn (gpu.cuda_kernels over `reps` calls)."""
     fn()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(reps):
             fn()
         torch.cuda.synchronize()
-    per = defaultdict(float)
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            per[e.name[:90]] += e.device_time / reps / 1e3
-    return per
+    return {name: us / reps / 1e3 for name, (_, us) in cuda_kernels(prof).items()}
 
 
 def main():
