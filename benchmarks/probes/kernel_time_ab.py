@@ -4,11 +4,13 @@
 
 SRC_DIR is a `src/` folder (a copy of this tree, with or without a patch); one JSON line per call goes to OUT.jsonl:
 the loss step's forward / backward DP kernels (`soft_dtw(...).mean().backward()`, gamma 0.1) on ten shapes, then
-per HVP shape the `hvp_xy` kernels (gamma terms off) and a DILATE step's kernels. `kernel_time_ab.sh` runs it as an
-A/B: a warm-up process per tree (the NVRTC compiles), then base, new, base, new. Kernel times resolve 1-2 %
+per HVP shape the `hvp_xy` kernels (gamma terms off) and a DILATE step's kernels. With SHAPES=extra in the
+environment: seven other loss shapes (float64, hard DTW, many pairs, a step penalty, checkpoint) and no HVP rows.
+`kernel_time_ab.sh` runs it as an A/B: a warm-up process per tree (the NVRTC compiles), then base, new, base, new. Kernel times resolve 1-2 %
 between processes where event-timed steps of these sizes move with the host (OPTIMIZATION_LOG.md, "The backward's
 ring address once")."""
 import json
+import os
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -43,21 +45,32 @@ SH = [("512", 32, 512, 512, 1, {}), ("128", 16, 128, 128, 1, {}), ("fc96", 64, 9
       ("gest64", 128, 64, 64, 3, {}), ("speech", 16, 400, 300, 80, {}), ("2048", 16, 2048, 2048, 1, {}),
       ("g2048", 32, 2048, 2048, 64, {}), ("lens512", 32, 512, 480, 1, {"lengths": True}),
       ("band512", 32, 512, 512, 1, {"bandwidth": 64}), ("oe512", 32, 512, 512, 1, {"open_end": True})]
+# SHAPES=extra (environment): float64, hard DTW, many pairs (one warp per pair), a step penalty, checkpoint.
+EXTRA = [("f64_512", 32, 512, 512, 1, {"dtype": torch.float64}), ("hard512", 32, 512, 512, 1, {"gamma": 0.0}),
+         ("b1024_128", 1024, 128, 128, 1, {}), ("b256_256", 256, 256, 256, 1, {}),
+         ("pen512", 32, 512, 512, 1, {"step_penalty": 0.1}), ("ckpt4096", 8, 4096, 4096, 1, {"memory": "checkpoint"}),
+         ("gckpt1024", 32, 1024, 1024, 64, {"memory": "checkpoint"})]
 out = open(sys.argv[3], "a")
 rec = {"tag": sys.argv[2], "kind": "loss"}
-for name, B, N, M, D, kw in SH:
+for name, B, N, M, D, kw in (EXTRA if os.environ.get("SHAPES") == "extra" else SH):
     kw = dict(kw)
-    x0 = torch.randn(B, N, D, device="cuda"); y0 = torch.randn(B, M, D, device="cuda")
+    dtype = kw.pop("dtype", torch.float32)
+    gamma = kw.pop("gamma", 0.1)
+    x0 = torch.randn(B, N, D, device="cuda", dtype=dtype)
+    y0 = torch.randn(B, M, D, device="cuda", dtype=dtype)
     if kw.pop("lengths", False):
         kw["x_lengths"] = torch.randint(N // 2, N + 1, (B,), device="cuda")
         kw["y_lengths"] = torch.randint(M // 2, M + 1, (B,), device="cuda")
+
     def step():
         x = x0.clone().requires_grad_(True)
-        softdtw.soft_dtw(x, y0, 0.1, **kw).mean().backward()
+        softdtw.soft_dtw(x, y0, gamma, **kw).mean().backward()
     for nm, v in ktimes(step).items():
         rec[f"{name}_{nm}"] = v
 print(json.dumps(rec), file=out, flush=True)
-for B, N, M, gamma in [(1024, 256, 256, 1.0), (1024, 256, 256, 0.1), (64, 512, 512, 1.0), (256, 128, 128, 0.1)]:
+HVP = [] if os.environ.get("SHAPES") == "extra" else [(1024, 256, 256, 1.0), (1024, 256, 256, 0.1), (64, 512, 512, 1.0),
+                                                     (256, 128, 128, 0.1)]
+for B, N, M, gamma in HVP:
     g = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(B, N, 1, device="cuda", generator=g); y = torch.randn(B, M, 1, device="cuda", generator=g)
     xd = torch.randn(B, N, 1, device="cuda", generator=g); yd = torch.zeros_like(y)

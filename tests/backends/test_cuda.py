@@ -224,6 +224,26 @@ def test_float32_end_cell_seed(K, W, chain, memory):
     assert rel_err(E, E64) <= 1e-3 and rel_err(dg, dg64) <= 1e-3, (rel_err(E, E64), rel_err(dg, dg64))
 
 
+@pytest.mark.parametrize("K,W,chain", [(4, 4, False), (2, 8, False), (4, 1, False), (8, 1, False), (4, 4, True)])
+@pytest.mark.parametrize("band", [None, 9])
+def test_float32_backward_two_steps_per_iteration(K, W, chain, band):
+    """The float32 backward runs its steps two per loop iteration (kernels/backward.cu, UNROLL): an odd number
+    of steps ends on the first half. N and M over four consecutive values give both parities of every pass
+    (sequential and chained, with a band and per-pair lengths), the fused and the precomputed cost: value, dx, dy,
+    dC and dgamma against float64 as every float32 path (TOL)."""
+    for N in (61, 62):
+        for M in (3 * 32 * W * K // 2, 3 * 32 * W * K // 2 + 1):
+            x, y, xl, yl, w = _problem(4, N, M, 2, seed=N + M, lengths=True, band=band)
+            grad = _grad(4, torch.float64)
+            want = reference_fused(x, y, _gamma(0.3, torch.float64), "sqeuclidean", xl, yl, w, grad)
+            with launch_module().forced_plan(K, W, chain=chain):
+                got = cuda_fused(x.float(), y.float(), _gamma(0.3, torch.float32), "sqeuclidean", xl, yl, w,
+                                 grad.float())
+                gc = _cost_path(x.float(), y.float(), 0.3, xl, yl, w, torch.float32)
+            _check(got, want, torch.float32, 0.3)
+            _check(gc, _cost_reference(x, y, 0.3, xl, yl, w), torch.float32, 0.3)
+
+
 # --- every layout: warps per pair, columns per lane, column chunks ---------------------------------------
 
 LAYOUTS = [(1, 1), (2, 1), (4, 1), (16, 1), (1, 2), (2, 4), (4, 2), (8, 1), (1, 16), (4, 16)]
