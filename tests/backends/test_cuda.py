@@ -228,7 +228,7 @@ def test_float32_end_cell_seed(K, W, chain, memory):
 @pytest.mark.parametrize("band", [None, 9])
 def test_float32_backward_two_steps_per_iteration(K, W, chain, band):
     """The float32 backward runs its steps two per loop iteration (kernels/backward.cu, UNROLL): an odd number
-    of steps ends on the first half. N and M over four consecutive values give both parities of every pass
+    of steps ends on the first half. N and M each over two consecutive values give both parities of every pass
     (sequential and chained, with a band and per-pair lengths), the fused and the precomputed cost: value, dx, dy,
     dC and dgamma against float64 as every float32 path (TOL)."""
     for N in (61, 62):
