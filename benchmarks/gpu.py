@@ -36,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch.profiler import ProfilerActivity, profile
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
@@ -288,6 +289,19 @@ def wall_ms(fn, calls: int) -> float:
         fn()
     torch.cuda.synchronize()
     return (time.perf_counter() - start) / calls * 1e3
+
+
+def kernel_us(fn, reps: int, warmup: int = 1) -> dict:
+    """{kernel name (first 90 characters): GPU µs per call} of fn's CUDA kernels, from torch.profiler over `reps`
+    calls after `warmup` unprofiled ones."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize()
+    return {name: us / reps for name, (_, us) in cuda_kernels(prof).items()}
 
 
 def cuda_kernels(prof) -> dict:

@@ -17,27 +17,19 @@ from pathlib import Path
 
 sys.path.insert(0, sys.argv[1])
 import torch  # noqa: E402
-from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 import softdtw  # noqa: E402
 from softdtw.backends import cuda as be  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from gpu import cuda_kernels  # noqa: E402  (benchmarks/gpu.py)
+from gpu import kernel_us  # noqa: E402  (benchmarks/gpu.py)
 
 
 def ktimes(fn, reps=20, warm=5):
     """GPU µs per call of fn's kernels by kind: hvp, bwd (backward), fwd (forward), other."""
-    for _ in range(warm):
-        fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(reps):
-            fn()
-        torch.cuda.synchronize()
     k = defaultdict(float)
-    for n, (_, us) in cuda_kernels(prof).items():
-        k["hvp" if "hvp" in n else ("bwd" if "backward" in n else ("fwd" if "forward" in n else "other"))] += us / reps
+    for n, us in kernel_us(fn, reps, warm).items():
+        k["hvp" if "hvp" in n else ("bwd" if "backward" in n else ("fwd" if "forward" in n else "other"))] += us
     return {a: round(b, 1) for a, b in k.items()}
 
 

@@ -14,24 +14,12 @@ import sys
 from pathlib import Path
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import softdtw  # noqa: E402
-from gpu import cuda_kernels, median_ms  # noqa: E402
-
-
-def kernels(fn, reps=3):
-    """{kernel name: GPU ms per call} of fn (gpu.cuda_kernels over `reps` calls)."""
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(reps):
-            fn()
-        torch.cuda.synchronize()
-    return {name: us / reps / 1e3 for name, (_, us) in cuda_kernels(prof).items()}
+from gpu import kernel_us, median_ms  # noqa: E402
 
 
 def main():
@@ -57,7 +45,7 @@ def main():
             torch.cuda.reset_peak_memory_stats()
             ms = median_ms(step, reps=10)
             peak = (torch.cuda.max_memory_allocated() - base) / 2**20
-            per = kernels(step)
+            per = {name: us / 1e3 for name, us in kernel_us(step, reps=3).items()}  # ms
             top = sorted(per.items(), key=lambda kv: -kv[1])[:5]
             row = {"B": B, "N": N, "D": D, "memory": memory, "tf32": tf32, "ms": round(ms, 3),
                    "gpu_ms": round(sum(per.values()), 3), "peak_mb": round(peak, 1),
