@@ -6,9 +6,9 @@ SRC_DIR is a `src/` folder (a copy of this tree, with or without a patch); one J
 the loss step's forward / backward DP kernels (`soft_dtw(...).mean().backward()`, gamma 0.1) on ten shapes, then
 per HVP shape the `hvp_xy` kernels (gamma terms off) and a DILATE step's kernels. With SHAPES=extra in the
 environment: seven other loss shapes (float64, hard DTW, many pairs, a step penalty, checkpoint) and no HVP rows.
-`kernel_time_ab.sh` runs it as an A/B: a warm-up process per tree (the NVRTC compiles), then base, new, base, new. Kernel times resolve 1-2 %
-between processes where event-timed steps of these sizes move with the host (OPTIMIZATION_LOG.md, "The backward's
-ring address once")."""
+`kernel_time_ab.sh` runs it as an A/B: a warm-up process per tree (the NVRTC compiles), then base, new, base, new.
+Kernel times resolve 1-2 % between processes where event-timed steps of these sizes move with the host
+(OPTIMIZATION_LOG.md, "The backward's ring address once")."""
 import json
 import os
 import sys
@@ -57,6 +57,7 @@ for name, B, N, M, D, kw in (EXTRA if os.environ.get("SHAPES") == "extra" else S
     def step():
         x = x0.clone().requires_grad_(True)
         softdtw.soft_dtw(x, y0, gamma, **kw).mean().backward()
+
     for nm, v in ktimes(step).items():
         rec[f"{name}_{nm}"] = v
 print(json.dumps(rec), file=out, flush=True)
@@ -64,17 +65,24 @@ HVP = [] if os.environ.get("SHAPES") == "extra" else [(1024, 256, 256, 1.0), (10
                                                      (256, 128, 128, 0.1)]
 for B, N, M, gamma in HVP:
     g = torch.Generator(device="cuda").manual_seed(0)
-    x = torch.randn(B, N, 1, device="cuda", generator=g); y = torch.randn(B, M, 1, device="cuda", generator=g)
-    xd = torch.randn(B, N, 1, device="cuda", generator=g); yd = torch.zeros_like(y)
-    gam = torch.tensor(gamma, device="cuda"); gd = torch.zeros(B, device="cuda")
-    xl = torch.full((B,), N, device="cuda", dtype=torch.int64); yl = torch.full((B,), M, device="cuda", dtype=torch.int64)
+    x = torch.randn(B, N, 1, device="cuda", generator=g)
+    y = torch.randn(B, M, 1, device="cuda", generator=g)
+    xd = torch.randn(B, N, 1, device="cuda", generator=g)
+    yd = torch.zeros_like(y)
+    gam = torch.tensor(gamma, device="cuda")
+    gd = torch.zeros(B, device="cuda")
+    xl = torch.full((B,), N, device="cuda", dtype=torch.int64)
+    yl = torch.full((B,), M, device="cuda", dtype=torch.int64)
     xr = x.clone().requires_grad_(True)
+
     def hx():
         return be.hvp_xy("sqeuclidean", x, y, gam, xl, yl, None, xd, yd, gd, gamma_terms=False)
+
     def dil():
         xr.grad = None
         softdtw.dilate_loss(xr, y, alpha=0.5, gamma=gamma).mean().backward()
+
     r = {"tag": sys.argv[2], "kind": "hvp", "B": B, "N": N, "gamma": gamma}
-    for nm, v in ktimes(hx).items(): r["hx_" + nm] = v
-    for nm, v in ktimes(dil, reps=10).items(): r["dil_" + nm] = v
+    r.update({"hx_" + k: v for k, v in ktimes(hx).items()})
+    r.update({"dil_" + k: v for k, v in ktimes(dil, reps=10).items()})
     print(json.dumps(r), file=out, flush=True)

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # A/B of kernel times (kernel_time_ab.py): this tree's src/ against the same src/ with PATCH... applied.
-#   [SHAPES=extra] benchmarks/probes/kernel_time_ab.sh PATCH [PATCH ...]   (on the GPU machine; results in $OUT/ab.jsonl)
+#   [SHAPES=extra] benchmarks/probes/kernel_time_ab.sh PATCH [PATCH ...]
+# On the GPU machine; results in $OUT/ab.jsonl.
 # A warm-up process per tree first (cold NVRTC compiles take 60-80 s per tree), then two rounds base, new.
 set -u
 OUT=${OUT:-$PWD/gpu_out}; mkdir -p "$OUT"
 export SOFTDTW_CACHE_DIR=${SOFTDTW_CACHE_DIR:-/tmp/softdtw-cache}
 T0=$(date +%s)
-rm -rf /tmp/ab_base /tmp/ab_new && mkdir -p /tmp/ab_base /tmp/ab_new && cp -r src /tmp/ab_base/ && cp -r src /tmp/ab_new/
+rm -rf /tmp/ab_base /tmp/ab_new && mkdir -p /tmp/ab_base /tmp/ab_new
+cp -r src /tmp/ab_base/ && cp -r src /tmp/ab_new/
 for p in "$@"; do patch -s -d /tmp/ab_new -p1 < "$p" || { echo "patch failed: $p"; exit 1; }; done
 P=benchmarks/probes/kernel_time_ab.py
 for t in base new; do
