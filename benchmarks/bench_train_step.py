@@ -17,7 +17,9 @@ training loop pays per loss call. Rows per shape:
 - ``compile_ro``: ``torch.compile(mode="reduce-overhead", fullgraph=True)`` (CUDA graphs);
 - ``compile_python``: ``compile`` with the C++ launcher off, so the compiled graph's ops run their Python kernels
   (trees that have the launcher);
-- ``mse_compile_ro``: the MSE step under ``mode="reduce-overhead"``: what CUDA graphs cost any loss here.
+- ``mse_compile_ro``: the MSE step under ``mode="reduce-overhead"``: what CUDA graphs cost any loss here;
+- ``lengths`` / ``lengths_cpu`` (with ``--lengths``): ``eager`` with per-pair lengths (x in [N/2, N], y in [M/2, M],
+  drawn once per shape), given as int64 tensors on the GPU / on the CPU (as a DataLoader's collate gives them).
 
 Each row gives the median wall-clock ms over repetitions that run every row once in a random order (host
 included: that is the point),
@@ -79,6 +81,17 @@ def sdtw_loss(x, y):
 
 def div_loss(x, y):
     return softdtw.soft_dtw_divergence(x, y, GAMMA).mean()
+
+
+LENGTHS: dict = {}  # --lengths: this shape's per-pair lengths, "x" / "y" on the GPU, "x_cpu" / "y_cpu"
+
+
+def lengths_loss(x, y):
+    return softdtw.soft_dtw(x, y, GAMMA, x_lengths=LENGTHS["x"], y_lengths=LENGTHS["y"]).mean()
+
+
+def lengths_cpu_loss(x, y):
+    return softdtw.soft_dtw(x, y, GAMMA, x_lengths=LENGTHS["x_cpu"], y_lengths=LENGTHS["y_cpu"]).mean()
 
 
 def mse_loss(x, t):
@@ -216,6 +229,7 @@ def main() -> None:
     ap.add_argument("--impls", type=str, default="", help="comma-separated subset of the rows")
     ap.add_argument("--no-profile", action="store_true", help="skip the per-piece timers and cProfiles")
     ap.add_argument("--divergence", action="store_true", help="also the soft_dtw_divergence loss (div, div_python)")
+    ap.add_argument("--lengths", action="store_true", help="also the loss with per-pair lengths (lengths, lengths_cpu)")
     args = ap.parse_args()
     softdtw = _import_softdtw(args.src.resolve())
     fastpath, built = None, {}
@@ -269,6 +283,13 @@ def main() -> None:
             steps["div"] = make_step(div_loss, x, y, config())
             if fastpath is not None:
                 steps["div_python"] = make_step(div_loss, x, y, config(fast=False))
+        if args.lengths:
+            gen = torch.Generator().manual_seed(B * 7919 + N)
+            LENGTHS["x_cpu"] = torch.randint((N + 1) // 2, N + 1, (B,), generator=gen)
+            LENGTHS["y_cpu"] = torch.randint((M + 1) // 2, M + 1, (B,), generator=gen)
+            LENGTHS["x"], LENGTHS["y"] = LENGTHS["x_cpu"].cuda(), LENGTHS["y_cpu"].cuda()
+            steps["lengths"] = make_step(lengths_loss, x, y, config())
+            steps["lengths_cpu"] = make_step(lengths_cpu_loss, x, y, config())
         if args.impls:
             steps = {k: v for k, v in steps.items() if k in args.impls.split(",") or k == "mse"}
         ms = interleaved_ms(steps, args.reps)

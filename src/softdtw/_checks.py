@@ -328,7 +328,9 @@ def as_lengths(lengths, name: str, B: int, T: int, device: torch.device, series:
             f"{name} must have shape ({B},) — one length per pair of the batch; got shape "
             f"{_shape(lengths)}."
         )
-    return lengths.to(device=device, dtype=torch.int64)
+    # From the CPU to a GPU without waiting for it: pageable memory is staged before the copy returns.
+    return lengths.to(device=device, dtype=torch.int64,
+                      non_blocking=lengths.device.type == "cpu" and torch.device(device).type == "cuda")
 
 
 def check_length_range(lengths: torch.Tensor, name: str, T: int, series: str) -> None:
@@ -650,67 +652,93 @@ def route_by_range(tensors, gamma: torch.Tensor, span: Span, backend: str) -> st
 class _Pending:
     """A deferred value check (backends/cuda/checks.py) that also reports the range bound's inputs (the
     largest finite |value| and gamma, from the same kernel): queued before the caller's kernels, read after
-    them (ok() first, then out_of_range())."""
+    them (ok() first, then out_of_range()). span None: no range bound for this dtype.
 
-    __slots__ = ("check", "span", "dtype")
+    user: the per-pair lengths the caller gave, as check_values takes them ((int64 tensor, name, T, series)), checked
+    by the same kernel; the kernels got them clamped into range (:func:`kernel_lengths`), and finish_check raises
+    the length error of one out of range."""
 
-    def __init__(self, check, span: Span, dtype: torch.dtype):
-        self.check, self.span, self.dtype = check, span, dtype
+    __slots__ = ("check", "span", "dtype", "user")
+
+    def __init__(self, check, span: Optional[Span], dtype: torch.dtype, user: tuple = ()):
+        self.check, self.span, self.dtype, self.user = check, span, dtype, user
 
     def ok(self) -> bool:
         return self.check.ok()
 
     def out_of_range(self) -> bool:
-        return _out_of_range(self.check.vmax, self.check.gamma, self.span, "cuda", self.dtype)
+        return self.span is not None and _out_of_range(self.check.vmax, self.check.gamma, self.span, "cuda",
+                                                       self.dtype)
 
 
 def _defer(a: torch.Tensor, b: Optional[torch.Tensor], gamma: Optional[torch.Tensor], g: torch.Tensor,
-           span: Span):
+           span: Span, user: tuple = ()):
     """Queue the value check of a cuda call (which also measures the range bound's inputs, where the dtype
     has a REACH_LIMIT) on the current stream, before the call's kernels: a PendingCheck or a
     :class:`_Pending`, read by :func:`run_checked` after them. gamma: a gamma tensor to check with the data,
-    or None; g: the problem's gamma tensor."""
+    or None; g: the problem's gamma tensor; user: the caller's lengths (see :class:`_Pending`), checked in the
+    same pass and clamped into range for the kernels."""
     from .backends.cuda import checks
 
-    check = checks.start(a, b, gamma, g)
-    if not _needs_range("cuda", a.dtype):
+    lengths = None
+    if user:
+        by = {name: (l.contiguous(), T) for l, name, T, _ in user}
+        (xl, tx), (yl, ty) = by.get("x_lengths", (None, 0)), by.get("y_lengths", (None, 0))
+        lengths = (xl, tx, yl, ty)
+    check = checks.start(a, b, gamma, g, lengths=lengths)
+    ranged = _needs_range("cuda", a.dtype)
+    if not (ranged or user):
         return check
-    return _Pending(check, span, a.dtype)
+    return _Pending(check, span if ranged else None, a.dtype, tuple(user))
+
+
+def kernel_lengths(pending, x_lengths: torch.Tensor, y_lengths: torch.Tensor) -> tuple:
+    """The lengths a prepared call's kernels get: those the deferred check clamped into range (:func:`_defer`)
+    where the caller gave lengths, else x_lengths and y_lengths as they are."""
+    if not (isinstance(pending, _Pending) and pending.user):
+        return x_lengths, y_lengths
+    xo, yo = pending.check.lengths
+    return (x_lengths if xo is None else xo), (y_lengths if yo is None else yo)
 
 
 def _check_or_defer(data, lengths, gamma: Optional[torch.Tensor], backend: str, defer: bool,
-                    g: torch.Tensor, span: Span):
+                    g: torch.Tensor, span: Span, windowed: bool = False):
     """The value checks of prepare / prepare_cost (arguments as :func:`check_values`) and the range
     bound: (pending, backend). Started on the GPU and returned as a pending check when deferring is
     possible (:func:`_defer`; the caller reruns on the reference backend if the bound says so,
-    :func:`run_checked`), else run now, with the backend the bound picks. Deferring needs the cuda backend,
-    value checks enabled and default lengths: a kernel must never see lengths out of range, so user lengths
-    are checked before any launch. g: the gamma tensor of the problem."""
+    :func:`run_checked`), else run now, with the backend the bound picks. Deferring needs the cuda backend and
+    value checks enabled. User lengths are checked by the same kernel, and the call's kernels get them clamped
+    into range (:func:`kernel_lengths`: a kernel must never see a length out of range), except with a band
+    (windowed): building the window and checking that it leaves a path read the lengths first. g: the gamma
+    tensor of the problem."""
     tensors = [t for t, *_ in data]
-    if defer and backend == "cuda" and all(l is None for l, *_ in lengths) and _value_checks_enabled():
-        return _defer(tensors[0], tensors[1] if len(tensors) > 1 else None, gamma, g, span), backend
+    user = tuple((l, name, T, series) for l, name, T, series in lengths if l is not None)
+    if defer and backend == "cuda" and not (user and windowed) and _value_checks_enabled():
+        return _defer(tensors[0], tensors[1] if len(tensors) > 1 else None, gamma, g, span, user), backend
     check_values(data, lengths, gamma)
     return None, route_by_range(tensors, g, span, backend)
 
 
 class NaNPadded(ValueError):
     """finish_check found NaN padding in x or y of a call whose values were checked after its kernels (cuda,
-    default lengths), so the kernels ran without the lengths the padding gives. The public functions catch it
-    and run the call again with them (:func:`rerun_args`); the message is for anyone else.
+    no lengths given for that input), so the kernels ran without the lengths the padding gives. The public
+    functions catch it and run the call again with them (:func:`rerun_args`); the message is for anyone else.
 
-    filled: {"x": (x with its padding set to 0, `(B,)` lengths), "y": ...} for the NaN-padded inputs."""
+    filled: {"x": (x with its padding set to 0, `(B,)` lengths), "y": ...} for the NaN-padded inputs; kept:
+    {"x_lengths": ..., "y_lengths": ...}, the lengths the caller gave (for the input without NaN)."""
 
-    def __init__(self, message: str, filled: dict):
+    def __init__(self, message: str, filled: dict, kept: Optional[dict] = None):
         super().__init__(message)
         self.filled = filled
+        self.kept = kept or {}
 
 
 def rerun_args(e: NaNPadded, p: Problem) -> dict:
     """The x, y, x_lengths and y_lengths of the call that :class:`NaNPadded` asks for: the problem's own x and
-    y (batched, compute dtype) with the padding filled, and the lengths the padding gives (None where the
-    input had no NaN, so that input keeps its full length)."""
-    x, xl = e.filled.get("x", (p.x, None))
-    y, yl = e.filled.get("y", (p.y, None))
+    y (batched, compute dtype) with the padding filled, and the lengths the padding gives (for an input without
+    NaN the lengths its caller gave, or None: it keeps its full length)."""
+    x, xl = e.filled.get("x", (p.x, e.kept.get("x_lengths")))
+    y, yl = e.filled.get("y", (p.y, e.kept.get("y_lengths")))
     return {"x": x, "y": y, "x_lengths": xl, "y_lengths": yl}
 
 
@@ -720,19 +748,25 @@ def finish_check(p: Problem) -> None:
     (trailing all-NaN steps) raises :class:`NaNPadded`, which the public functions turn into a rerun."""
     if p.pending is None or p.pending.ok():
         return
+    user = {name: (l, T, series) for l, name, T, series in getattr(p.pending, "user", ())}
     if p.y is p.x:  # prepare_cost keeps C in both; +inf is a forbidden cell there, not an error
         check_cost_values(p.x, "C")
     filled = {}
     for t, name in (() if p.y is p.x else ((p.x, "x"), (p.y, "y"))):
         if bool(torch.isnan(t).any()):
-            t, lengths = nan_padding(t, name, None, f"{name}_lengths")  # NaN that is not padding raises here
+            # NaN that is not padding raises here, and so does padding of an input whose lengths were given.
+            given = user.get(f"{name}_lengths")
+            t, lengths = nan_padding(t, name, None if given is None else given[0], f"{name}_lengths")
             filled[name] = (t, lengths)
         check_finite(t, name)
+    for name, (l, T, series) in user.items():
+        check_length_range(l, name, T, series)
     _check_gamma_value(float(p.gamma.detach()))
     if filled:
         names = " and ".join(filled)
         raise NaNPadded(f"{names} NaN-padded: the call runs again with the lengths the padding gives "
-                        f"(pass {names.replace(' and ', '_lengths and ')}_lengths to skip the first run).", filled)
+                        f"(pass {names.replace(' and ', '_lengths and ')}_lengths to skip the first run).", filled,
+                        {name: l for name, (l, _, _) in user.items()})
 
 
 def run_checked(p: Problem, run):
@@ -825,7 +859,9 @@ def prepare(x, y, gamma, *, cost, bandwidth, itakura_max_slope, x_lengths, y_len
     pending, backend = _check_or_defer([(x, "x"), (y, "y")],
                                        [(xl if x_lengths is not None else None, "x_lengths", N, "x"),
                                         (yl if y_lengths is not None else None, "y_lengths", M, "y")],
-                                       g_tensor, backend, defer, g, Span(cost, x.shape[2], N, M))
+                                       g_tensor, backend, defer, g, Span(cost, x.shape[2], N, M),
+                                       bandwidth is not None or itakura_max_slope is not None)
+    xl, yl = kernel_lengths(pending, xl, yl)
     window = make_window(xl, yl, N, M, bandwidth, itakura_max_slope)
     p = Problem(x, y, g, xl, yl, window, backend, unbatched, out_dtype, pending)
     if key is not None and backend == "cuda" and g_tensor is None and not torch.cuda.is_current_stream_capturing() \
@@ -904,6 +940,8 @@ def prepare_cost(C, gamma, *, bandwidth, itakura_max_slope, x_lengths, y_lengths
     pending, backend = _check_or_defer([(C, "C", "cost")],
                                        [(xl if x_lengths is not None else None, "x_lengths", N, "C's rows"),
                                         (yl if y_lengths is not None else None, "y_lengths", M, "C's columns")],
-                                       g_tensor, backend, defer, g, Span("C", 0, N, M))
+                                       g_tensor, backend, defer, g, Span("C", 0, N, M),
+                                       bandwidth is not None or itakura_max_slope is not None)
+    xl, yl = kernel_lengths(pending, xl, yl)
     window = make_window(xl, yl, N, M, bandwidth, itakura_max_slope)
     return Problem(C, C, g, xl, yl, window, backend, unbatched, out_dtype, pending)

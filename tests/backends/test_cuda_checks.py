@@ -162,15 +162,131 @@ def test_a_nested_call_from_a_cost_callable_keeps_its_own_check():
     assert torch.isfinite(v).all()
 
 
-def test_defer_applies_only_without_user_lengths():
+def test_defer_takes_user_lengths_except_with_a_band():
+    """User lengths are checked by the deferred kernel too, and the kernels get copies clamped into range; with a
+    band the window is built from the lengths first, so they are checked before any kernel."""
     x, y = _xy()
     kw = dict(cost="sqeuclidean", bandwidth=None, itakura_max_slope=None, memory="auto", backend=None)
     p = _checks.prepare(x, y, 1.0, x_lengths=None, y_lengths=None, defer=True, **kw)
     assert p.pending is not None
     _checks.finish_check(p)
-    lengths = torch.full((3,), 20, device="cuda")
-    p = _checks.prepare(x, y, 1.0, x_lengths=lengths, y_lengths=None, defer=True, **kw)
-    assert p.pending is None  # lengths are checked before any kernel sees them
+    lengths = torch.tensor([20, 7, 1], device="cuda")
+    p = _checks.prepare(x, y, 1.0, x_lengths=lengths, y_lengths=[25, 1, 3], defer=True, **kw)
+    assert p.pending is not None and p.x_lengths is not lengths
+    assert p.x_lengths.tolist() == [20, 7, 1] and p.y_lengths.tolist() == [25, 1, 3]
+    _checks.finish_check(p)
+    p = _checks.prepare(x, y, 1.0, x_lengths=lengths, y_lengths=None, defer=True, **dict(kw, bandwidth=3))
+    assert p.pending is None
+
+
+def test_lengths_kernel_clamps_and_flags():
+    from softdtw.backends.cuda import checks
+
+    a = torch.randn(1000, device="cuda")
+    xl = torch.tensor([1, 5, 10], device="cuda")
+    c = checks.start(a, lengths=(xl, 10, None, 0))
+    assert c.ok() and torch.equal(c.lengths[0], xl) and c.lengths[1] is None
+    yl = torch.tensor([0, 12, 3], device="cuda")
+    c = checks.start(a, lengths=(xl, 10, yl, 11))
+    assert not c.ok() and c.lengths[0].tolist() == [1, 5, 10] and c.lengths[1].tolist() == [1, 11, 3]
+    c = checks.start(a, lengths=(xl, 9, None, 0))  # 10 > 9
+    assert not c.ok() and c.lengths[0].tolist() == [1, 5, 9]
+    many = torch.full((3000,), 7, device="cuda")  # several blocks; the bad one in the last
+    many[2999] = 8
+    assert not checks.start(a, lengths=(None, 0, many, 7)).ok()
+    _busy()
+    assert checks.start(a, lengths=(many, 8, many, 9)).ok()  # the slots' counters were zeroed
+
+
+@pytest.mark.parametrize("side", ["x", "y"])
+@pytest.mark.parametrize("bad", ["zero", "negative", "past"])
+@pytest.mark.parametrize("busy", [False, True])
+def test_out_of_range_lengths_raise_with_the_synchronous_message(side, bad, busy):
+    """Lengths out of range raise inside the call, after its kernels ran on clamped copies, with the message of the
+    synchronous check (the CPU's), for soft_dtw (value and gradient), the divergence and soft_dtw_from_cost."""
+    x, y = _xy()  # N = 20, M = 25
+    T = 20 if side == "x" else 25
+    v = {"zero": 0, "negative": -3, "past": T + 1}[bad]
+    lengths = torch.tensor([T, 5, v], device="cuda")
+    kw = {f"{side}_lengths": lengths}
+    with pytest.raises(ValueError) as want:
+        softdtw.soft_dtw(x.cpu(), y.cpu(), 0.1, **{f"{side}_lengths": lengths.cpu()})
+    msg = str(want.value)
+    assert f"{side}_lengths must lie in [1, {T}]" in msg
+    xr = x.clone().requires_grad_(True)
+    calls = [lambda: softdtw.soft_dtw(x, y, 0.1, **kw),
+             lambda: softdtw.soft_dtw(xr, y, 0.1, **kw).sum().backward(),
+             lambda: softdtw.soft_dtw_divergence(x, y, 0.1, **kw)]
+    for call in calls:
+        if busy:
+            _busy()
+        with pytest.raises(ValueError) as got:
+            call()
+        assert str(got.value) == msg
+    assert xr.grad is None
+    C = torch.cdist(x, y) ** 2
+    with pytest.raises(ValueError, match=r"must lie in \[1, " + str(T) + r"\]"):
+        softdtw.soft_dtw_from_cost(C, 0.1, **kw)
+
+
+def test_nan_padding_beside_user_lengths_on_the_gpu():
+    """As on the CPU: y NaN-padded while x has user lengths is read as y's lengths (the call runs again with them);
+    NaN padding of an input whose lengths were given, or NaN inside a series, raises the CPU's message."""
+    x, y = _xy()
+    xl = torch.tensor([20, 9, 13], device="cuda")
+    padded = y.clone()
+    padded[1, 18:] = float("nan")
+    got = softdtw.soft_dtw(x, padded, 0.1, x_lengths=xl)
+    want = softdtw.soft_dtw(x, y, 0.1, x_lengths=xl, y_lengths=torch.tensor([25, 18, 25], device="cuda"))
+    assert rel_err(got, want) < 1e-6
+    for yl, inside in ((torch.tensor([25, 18, 25], device="cuda"), False), (None, True)):
+        bad = padded.clone()
+        if inside:
+            bad[0, 3, 1] = float("nan")
+        with pytest.raises(ValueError) as want_err:
+            softdtw.soft_dtw(x.cpu(), bad.cpu(), 0.1, x_lengths=xl.cpu(), y_lengths=None if yl is None else yl.cpu())
+        with pytest.raises(ValueError) as got_err:
+            softdtw.soft_dtw(x, bad, 0.1, x_lengths=xl, y_lengths=yl)
+        assert str(got_err.value) == str(want_err.value)
+
+
+@pytest.mark.parametrize("D", [1, 3, 64])
+def test_a_step_with_user_lengths_makes_no_host_sync(D):
+    """Per-pair lengths (a tensor on the GPU, or a list) no longer make the call wait for the GPU: no host
+    synchronisation in a loss step, the divergence, soft_dtw_from_cost or DILATE, and the values and gradients
+    those of the float64 reference backend."""
+    x, y = _xy(B=4, N=40, M=30, D=D)
+    xl = torch.tensor([40, 33, 12, 1], device="cuda")
+    yl = [30, 2, 30, 17]
+    x.requires_grad_(True)
+    C = (torch.cdist(x.detach(), y) ** 2).requires_grad_(True)
+
+    def step():
+        x.grad = C.grad = None
+        a = softdtw.soft_dtw(x, y, 0.1, x_lengths=xl, y_lengths=yl)
+        b = softdtw.soft_dtw_divergence(x, y, 0.1, x_lengths=xl, y_lengths=yl)
+        c = softdtw.soft_dtw_from_cost(C, 0.1, x_lengths=xl, y_lengths=yl)
+        d = softdtw.dilate_loss(x, y, 0.5, 0.1, x_lengths=xl, y_lengths=yl)
+        (a.sum() + b.sum() + c.sum() + d.sum()).backward()
+        return a, b, c, d
+
+    step()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        got = step()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    gx, gC = x.grad.clone(), C.grad.clone()
+    xd, yd, Cd = x.detach().double().cpu().requires_grad_(True), y.double().cpu(), C.detach().double().cpu()
+    Cd.requires_grad_(True)
+    kw = dict(x_lengths=xl.cpu(), y_lengths=yl, backend="reference")
+    want = (softdtw.soft_dtw(xd, yd, 0.1, **kw), softdtw.soft_dtw_divergence(xd, yd, 0.1, **kw),
+            softdtw.soft_dtw_from_cost(Cd, 0.1, **kw), softdtw.dilate_loss(xd, yd, 0.5, 0.1, **kw))
+    sum(w.sum() for w in want).backward()
+    for g, w in zip(got, want):
+        assert rel_err(g.detach().double().cpu(), w.detach()) < 1e-4
+    assert rel_err(gx.double().cpu(), xd.grad) < 1e-3 and rel_err(gC.double().cpu(), Cd.grad) < 1e-3
 
 
 def test_check_kernel_flags_directly():

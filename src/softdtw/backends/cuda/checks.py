@@ -85,12 +85,15 @@ def _give(device_index: int, slot: _Slot) -> None:
 
 
 class PendingCheck:
-    """A value check running on the GPU. Call :meth:`ok` exactly once (it returns the slot to the pool)."""
+    """A value check running on the GPU. Call :meth:`ok` exactly once (it returns the slot to the pool).
 
-    __slots__ = ("device_index", "stream", "slot", "vmax", "gamma")
+    lengths: the per-pair lengths :func:`start` was given, clamped into range for the kernels (None where none was
+    given); ok() is False when one of the originals was out of range."""
 
-    def __init__(self, device_index: int, stream: int, slot: _Slot):
-        self.device_index, self.stream, self.slot = device_index, stream, slot
+    __slots__ = ("device_index", "stream", "slot", "vmax", "gamma", "lengths")
+
+    def __init__(self, device_index: int, stream: int, slot: _Slot, lengths=(None, None)):
+        self.device_index, self.stream, self.slot, self.lengths = device_index, stream, slot, lengths
         self.vmax = self.gamma = None  # set by ok(): the largest finite |value| of a and b, and gamma
 
     def ok(self) -> bool:
@@ -130,16 +133,35 @@ _EXPR = {torch.float32: "sdtw::check_kernel<float>", torch.float64: "sdtw::check
 
 
 def start(a: torch.Tensor, b: torch.Tensor | None = None, gamma: torch.Tensor | None = None,
-          gval: torch.Tensor | None = None) -> PendingCheck:
+          gval: torch.Tensor | None = None, lengths=None) -> PendingCheck:
     """Launch the check of a and b (contiguous, same float32 or float64 dtype, one CUDA device) and of
     gamma (a 0-d tensor of that dtype on that device, or None) on the current stream. gval: the call's
-    gamma as a 0-d tensor of that dtype (default: gamma, else 0), reported by ok() with the max |value|."""
+    gamma as a 0-d tensor of that dtype (default: gamma, else 0), reported by ok() with the max |value|.
+    lengths: None, or (x_lengths, Tx, y_lengths, Ty) with int64 `(B,)` tensors on that device (either may be None)
+    that must lie in [1, T]: checked too, and handed back clamped into range in the result's ``lengths``."""
     if gval is None:
         gval = gamma if gamma is not None else torch.zeros((), dtype=a.dtype, device=a.device)
     dev = a.get_device()
     slot = _take(dev)
+    clamped = (None, None)
+    if lengths is not None:
+        clamped = _lengths(lengths, slot, dev)
     na, nb = a.numel(), (0 if b is None else b.numel())
     args = (a.data_ptr(), np.int64(na), _launch.ptr(b), np.int64(nb), _launch.ptr(gamma), gval.data_ptr(),
             slot.dev, slot.ws.data_ptr(), slot.wmax.data_ptr())
     _launch.launch("check", _EXPR[a.dtype], dev, blocks(na + nb, dev), _THREADS, args)
-    return PendingCheck(dev, _launch._raw_stream(dev), slot)
+    return PendingCheck(dev, _launch._raw_stream(dev), slot, clamped)
+
+
+def _lengths(lengths, slot: _Slot, dev: int) -> tuple:
+    """Queue lengths_kernel (check.cu) in front of the slot's check_kernel: the clamped copies of x_lengths and
+    y_lengths (None where not given), and ws[0] set if one was out of range."""
+    xl, tx, yl, ty = lengths
+    xo = None if xl is None else torch.empty_like(xl)
+    yo = None if yl is None else torch.empty_like(yl)
+    B = (xl if xl is not None else yl).numel()
+    if B:
+        _launch.launch("check", "sdtw::lengths_kernel", dev, -(-B // _THREADS), _THREADS,
+                       (_launch.ptr(xl), _launch.ptr(xo), np.int64(tx), _launch.ptr(yl), _launch.ptr(yo),
+                        np.int64(ty), B, slot.ws.data_ptr()))
+    return xo, yo

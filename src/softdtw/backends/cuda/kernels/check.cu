@@ -60,4 +60,29 @@ __global__ void __launch_bounds__(256) check_kernel(const T* __restrict__ a, lon
   }
 }
 
+// Per-pair lengths of a call whose value check is deferred (softdtw/_checks.py, _defer). The soft-DTW kernels must
+// never see a length outside [1, T], and reading the lengths on the host first would make the host wait for the GPU.
+// So the kernels get a copy of each length clamped into [1, T], and one out of range sets ws[0] of the check's slot:
+// check_kernel, queued right after this kernel on the same stream, folds it into its answer (flag 2), and the host
+// raises the length error once the call's kernels are queued. xl or yl may be null (that side has full lengths).
+__global__ void __launch_bounds__(256) lengths_kernel(const long long* __restrict__ xl, long long* __restrict__ xo,
+                                                      long long tx, const long long* __restrict__ yl,
+                                                      long long* __restrict__ yo, long long ty, int B, int* ws) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  bool bad = false;
+  if (i < B) {
+    if (xl != nullptr) {
+      const long long v = xl[i];
+      bad |= v < 1 || v > tx;
+      xo[i] = v < 1 ? 1 : (v > tx ? tx : v);
+    }
+    if (yl != nullptr) {
+      const long long v = yl[i];
+      bad |= v < 1 || v > ty;
+      yo[i] = v < 1 ? 1 : (v > ty ? ty : v);
+    }
+  }
+  if (__syncthreads_or(bad) && threadIdx.x == 0) atomicOr(ws, 1);
+}
+
 }  // namespace sdtw
