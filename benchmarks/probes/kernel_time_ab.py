@@ -5,7 +5,8 @@
 SRC_DIR is a `src/` folder (a copy of this tree, with or without a patch); one JSON line per call goes to OUT.jsonl:
 the loss step's forward / backward DP kernels (`soft_dtw(...).mean().backward()`, gamma 0.1) on ten shapes, then
 per HVP shape the `hvp_xy` kernels (gamma terms off) and a DILATE step's kernels. With SHAPES=extra in the
-environment: seven other loss shapes (float64, hard DTW, many pairs, a step penalty, checkpoint) and no HVP rows.
+environment: seven other loss shapes (float64, hard DTW, many pairs, a step penalty, checkpoint) and no HVP rows;
+with SHAPES=hvp the HVP rows alone.
 `kernel_time_ab.sh` runs it as an A/B: a warm-up process per tree (the NVRTC compiles), then base, new, base, new.
 Kernel times resolve 1-2 % between processes where event-timed steps of these sizes move with the host
 (OPTIMIZATION_LOG.md, "The backward's ring address once")."""
@@ -44,7 +45,8 @@ EXTRA = [("f64_512", 32, 512, 512, 1, {"dtype": torch.float64}), ("hard512", 32,
          ("gckpt1024", 32, 1024, 1024, 64, {"memory": "checkpoint"})]
 out = open(sys.argv[3], "a")
 rec = {"tag": sys.argv[2], "kind": "loss"}
-for name, B, N, M, D, kw in (EXTRA if os.environ.get("SHAPES") == "extra" else SH):
+SHAPES = os.environ.get("SHAPES", "")
+for name, B, N, M, D, kw in {"extra": EXTRA, "hvp": []}.get(SHAPES, SH):
     kw = dict(kw)
     dtype = kw.pop("dtype", torch.float32)
     gamma = kw.pop("gamma", 0.1)
@@ -60,9 +62,10 @@ for name, B, N, M, D, kw in (EXTRA if os.environ.get("SHAPES") == "extra" else S
 
     for nm, v in ktimes(step).items():
         rec[f"{name}_{nm}"] = v
-print(json.dumps(rec), file=out, flush=True)
-HVP = [] if os.environ.get("SHAPES") == "extra" else [(1024, 256, 256, 1.0), (1024, 256, 256, 0.1), (64, 512, 512, 1.0),
-                                                     (256, 128, 128, 0.1)]
+if SHAPES != "hvp":
+    print(json.dumps(rec), file=out, flush=True)
+HVP = [] if SHAPES == "extra" else [(1024, 256, 256, 1.0), (1024, 256, 256, 0.1), (64, 512, 512, 1.0),
+                                    (256, 128, 128, 0.1)]
 for B, N, M, gamma in HVP:
     g = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(B, N, 1, device="cuda", generator=g)

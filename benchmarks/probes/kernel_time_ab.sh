@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A/B of kernel times (kernel_time_ab.py): this tree's src/ against the same src/ with PATCH... applied.
-#   [SHAPES=extra] benchmarks/probes/kernel_time_ab.sh PATCH [PATCH ...]
+#   [SHAPES=extra|hvp] benchmarks/probes/kernel_time_ab.sh PATCH [PATCH ...]
 # On the GPU machine; results in $OUT/ab.jsonl.
 # A warm-up process per tree first (cold NVRTC compiles take 60-80 s per tree), then two rounds base, new.
 set -u
@@ -23,7 +23,7 @@ python3 - "$OUT/ab.jsonl" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 loss = [r for r in rows if r["kind"] == "loss"]
-for k in (k for k in loss[0] if k.endswith(("fwd", "bwd"))):
+for k in (k for k in (loss[0] if loss else {}) if k.endswith(("fwd", "bwd"))):
     print(f"{k:14s}", " ".join(f"{r['tag']}:{r.get(k, 0):8.1f}" for r in loss))
 for r in rows:
     if r["kind"] == "hvp":
