@@ -19,7 +19,8 @@ training loop pays per loss call. Rows per shape:
   (trees that have the launcher);
 - ``mse_compile_ro``: the MSE step under ``mode="reduce-overhead"``: what CUDA graphs cost any loss here;
 - ``lengths`` / ``lengths_cpu`` (with ``--lengths``): ``eager`` with per-pair lengths (x in [N/2, N], y in [M/2, M],
-  drawn once per shape), given as int64 tensors on the GPU / on the CPU (as a DataLoader's collate gives them).
+  drawn once per shape), given as int64 tensors on the GPU / on the CPU (as a DataLoader's collate gives them);
+  ``lengths_python``: ``lengths`` with the C++ launcher off (the Python path).
 
 Each row gives the median wall-clock ms over repetitions that run every row once in a random order (host
 included: that is the point),
@@ -229,7 +230,8 @@ def main() -> None:
     ap.add_argument("--impls", type=str, default="", help="comma-separated subset of the rows")
     ap.add_argument("--no-profile", action="store_true", help="skip the per-piece timers and cProfiles")
     ap.add_argument("--divergence", action="store_true", help="also the soft_dtw_divergence loss (div, div_python)")
-    ap.add_argument("--lengths", action="store_true", help="also the loss with per-pair lengths (lengths, lengths_cpu)")
+    ap.add_argument("--lengths", action="store_true",
+                    help="also the loss with per-pair lengths (lengths, lengths_cpu, lengths_python)")
     args = ap.parse_args()
     softdtw = _import_softdtw(args.src.resolve())
     fastpath, built = None, {}
@@ -290,6 +292,8 @@ def main() -> None:
             LENGTHS["x"], LENGTHS["y"] = LENGTHS["x_cpu"].cuda(), LENGTHS["y_cpu"].cuda()
             steps["lengths"] = make_step(lengths_loss, x, y, config())
             steps["lengths_cpu"] = make_step(lengths_cpu_loss, x, y, config())
+            if fastpath is not None:
+                steps["lengths_python"] = make_step(lengths_loss, x, y, config(fast=False))
         if args.impls:
             steps = {k: v for k, v in steps.items() if k in args.impls.split(",") or k == "mse"}
         ms = interleaved_ms(steps, args.reps)

@@ -118,11 +118,11 @@ def check_divergence_options(open_begin, open_end) -> None:
             f"subsequence matching; step_penalty works with the divergence.")
 
 
-def _fast_call(x, gamma, x_lengths, y_lengths, bandwidth, itakura_max_slope, step_penalty) -> bool:
-    """Whether a call may try the C++ launcher (backends/cuda/fastpath.py, which checks the rest): a CUDA x, a
-    float gamma, and none of the options it does not take."""
-    return (type(gamma) is float and type(x) is torch.Tensor and x.is_cuda and x_lengths is None
-            and y_lengths is None and bandwidth is None and itakura_max_slope is None and step_penalty is None)
+def _fast_call(x, gamma, bandwidth, itakura_max_slope, step_penalty) -> bool:
+    """Whether a call may try the C++ launcher (backends/cuda/fastpath.py, which checks the rest, lengths
+    included): a CUDA x, a float gamma, and none of the options it does not take."""
+    return (type(gamma) is float and type(x) is torch.Tensor and x.is_cuda and bandwidth is None
+            and itakura_max_slope is None and step_penalty is None)
 
 
 def _finish(value: torch.Tensor, p: Problem) -> torch.Tensor:
@@ -186,10 +186,10 @@ def soft_dtw(x, y, gamma: Union[float, torch.Tensor] = 1.0, *, cost="sqeuclidean
         tensor(0.)
     """
     if open_begin is False and open_end is False \
-            and _fast_call(x, gamma, x_lengths, y_lengths, bandwidth, itakura_max_slope, step_penalty):
+            and _fast_call(x, gamma, bandwidth, itakura_max_slope, step_penalty):
         # A training step's call: the C++ launcher (backends/cuda/fastpath.py) or, when it does not take the
         # call, the Python path below; the two give the same values, gradients and errors.
-        value = _fastpath.call(x, y, gamma, cost, memory, backend)
+        value = _fastpath.call(x, y, gamma, cost, memory, backend, x_lengths, y_lengths)
         if value is not None:
             return value
     p = prepare(x, y, gamma, cost=cost, bandwidth=bandwidth, itakura_max_slope=itakura_max_slope,
@@ -241,12 +241,12 @@ def soft_dtw_divergence(x, y, gamma: Union[float, torch.Tensor] = 1.0, *, cost="
     """
     if open_begin is not False or open_end is not False:
         check_divergence_options(open_begin, open_end)
-    if _fast_call(x, gamma, x_lengths, y_lengths, bandwidth, itakura_max_slope, step_penalty):
+    if _fast_call(x, gamma, bandwidth, itakura_max_slope, step_penalty):
         # The three terms through the C++ launcher, each with its own value check; any term it does not take
         # sends the whole call to the Python path below (same values, gradients and errors).
-        vxy = _fastpath.call(x, y, gamma, cost, memory, backend)
-        vxx = None if vxy is None else _fastpath.call(x, x, gamma, cost, memory, backend)
-        vyy = None if vxx is None else _fastpath.call(y, y, gamma, cost, memory, backend)
+        vxy = _fastpath.call(x, y, gamma, cost, memory, backend, x_lengths, y_lengths)
+        vxx = None if vxy is None else _fastpath.call(x, x, gamma, cost, memory, backend, x_lengths, x_lengths)
+        vyy = None if vxx is None else _fastpath.call(y, y, gamma, cost, memory, backend, y_lengths, y_lengths)
         if vyy is not None:
             return vxy - 0.5 * vxx - 0.5 * vyy
     p = prepare(x, y, gamma, cost=cost, bandwidth=bandwidth, itakura_max_slope=itakura_max_slope,

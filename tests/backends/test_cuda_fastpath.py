@@ -3,8 +3,9 @@
 It must be invisible but for its speed: the calls it takes give bitwise the Python path's values and gradients
 (the same kernels and arguments), a create_graph=True backward has the Python path's graph, bad values raise the
 Python path's errors, NaN padding and inputs past the exact range take the Python path's reruns, and calls it
-does not take (first call of a shape, variants, lengths, non-contiguous inputs, CUDA-graph capture, functorch)
-run on the Python path. Marked ``cuda``; the switch and a failed build are tested everywhere in test_fastpath.py.
+does not take (first call of a shape, variants, lengths that are not tensors, non-contiguous inputs, CUDA-graph
+capture, functorch) run on the Python path. Marked ``cuda``; the switch and a failed build are tested everywhere
+in test_fastpath.py.
 """
 from __future__ import annotations
 
@@ -93,6 +94,59 @@ def test_bitwise_the_python_path(built, B, N, M, D, cost, dtype, needs):
             assert torch.equal(a, b), rel_err(a, b)
 
 
+LENGTH_CASES = [  # (B, N, M, D, cost, dtype)
+    (16, 128, 128, 1, "sqeuclidean", torch.float32),
+    (32, 512, 512, 1, "sqeuclidean", torch.float32),
+    (64, 96, 96, 7, "sqeuclidean", torch.float32),
+    (8, 40, 33, 4, "l1", torch.float32),
+    (5, 70, 90, 2, "sqeuclidean", torch.float64),
+    (32, 128, 128, 64, "sqeuclidean", torch.float32),  # the "gram" form
+    (16, 400, 300, 80, "sqeuclidean", torch.float32),  # run as (y, x): the lengths swap too
+]
+
+
+@pytest.mark.parametrize("B,N,M,D,cost,dtype", LENGTH_CASES)
+@pytest.mark.parametrize("given", ["gpu", "cpu", "x int32"])
+def test_lengths_bitwise_the_python_path(built, B, N, M, D, cost, dtype, given):
+    """Per-pair lengths as tensors (on the GPU, on the CPU, int32, one side only) go through the launcher, with
+    bitwise the Python path's values and gradients."""
+    g = torch.Generator(device="cuda").manual_seed(B * N + D)
+    x = torch.randn(B, N, D, device="cuda", dtype=dtype, generator=g)
+    y = torch.randn(B, M, D, device="cuda", dtype=dtype, generator=g)
+    h = torch.Generator().manual_seed(B + N)
+    xl = torch.randint((N + 1) // 2, N + 1, (B,), generator=h)
+    yl = torch.randint((M + 1) // 2, M + 1, (B,), generator=h)
+    xl[0], yl[-1] = 1, 1
+    kw = {"gpu": dict(x_lengths=xl.cuda(), y_lengths=yl.cuda()), "cpu": dict(x_lengths=xl, y_lengths=yl),
+          "x int32": dict(x_lengths=xl.int().cuda())}[given]
+    fast, _ = _run(x, y, 0.1, True, cost, (True, True), **kw)
+    slow, _ = _run(x, y, 0.1, False, cost, (True, True), **kw)
+    assert _taken(fast[0]), _node(fast[0])
+    assert not _taken(slow[0]), _node(slow[0])
+    for a, b in zip(fast, slow):
+        assert torch.equal(a, b), rel_err(a, b)
+
+
+def test_lengths_out_of_range_raise_the_python_paths_error(built):
+    x, y = torch.randn(4, 20, 2, device="cuda"), torch.randn(4, 22, 2, device="cuda")
+    fastpath.set_enabled(True)
+    ok = dict(x_lengths=torch.tensor([20, 19, 18, 1], device="cuda"), y_lengths=torch.tensor([3, 22, 5, 9]))
+    for _ in range(2):
+        v = softdtw.soft_dtw(x.clone().requires_grad_(), y, 0.1, **ok)
+    assert _taken(v)
+    for kw, msg in ((dict(x_lengths=torch.tensor([20, 19, 0, 17], device="cuda")), r"x_lengths must lie in \[1, 20\]"),
+                    (dict(x_lengths=torch.tensor([20, 21, 3, 17], device="cuda")), r"x_lengths must lie in \[1, 20\]"),
+                    (dict(y_lengths=torch.tensor([23, 1, 1, 1])), r"y_lengths must lie in \[1, 22\]")):
+        xr = x.clone().requires_grad_()
+        with pytest.raises(ValueError, match=msg):
+            softdtw.soft_dtw(xr, y, 0.1, **kw)
+        assert xr.grad is None
+    v = softdtw.soft_dtw(x.clone().requires_grad_(), y, 0.1, **ok)
+    fastpath.set_enabled(False)
+    w = softdtw.soft_dtw(x.clone().requires_grad_(), y, 0.1, **ok)
+    assert _taken(v) and torch.equal(v, w)
+
+
 def test_unbatched_and_hard_dtw(built):
     x = torch.randn(30, 2, device="cuda")
     y = torch.randn(25, 2, device="cuda")
@@ -115,14 +169,18 @@ def test_value_only_is_taken_too(built):
     assert torch.equal(a, b)
 
 
-def test_create_graph_has_the_python_paths_graph(built):
-    """A gradient penalty through the launcher's node: _FusedGrad, whose backward is the HVP, as on the Python path."""
+@pytest.mark.parametrize("lengths", [False, True])
+def test_create_graph_has_the_python_paths_graph(built, lengths):
+    """A gradient penalty through the launcher's node: _FusedGrad, whose backward is the HVP, as on the Python path
+    (with per-pair lengths too: the node hands the clamped lengths it ran with to the double backward)."""
     g = torch.Generator(device="cuda").manual_seed(3)
     x = torch.randn(6, 24, 2, device="cuda", dtype=torch.float64, generator=g)
     y = torch.randn(6, 30, 2, device="cuda", dtype=torch.float64, generator=g)
+    kw = dict(x_lengths=torch.tensor([24, 1, 13, 20, 24, 7], device="cuda"),
+              y_lengths=torch.tensor([30, 9, 1, 28, 15, 30])) if lengths else {}
     out = {}
     for enabled in (True, False):
-        (v, dx, _), (xc, _) = _run(x, y, 0.3, enabled, create_graph=True)
+        (v, dx, _), (xc, _) = _run(x, y, 0.3, enabled, create_graph=True, **kw)
         assert dx.requires_grad
         penalty = (dx ** 2).sum()
         (h,) = torch.autograd.grad(v.sum() + penalty, xc)
@@ -191,7 +249,7 @@ def test_calls_it_does_not_take_run_on_the_python_path(built):
         dict(x=x.clone().requires_grad_(), gamma=0.1, bandwidth=3),
         dict(x=x.clone().requires_grad_(), gamma=0.1, open_end=True),
         dict(x=x.clone().requires_grad_(), gamma=0.1, memory="checkpoint"),
-        dict(x=x.clone().requires_grad_(), gamma=0.1, x_lengths=torch.tensor([20, 19, 18, 17], device="cuda")),
+        dict(x=x.clone().requires_grad_(), gamma=0.1, x_lengths=[20, 19, 18, 17]),  # lengths not in a tensor
         dict(x=x.clone().requires_grad_(), gamma=0.1, cost="cosine"),  # not a fused kernel cost
         dict(x=torch.randn(4, 20, 17, device="cuda", requires_grad=True), y=torch.randn(4, 22, 17, device="cuda"),
              gamma=0.1, cost="l1"),  # D > FUSED_D_MAX with l1: cdist, then the precomputed-cost kernels
@@ -285,6 +343,16 @@ def test_divergence_and_the_module_take_it_too(built, D):
     assert out[True][2] and not out[False][2]
     torch.testing.assert_close(out[True][0], out[False][0], rtol=0, atol=0)
     torch.testing.assert_close(out[True][1], out[False][1], rtol=0, atol=0)
+    xl, yl = torch.tensor([50, 1, 30, 49, 2, 50, 40, 12]), torch.tensor([60, 7, 1, 59, 33, 20, 60, 8], device="cuda")
+    for enabled in (True, False):
+        fastpath.set_enabled(enabled)
+        for _ in range(2):
+            xc = x.clone().requires_grad_()
+            v = softdtw.soft_dtw_divergence(xc, y, 0.1, x_lengths=xl, y_lengths=yl)
+        v.sum().backward()
+        out[enabled] = (v, xc.grad, any("CppNode" in n.name() for n in _nodes(v)))
+    assert out[True][2] and not out[False][2]
+    assert torch.equal(out[True][0], out[False][0]) and torch.equal(out[True][1], out[False][1])
 
 
 def _nodes(v):

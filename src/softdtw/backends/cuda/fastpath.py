@@ -7,17 +7,17 @@ same kernels with the same arguments from a C++ autograd Function, so the step's
 call into C++ forwards and no Python at all backwards. Results are bitwise those of the Python path (the same
 launches; tests/backends/test_cuda_fastpath.py).
 
-Which calls: :func:`softdtw.soft_dtw` (and the three terms of :func:`softdtw.soft_dtw_divergence`) on CUDA
-tensors with a float gamma, the cost "sqeuclidean" (any D; past FUSED_D_MAX its "gram" form, x·yᵀ of at most
-64 MiB) or "l1" (D <= FUSED_D_MAX), no lengths, band or alignment variant, float32 or float64 x and y of one
-dtype, contiguous, on the current device, a plan that is not chained (not the long-pair kernels), and a stored
-table of at most 64 MiB (memory "auto" or "store"), or no gradient. Not under torch.compile, functorch transforms
-or a CUDA-graph capture, nor the "gram" form under autocast. Every other call, and the first call of each shape
-(a new gamma for a known shape is not a first call), take the Python path; so does any call whose value check
-fails or whose inputs are past the kernels' exact range: the launcher's value is then discarded and the Python
-path runs the call again and raises its error (or reruns on the reference backend), so errors and results never
-depend on the path. A call of N > M steps runs as (y, x) where launch.transposes says so (gamma > 0), as the Python
-path does (functional._run).
+Which calls: :func:`softdtw.soft_dtw` (and the three terms of :func:`softdtw.soft_dtw_divergence`) on CUDA tensors
+with a float gamma, the cost "sqeuclidean" (any D; past FUSED_D_MAX its "gram" form, x·yᵀ of at most 64 MiB) or "l1"
+(D <= FUSED_D_MAX), per-pair lengths as integer tensors or none, no band or alignment variant, float32 or float64 x
+and y of one dtype, contiguous, on the current device, a plan that is not chained (not the long-pair kernels), and a
+stored table of at most 64 MiB (memory "auto" or "store"), or no gradient. Not under torch.compile, functorch
+transforms or a CUDA-graph capture, nor the "gram" form under autocast. Every other call, and the first call of each
+shape (a new gamma for a known shape is not a first call), take the Python path; so does any call whose value check
+fails (lengths out of range too) or whose inputs are past the kernels' exact range: the launcher's value is then
+discarded and the Python path runs the call again and raises its error (or reruns on the reference backend), so
+errors and results never depend on the path. A call of N > M steps runs as (y, x) where launch.transposes says so
+(gamma > 0), as the Python path does (functional._run), its lengths swapped with it.
 
 DILATE (:func:`softdtw.dilate_loss`, :func:`dilate_call`) takes the same route for its training call: a CUDA x and y
 needing a gradient, the squared Euclidean cost, the default Omega, a float gamma, no lengths, band, divergence or
@@ -32,8 +32,8 @@ alignment variant, memory "store" or "none", int64 lengths of any values, a 0-d 
 compiled step runs no Python of ours but the ops' autograd wrapper, and the eager calls that go through the ops
 run their kernels from C++ too: hvp_cost (the double backward of a precomputed cost or of a call hvp_xy does not
 take), DILATE's Python path (lengths, an Omega of the user's). A create_graph=True backward of the launcher's node
-runs softdtw._ops._FusedGrad, as the Python path's does (``set_grad_fn``). :func:`set_enabled` switches both; a forced plan (launch.forced_plan, tests
-and probes) keeps both out.
+runs softdtw._ops._FusedGrad, as the Python path's does (``set_grad_fn``). :func:`set_enabled` switches both; a
+forced plan (launch.forced_plan, tests and probes) keeps both out.
 
 How it is built: the first cuda call starts ``torch.utils.cpp_extension.load`` of fastpath.cpp in a background
 thread (the host compiler and ninja, as for any PyTorch C++ extension: about a minute, once; the build is cached
@@ -348,10 +348,14 @@ def _ready():
     return mod if _enabled and not _transforms_active() and not _forced() else None
 
 
-def call(x: torch.Tensor, y, gamma: float, cost, memory, backend) -> Optional[torch.Tensor]:
-    """soft_dtw(x, y, gamma, cost=cost, memory=memory, backend=backend) through the launcher, or None: the caller
-    then runs the call on the Python path (a call this launcher does not take, the first call of a shape, a
-    failed value check, inputs past the exact range). x is a CUDA tensor and gamma a float (the caller checked)."""
+def call(x: torch.Tensor, y, gamma: float, cost, memory, backend, x_lengths=None,
+         y_lengths=None) -> Optional[torch.Tensor]:
+    """soft_dtw(x, y, gamma, cost=cost, memory=memory, backend=backend, x_lengths=..., y_lengths=...) through the
+    launcher, or None: the caller then runs the call on the Python path (a call this launcher does not take, the
+    first call of a shape, a failed value check, lengths out of range, inputs past the exact range). x is a CUDA
+    tensor and gamma a float (the caller checked). Lengths: integer tensors `(B,)` (others take the Python path,
+    which reads or rejects them), checked and clamped into range by the value check's lengths_kernel, as on the
+    Python path (_checks._defer)."""
     mod = _ready()
     if mod is None or type(y) is not torch.Tensor or type(cost) is not str:
         return None
@@ -370,30 +374,68 @@ def call(x: torch.Tensor, y, gamma: float, cost, memory, backend) -> Optional[to
     if e is False or _get_device() != e.dev or not (x.is_contiguous() and y.is_contiguous()) \
             or torch.cuda.is_current_stream_capturing() or (e.gram and torch.is_autocast_enabled("cuda")):
         return None
+    lengths = None
+    if x_lengths is not None or y_lengths is not None:
+        if e.unbatched:
+            return None
+        ux, uy = _lengths_arg(x_lengths, x), _lengths_arg(y_lengths, x)
+        if ux is False or uy is False:
+            return None
+        N, M = x.shape[1], y.shape[1]
+        lengths = (uy, M, ux, N) if e.swap else (ux, N, uy, M)  # in the plan's order
     stream = _launch._raw_stream(e.dev)
     xs, ys = (x.unsqueeze(0), y.unsqueeze(0)) if e.unbatched else (x, y)
     if e.swap:
         xs, ys = ys, xs
-    value = _checked(e.dev, stream, e.span, x.dtype,
-                     lambda *check: mod.fused(xs, ys, e.gamma, e.xl, e.yl, e.plan, stream, grad, *check))
+
+    def run(*check):
+        if lengths is None:
+            return mod.fused(xs, ys, e.gamma, e.xl, e.yl, e.plan, stream, grad, *check)
+        (xl, yl), check = check[0], check[1:]
+        return mod.fused(xs, ys, e.gamma, e.xl if xl is None else xl, e.yl if yl is None else yl, e.plan, stream,
+                         grad, *check)
+
+    value = _checked(e.dev, stream, e.span, x.dtype, run, lengths)
     if value is None:
         return None
     return value[0] if e.unbatched else value
 
 
-def _checked(dev: int, stream: int, span, dtype, run):
+def _lengths_arg(lengths, x: torch.Tensor):
+    """A call's x_lengths or y_lengths as int64 `(B,)` on x's device (None for none), or False where the launcher
+    leaves them to the Python path: not an integer tensor of shape (B,)."""
+    if lengths is None:
+        return None
+    if type(lengths) is not torch.Tensor or lengths.is_floating_point() or lengths.is_complex() \
+            or lengths.dtype == torch.bool or lengths.shape != (x.shape[0],):
+        return False
+    if lengths.device != x.device:
+        if lengths.device.type != "cpu":
+            return False
+        return lengths.to(x.device, torch.int64, non_blocking=True)  # pageable memory is staged before it returns
+    if lengths.dtype == torch.int64 and lengths.is_contiguous():
+        return lengths
+    return lengths.to(torch.int64).contiguous()
+
+
+def _checked(dev: int, stream: int, span, dtype, run, lengths=None):
     """run(flag, ws, wmax) with the value check queued in front of the call's kernels (three zeros: no check), then
     the check's answer: the value, or None when the inputs hold NaN / Inf or are past the kernels' exact range (the
-    caller then runs the call on the Python path, which raises its error or reruns)."""
+    caller then runs the call on the Python path, which raises its error or reruns).
+
+    lengths: None, or (xl, Tx, yl, Ty) as checks.start takes them: then run((xl, yl), flag, ws, wmax) gets them
+    clamped into range by the same check (as given when checks are off, as on the Python path), and a length out of
+    range gives None too."""
     from ... import _checks
 
     # _checks._value_checks_enabled for this call, whose compile and capture cases the callers excluded
     if _checks._trusted_depth or os.environ.get("SOFTDTW_CHECK_VALUES", "1") == "0":
-        return run(0, 0, 0)
+        return run(0, 0, 0) if lengths is None else run((lengths[0], lengths[2]), 0, 0, 0)
     from . import checks as _vchecks
 
     slot = _vchecks._take(dev)
-    value = run(slot.dev, slot.ws.data_ptr(), slot.wmax.data_ptr())
+    check = (slot.dev, slot.ws.data_ptr(), slot.wmax.data_ptr())
+    value = run(*check) if lengths is None else run(_vchecks._lengths(lengths, slot, dev), *check)
     pending = _vchecks.PendingCheck(dev, stream, slot)
     if not pending.ok() or _checks._out_of_range(pending.vmax, pending.gamma, span, "cuda", dtype):
         return None
