@@ -153,8 +153,9 @@ std::pair<at::Tensor, at::Tensor> run_forward(const Plan& p, int64_t stream, int
 
 struct Fused : public torch::autograd::Function<Fused> {
   // x (B, N, D), y (B, M, D) contiguous in the plan's dtype, gamma a 0-d constant of that dtype (a float gamma:
-  // never differentiated), xl / yl the constant (B,) lengths. check: the value check's slot (mapped flag, the
-  // kernel's counters) or three zeros for none.
+  // never differentiated), xl / yl the (B,) int64 lengths: the plan's full ones, or the call's as the value
+  // check's lengths_kernel clamped them. check: the value check's slot (mapped flag, the kernel's counters) or three
+  // zeros for none.
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& y,
                             const at::Tensor& gamma, const at::Tensor& xl, const at::Tensor& yl, int64_t plan_id,
                             int64_t stream, bool store, int64_t flag, int64_t ws, int64_t wmax) {
