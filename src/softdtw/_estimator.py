@@ -28,6 +28,15 @@ from .pairwise import as_set_lengths
 FLOAT_DTYPES = (np.float64, np.float32)
 
 
+class SeriesInputMixin:
+    """scikit-learn tags of an estimator of time series: X may be 3-d `(P, T, D)` (put it left of BaseEstimator)."""
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.three_d_array = True
+        return tags
+
+
 def _ragged_to_padded(X):
     """A list of series of different lengths, NaN-padded to the longest (else X unchanged)."""
     if isinstance(X, np.ndarray) and X.dtype == object and X.ndim == 1:

@@ -25,7 +25,7 @@ from sklearn.base import BaseEstimator, ClusterMixin, TransformerMixin
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
-from ._estimator import check_int, resolve_gamma, validate_series
+from ._estimator import SeriesInputMixin, check_int, resolve_gamma, validate_series
 from ._checks import nan_padding
 from .barycenter import _resample, soft_dtw_barycenter
 from .pairwise import as_padded_set, as_set_lengths, pairwise_soft_dtw
@@ -394,7 +394,7 @@ def _one_run(X, lengths, user_lengths, K, L, gamma, C_init, init_lengths, init, 
                         c_len.clone())
 
 
-class SoftDTWKMeans(TransformerMixin, ClusterMixin, BaseEstimator):
+class SoftDTWKMeans(SeriesInputMixin, TransformerMixin, ClusterMixin, BaseEstimator):
     """k-means clustering of time series under soft-DTW, a scikit-learn estimator.
 
     See :func:`soft_dtw_kmeans` for the algorithm and the arguments. Takes and returns NumPy
@@ -459,11 +459,6 @@ class SoftDTWKMeans(TransformerMixin, ClusterMixin, BaseEstimator):
         self.backend = backend
         self.device = device
         self.center_length = center_length
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.three_d_array = True
-        return tags
 
     def _kw(self) -> dict:
         return dict(cost=self.cost, bandwidth=self.bandwidth, itakura_max_slope=self.itakura_max_slope,

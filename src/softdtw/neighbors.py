@@ -9,7 +9,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
-from ._estimator import check_int, resolve_gamma, validate_series
+from ._estimator import SeriesInputMixin, check_int, resolve_gamma, validate_series
 from .pairwise import pairwise_soft_dtw
 
 __all__ = ["SoftDTWKNeighborsClassifier"]
@@ -17,7 +17,7 @@ __all__ = ["SoftDTWKNeighborsClassifier"]
 _METRICS = ("soft_dtw", "euclidean")
 
 
-class SoftDTWKNeighborsClassifier(ClassifierMixin, BaseEstimator):
+class SoftDTWKNeighborsClassifier(SeriesInputMixin, ClassifierMixin, BaseEstimator):
     r"""k-nearest-neighbour classifier (1-NN by default) under soft-DTW, hard DTW or Euclidean distance.
 
     Distances come from :func:`softdtw.pairwise_soft_dtw` (batched, chunked, CPU or GPU). By default
@@ -78,11 +78,6 @@ class SoftDTWKNeighborsClassifier(ClassifierMixin, BaseEstimator):
         self.progress = progress
         self.backend = backend
         self.device = device
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.three_d_array = True
-        return tags
 
     def _check_params(self) -> None:
         check_int(self.n_neighbors, "n_neighbors", 1)
