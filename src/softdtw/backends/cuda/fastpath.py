@@ -402,20 +402,19 @@ def call(x: torch.Tensor, y, gamma: float, cost, memory, backend, x_lengths=None
 
 
 def _lengths_arg(lengths, x: torch.Tensor):
-    """A call's x_lengths or y_lengths as int64 `(B,)` on x's device (None for none), or False where the launcher
-    leaves them to the Python path: not an integer tensor of shape (B,)."""
+    """A call's x_lengths or y_lengths as contiguous int64 `(B,)` on x's device (None for none), read as the Python
+    path reads them (_checks.as_lengths), or False where the launcher leaves them to the Python path: not a tensor,
+    a tensor on another GPU, or one as_lengths rejects (the Python path then raises its error)."""
+    from ... import _checks
+
     if lengths is None:
         return None
-    if type(lengths) is not torch.Tensor or lengths.is_floating_point() or lengths.is_complex() \
-            or lengths.dtype == torch.bool or lengths.shape != (x.shape[0],):
+    if type(lengths) is not torch.Tensor or (lengths.device != x.device and lengths.device.type != "cpu"):
         return False
-    if lengths.device != x.device:
-        if lengths.device.type != "cpu":
-            return False
-        return lengths.to(x.device, torch.int64, non_blocking=True)  # pageable memory is staged before it returns
-    if lengths.dtype == torch.int64 and lengths.is_contiguous():
-        return lengths
-    return lengths.to(torch.int64).contiguous()
+    try:
+        return _checks.as_lengths(lengths, "lengths", x.shape[0], 0, x.device, "x").contiguous()
+    except (TypeError, ValueError):
+        return False
 
 
 def _checked(dev: int, stream: int, span, dtype, run, lengths=None):
