@@ -13,8 +13,9 @@ timed from the call to the end of the backward (synchronised on CUDA), median of
   term and both gradients (softdtw/dilate.py);
 - ``mse``: ``F.mse_loss`` on the same tensors (N = M only), the floor of any loss step;
 - with ``--variants`` (cuda): ``dilate_python`` (the C++ launcher off), ``dilate_lengths`` (x_lengths given, all
-  full: DILATE's Python path, whose forward_cost and hvp_cost run their C++ op kernels) and
-  ``dilate_lengths_python`` (the same with the launcher off).
+  full, on the GPU: through the launcher where dilate_xy_kernel runs, else DILATE's Python path, whose forward_cost
+  and hvp_cost run their C++ op kernels), ``dilate_lengths_cpu`` (the same lengths on the CPU) and
+  ``dilate_lengths_python`` (the launcher off).
 
 x_sdtw = dilate over sdtw (issue 24's target on the H100: <= 3 at B = 64, N = M = 256, D = 1). Mcells_per_s =
 B·N·M / time, cells counted once (issue 24's CPU target: DILATE forward + backward >= 60 M cells/s on 2 cores,
@@ -73,6 +74,7 @@ def _steps(pred, target, sync, variants=False):
         full = torch.full((pred.shape[0],), pred.shape[1], device=pred.device)
         steps["dilate_python"] = step(dilate(), fast=False)
         steps["dilate_lengths"] = step(dilate(x_lengths=full))
+        steps["dilate_lengths_cpu"] = step(dilate(x_lengths=full.cpu()))
         steps["dilate_lengths_python"] = step(dilate(x_lengths=full), fast=False)
     return steps
 
@@ -85,7 +87,7 @@ def main(argv=None):
     parser.add_argument("--smoke", action="store_true", help="one tiny size, 2 reps (a check of the script)")
     parser.add_argument("--variants", action="store_true",
                         help="cuda: also DILATE with the launcher off (dilate_python) and with lengths given "
-                             "(dilate_lengths, its Python path on the ops' C++ kernels; dilate_lengths_python)")
+                             "(dilate_lengths, dilate_lengths_cpu; dilate_lengths_python with the launcher off)")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)

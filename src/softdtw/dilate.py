@@ -217,11 +217,11 @@ def dilate_loss(x, y, alpha: float = 0.5, gamma: Union[float, torch.Tensor] = 0.
         raise ValueError(f"alpha must be a number in [0, 1] (the weight of the shape term); got {alpha!r}.")
     alpha = float(alpha)  # NumPy scalars too, as DILATELoss takes them
     if omega is None and not divergence and not return_terms and type(gamma) is float and type(x) is torch.Tensor \
-            and x.is_cuda and isinstance(cost, str) and cost == "sqeuclidean" and x_lengths is None \
-            and y_lengths is None and bandwidth is None and itakura_max_slope is None:
+            and x.is_cuda and isinstance(cost, str) and cost == "sqeuclidean" and bandwidth is None \
+            and itakura_max_slope is None:
         # A training step's call: the C++ launcher (backends/cuda/fastpath.py, dilate_call) or, when it does not
         # take the call, the Python path below; the two give the same losses, gradients and errors.
-        loss = _fastpath.dilate_call(x, y, alpha, gamma, backend)
+        loss = _fastpath.dilate_call(x, y, alpha, gamma, backend, x_lengths, y_lengths)
         if loss is not None:
             return loss
     p = prepare(x, y, gamma, cost=cost, bandwidth=bandwidth, itakura_max_slope=itakura_max_slope,

@@ -147,6 +147,41 @@ def test_lengths_out_of_range_raise_the_python_paths_error(built):
     assert _taken(v) and torch.equal(v, w)
 
 
+def test_lengths_it_leaves_to_the_python_path_raise_its_errors(built):
+    """Lengths the launcher does not read (a float or bool tensor, a wrong shape, a 2-d tensor) go to the Python
+    path, whose error names them; lists and NumPy arrays are read there too, with the launcher's results."""
+    x, y = torch.randn(4, 20, 2, device="cuda"), torch.randn(4, 22, 2, device="cuda")
+    fastpath.set_enabled(True)
+    for _ in range(2):
+        v = softdtw.soft_dtw(x.clone().requires_grad_(), y, 0.1)
+    assert _taken(v)
+    good = torch.tensor([20, 19, 18, 1])
+    for kw, err, msg in ((dict(x_lengths=good.float()), TypeError, "x_lengths must be an integer tensor"),
+                         (dict(y_lengths=torch.ones(4, dtype=torch.bool)), TypeError, "y_lengths must be an integer"),
+                         (dict(x_lengths=good[:3].cuda()), ValueError, r"x_lengths must have shape \(4,\)"),
+                         (dict(x_lengths=good.view(2, 2)), ValueError, r"x_lengths must have shape \(4,\)")):
+        xr = x.clone().requires_grad_()
+        with pytest.raises(err, match=msg):
+            softdtw.soft_dtw(xr, y, 0.1, **kw)
+        assert xr.grad is None
+    v = softdtw.soft_dtw(x.clone().requires_grad_(), y, 0.1, x_lengths=good.tolist())
+    w = softdtw.soft_dtw(x.clone().requires_grad_(), y, 0.1, x_lengths=good.cuda())
+    assert not _taken(v) and _taken(w) and torch.equal(v, w)
+
+
+def test_lengths_with_value_checks_off(built, monkeypatch):
+    """SOFTDTW_CHECK_VALUES=0: the launcher hands the kernels the lengths as given (no lengths_kernel), as the
+    Python path does; in range, the same values."""
+    x, y = torch.randn(4, 20, 2, device="cuda"), torch.randn(4, 22, 2, device="cuda")
+    kw = dict(x_lengths=torch.tensor([20, 19, 18, 1]), y_lengths=torch.tensor([3, 22, 5, 9], dtype=torch.int32))
+    fastpath.set_enabled(True)
+    for _ in range(2):
+        ref = softdtw.soft_dtw(x.clone().requires_grad_(), y, 0.1, **kw)
+    monkeypatch.setenv("SOFTDTW_CHECK_VALUES", "0")
+    v = softdtw.soft_dtw(x.clone().requires_grad_(), y, 0.1, **kw)
+    assert _taken(ref) and _taken(v) and torch.equal(v, ref)
+
+
 def test_unbatched_and_hard_dtw(built):
     x = torch.randn(30, 2, device="cuda")
     y = torch.randn(25, 2, device="cuda")
@@ -343,16 +378,19 @@ def test_divergence_and_the_module_take_it_too(built, D):
     assert out[True][2] and not out[False][2]
     torch.testing.assert_close(out[True][0], out[False][0], rtol=0, atol=0)
     torch.testing.assert_close(out[True][1], out[False][1], rtol=0, atol=0)
-    xl, yl = torch.tensor([50, 1, 30, 49, 2, 50, 40, 12]), torch.tensor([60, 7, 1, 59, 33, 20, 60, 8], device="cuda")
-    for enabled in (True, False):
-        fastpath.set_enabled(enabled)
-        for _ in range(2):
-            xc = x.clone().requires_grad_()
-            v = softdtw.soft_dtw_divergence(xc, y, 0.1, x_lengths=xl, y_lengths=yl)
-        v.sum().backward()
-        out[enabled] = (v, xc.grad, any("CppNode" in n.name() for n in _nodes(v)))
-    assert out[True][2] and not out[False][2]
-    assert torch.equal(out[True][0], out[False][0]) and torch.equal(out[True][1], out[False][1])
+    xl, yl = torch.tensor([50, 1, 30, 49, 2, 50, 40, 12]), torch.tensor([60, 7, 1, 59, 33, 20, 60, 8])
+    for lengths in (dict(x_lengths=xl, y_lengths=yl.cuda()), dict(x_lengths=xl, y_lengths=yl.int())):
+        for enabled in (True, False):
+            fastpath.set_enabled(enabled)
+            for _ in range(2):
+                xc = x.clone().requires_grad_()
+                v = softdtw.soft_dtw_divergence(xc, y, 0.1, **lengths)
+            v.sum().backward()
+            out[enabled] = (v, xc.grad, any("CppNode" in n.name() for n in _nodes(v)))
+        assert out[True][2] and not out[False][2]
+        assert torch.equal(out[True][0], out[False][0]) and torch.equal(out[True][1], out[False][1])
+    with pytest.raises(ValueError, match=r"y_lengths must lie in \[1, 60\]"):  # the terms' check, after the copy
+        softdtw.soft_dtw_divergence(x, y, 0.1, x_lengths=xl, y_lengths=torch.full((8,), 61))
 
 
 def _nodes(v):
@@ -617,7 +655,7 @@ def test_dilate_calls_it_does_not_take(built):
     x, y = torch.randn(4, 30, 1, device="cuda"), torch.randn(4, 28, 1, device="cuda")
     fastpath.set_enabled(True)
     cases = [
-        dict(x_lengths=torch.tensor([30, 20, 10, 5], device="cuda")),
+        dict(x_lengths=[30, 20, 10, 5]),  # lengths as a list: the Python path reads them
         dict(omega=torch.rand(30, 28, device="cuda")),
         dict(divergence=True),
         dict(cost="l1"),
@@ -635,6 +673,64 @@ def test_dilate_calls_it_does_not_take(built):
         loss, shape, temporal = softdtw.dilate_loss(x.clone().requires_grad_(), y, gamma=0.1, return_terms=True)
     assert v.grad_fn is None and not _taken(loss)
     torch.testing.assert_close(loss, v, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("B,N,M,D,dtype", [(64, 96, 96, 1, torch.float32), (8, 40, 33, 3, torch.float32),
+                                           (5, 70, 90, 2, torch.float64)])
+@pytest.mark.parametrize("given", ["gpu", "cpu", "y int32 cpu"])
+def test_dilate_lengths_bitwise_the_python_path(built, B, N, M, D, dtype, given):
+    """DILATE with per-pair lengths goes through the launcher where dilate_xy_kernel runs: bitwise the Python
+    path's losses and gradients, lengths on the GPU, on the CPU, or one side only in int32."""
+    g = torch.Generator(device="cuda").manual_seed(N + D)
+    x = torch.randn(B, N, D, device="cuda", dtype=dtype, generator=g).cumsum(1) * 0.1
+    y = torch.randn(B, M, D, device="cuda", dtype=dtype, generator=g).cumsum(1) * 0.1
+    h = torch.Generator().manual_seed(B)
+    xl, yl = torch.randint(N // 2, N + 1, (B,), generator=h), torch.randint(M // 2, M + 1, (B,), generator=h)
+    xl[0], yl[-1] = 1, 2
+    kw = {"gpu": dict(x_lengths=xl.cuda(), y_lengths=yl.cuda()), "cpu": dict(x_lengths=xl, y_lengths=yl),
+          "y int32 cpu": dict(y_lengths=yl.int())}[given]
+    out = {}
+    for enabled in (True, False):
+        fastpath.set_enabled(enabled)
+        for _ in range(2):
+            xc, yc = x.clone().requires_grad_(), y.clone().requires_grad_()
+            v = softdtw.dilate_loss(xc, yc, alpha=0.4, gamma=0.05, **kw)
+        v.mean().backward()
+        out[enabled] = (v, xc.grad, yc.grad)
+    assert _taken(out[True][0]) and not _taken(out[False][0])
+    for a, b in zip(out[True], out[False]):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_dilate_lengths_it_does_not_take(built):
+    """Lengths where dilate_xy_kernel does not run (K·D past its registers: the other route's Omega holds full
+    lengths), or lengths the launcher leaves to the Python path: the Python path's results and errors."""
+    fastpath.set_enabled(True)
+    x, y = torch.randn(4, 30, 20, device="cuda"), torch.randn(4, 28, 20, device="cuda")
+    xl = torch.tensor([30, 20, 10, 5], device="cuda")
+    for _ in range(2):
+        v = softdtw.dilate_loss(x.clone().requires_grad_(), y, gamma=0.1)
+    assert _taken(v)  # the shape is taken without lengths
+    v = softdtw.dilate_loss(x.clone().requires_grad_(), y, gamma=0.1, x_lengths=xl)
+    fastpath.set_enabled(False)
+    w = softdtw.dilate_loss(x.clone().requires_grad_(), y, gamma=0.1, x_lengths=xl)
+    assert not _taken(v) and torch.equal(v, w)
+    fastpath.set_enabled(True)
+    x, y = x[..., :1].contiguous(), y[..., :1].contiguous()
+    for _ in range(2):
+        v = softdtw.dilate_loss(x.clone().requires_grad_(), y, gamma=0.1, x_lengths=xl)
+    assert _taken(v)
+    for kw, err, msg in ((dict(x_lengths=xl.float()), TypeError, "x_lengths must be an integer tensor"),
+                         (dict(x_lengths=xl[:3]), ValueError, r"x_lengths must have shape \(4,\)"),
+                         (dict(x_lengths=torch.tensor([30, 31, 1, 1])), ValueError, r"x_lengths must lie in \[1, 30\]"),
+                         (dict(y_lengths=torch.tensor([0, 1, 1, 1], device="cuda")), ValueError,
+                          r"y_lengths must lie in \[1, 28\]")):
+        xr = x.clone().requires_grad_()
+        with pytest.raises(err, match=msg):
+            softdtw.dilate_loss(xr, y, gamma=0.1, **kw)
+        assert xr.grad is None
+    v = softdtw.dilate_loss(x.clone().requires_grad_(), y, gamma=0.1, x_lengths=xl)
+    assert _taken(v)  # and the next good call is the launcher's again
 
 
 def test_dilate_errors_are_the_python_paths(built):

@@ -35,6 +35,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -71,6 +72,7 @@ struct Plan {
   int64_t vec_group = 1;  // values per 16 bytes: its vectorised path needs M a multiple of it
   // DILATE through one kernel (set_dilate_xy): hvp is dilate_xy_kernel (hvp.py's dilate_xy), fwd unused.
   bool dxy = false;
+  Kernel lengths;  // check.cu's lengths_kernel (set_lengths; its grid is set per launch)
 };
 
 std::mutex g_lock;
@@ -149,6 +151,48 @@ std::pair<at::Tensor, at::Tensor> run_forward(const Plan& p, int64_t stream, int
           p.nch, 0, 0, 0},
          "forward_kernel");
   return {value, saved};
+}
+
+// A call's own per-pair lengths (ux, uy: the user's tensors in the plan's order, undefined for full lengths) as the
+// kernels read them, replacing the plan's full xl, yl: int64 (B,) on x's device (CPU ones arrive in one
+// host-to-device copy, non-blocking as _checks.as_lengths makes it) and, with the value check on (flag != 0), copies
+// clamped into [1, T] by lengths_kernel, queued in front of the check kernel with a length out of range flagged in
+// ws[0] (as checks.py's _lengths does on the Python path). Returns false, having launched nothing, for lengths this
+// launcher leaves to the Python path (anything but an integer tensor of shape (B,) on x's device or the CPU): that
+// path reads them with _checks.as_lengths and raises its error.
+bool call_lengths(const Plan& p, const at::Tensor& x, const at::Tensor& ux, const at::Tensor& uy, int64_t stream,
+                  int64_t flag, int64_t ws, at::Tensor& xl, at::Tensor& yl) {
+  auto usable = [&](const at::Tensor& l) {
+    return !l.defined() || (l.dim() == 1 && l.size(0) == p.B && at::isIntegralType(l.scalar_type(), false) &&
+                            (l.device() == x.device() || l.is_cpu()));
+  };
+  if (p.lengths.fn == nullptr || !usable(ux) || !usable(uy)) return false;
+  at::Tensor gx, gy;
+  if (ux.defined() && uy.defined() && ux.is_cpu() && uy.is_cpu()) {
+    const at::Tensor both = at::stack({ux.to(at::kLong), uy.to(at::kLong)}).to(x.device(), at::kLong, true);
+    gx = both.select(0, 0);
+    gy = both.select(0, 1);
+  } else {
+    auto on_gpu = [&](const at::Tensor& l) {
+      return l.defined() ? l.to(x.device(), at::kLong, l.is_cpu()).contiguous() : l;
+    };
+    gx = on_gpu(ux);
+    gy = on_gpu(uy);
+  }
+  if (flag == 0) {  // checks off: the kernels read the lengths as given, as on the Python path
+    if (gx.defined()) xl = gx;
+    if (gy.defined()) yl = gy;
+    return true;
+  }
+  const at::Tensor out = at::empty({2, p.B}, xl.options());
+  Kernel k = p.lengths;
+  k.grid = (unsigned)((p.B + k.block - 1) / k.block);
+  launch(k, stream,
+         {ptr(gx), gx.defined() ? ptr(out) : 0, p.N, ptr(gy), gy.defined() ? ptr(out) + 8 * p.B : 0, p.M, p.B, ws},
+         "lengths_kernel");
+  if (gx.defined()) xl = out.select(0, 0);
+  if (gy.defined()) yl = out.select(0, 1);
+  return true;
 }
 
 struct Fused : public torch::autograd::Function<Fused> {
@@ -334,10 +378,22 @@ struct Dilate : public torch::autograd::Function<Dilate> {
   }
 };
 
+// ux, uy: the call's own lengths (undefined for full ones; call_lengths), taken with dilate_xy_kernel only (the
+// default Omega divides by each pair's length, which the other route's plan holds for full lengths). An undefined
+// result, with nothing launched, sends the call to the Python path.
 at::Tensor dilate(const at::Tensor& x, const at::Tensor& y, const at::Tensor& gamma, const at::Tensor& xl,
-                  const at::Tensor& yl, const at::Tensor& om, const at::Tensor& gdot, int64_t plan_id, int64_t stream,
-                  int64_t flag, int64_t ws, int64_t wmax, double alpha) {
-  return Dilate::apply(x, y, gamma, xl, yl, om, gdot, plan_id, stream, flag, ws, wmax, alpha);
+                  const at::Tensor& yl, const std::optional<at::Tensor>& ux, const std::optional<at::Tensor>& uy,
+                  const at::Tensor& om, const at::Tensor& gdot, int64_t plan_id, int64_t stream, int64_t flag,
+                  int64_t ws, int64_t wmax, double alpha) {
+  at::Tensor cxl = xl, cyl = yl;
+  if (ux || uy) {
+    const Plan& p = plan_of(plan_id);
+    if (!p.dxy) return at::Tensor();
+    bind(p);
+    if (!call_lengths(p, x, ux.value_or(at::Tensor()), uy.value_or(at::Tensor()), stream, flag, ws, cxl, cyl))
+      return at::Tensor();
+  }
+  return Dilate::apply(x, y, gamma, cxl, cyl, om, gdot, plan_id, stream, flag, ws, wmax, alpha);
 }
 
 // The hvp kernel of a DILATE plan (add_plan registered its check and value-only forward).
@@ -363,10 +419,19 @@ void set_dilate_xy(int64_t id, int64_t fn, int64_t grid, int64_t block, int64_t 
   set_second_order(id, fn, grid, block, rec_numel).dxy = true;
 }
 
+// ux, uy: the call's own lengths in the plan's order (undefined for full ones; call_lengths). An undefined result,
+// with nothing launched, sends the call to the Python path.
 at::Tensor fused(const at::Tensor& x, const at::Tensor& y, const at::Tensor& gamma, const at::Tensor& xl,
-                 const at::Tensor& yl, int64_t plan_id, int64_t stream, bool store, int64_t flag, int64_t ws,
-                 int64_t wmax) {
-  return Fused::apply(x, y, gamma, xl, yl, plan_id, stream, store, flag, ws, wmax);
+                 const at::Tensor& yl, const std::optional<at::Tensor>& ux, const std::optional<at::Tensor>& uy,
+                 int64_t plan_id, int64_t stream, bool store, int64_t flag, int64_t ws, int64_t wmax) {
+  at::Tensor cxl = xl, cyl = yl;
+  if (ux || uy) {
+    const Plan& p = plan_of(plan_id);
+    bind(p);
+    if (!call_lengths(p, x, ux.value_or(at::Tensor()), uy.value_or(at::Tensor()), stream, flag, ws, cxl, cyl))
+      return at::Tensor();
+  }
+  return Fused::apply(x, y, gamma, cxl, cyl, plan_id, stream, store, flag, ws, wmax);
 }
 
 // --- the ops' CUDA kernels ------------------------------------------------------------------------------------
@@ -712,6 +777,15 @@ void set_norms(int64_t id, std::vector<int64_t> k) {
   n.block = (unsigned)k[2];
 }
 
+// A plan's lengths_kernel (check.cu, on the plan's device; fastpath.py): (CUfunction, block).
+void set_lengths(int64_t id, int64_t fn, int64_t block) {
+  std::lock_guard<std::mutex> guard(g_lock);
+  TORCH_CHECK(id >= 0 && id < (int64_t)g_plans.size(), "softdtw fast path: unknown plan ", id);
+  Kernel& k = g_plans[id].lengths;
+  k.fn = (void*)(uintptr_t)fn;
+  k.block = (unsigned)block;
+}
+
 void set_driver(int64_t launch, int64_t ctx_get, int64_t ctx_set) {
   g_launch = (LaunchFn)(uintptr_t)launch;
   g_ctx_get = (CtxFn)(uintptr_t)ctx_get;
@@ -728,6 +802,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("dilate", &dilate, "DILATE losses (B,) with a C++ autograd node");
   m.def("set_hvp", &set_hvp, "the hvp kernel of a DILATE plan");
   m.def("set_norms", &set_norms, "the norms kernel of a gram plan");
+  m.def("set_lengths", &set_lengths, "the lengths kernel of a plan (calls with per-pair lengths)");
   m.def("set_dilate_xy", &set_dilate_xy, "a DILATE plan through dilate_xy_kernel");
   m.def("register_ops", &register_ops, "the CUDA kernels of softdtw::forward and softdtw::backward");
   m.def("set_ops_enabled", &set_ops_enabled, "off: every op call runs the Python kernel");

@@ -20,9 +20,15 @@ errors and results never depend on the path. A call of N > M steps runs as (y, x
 (gamma > 0), as the Python path does (functional._run), its lengths swapped with it.
 
 DILATE (:func:`softdtw.dilate_loss`, :func:`dilate_call`) takes the same route for its training call: a CUDA x and y
-needing a gradient, the squared Euclidean cost, the default Omega, a float gamma, no lengths, band, divergence or
-return_terms, M within hvp_warp_kernel's reach; a C++ autograd Function makes the Python path's torch calls and
-launches in the same order, so its losses and gradients are bitwise the Python path's too.
+needing a gradient, the squared Euclidean cost, the default Omega, a float gamma, no band, divergence or
+return_terms, M within hvp_warp_kernel's reach, and per-pair lengths (integer tensors) only where dilate_xy_kernel
+runs; a C++ autograd Function makes the Python path's torch calls and launches in the same order, so its losses and
+gradients are bitwise the Python path's too.
+
+Per-pair lengths: the call passes the user's tensors as they are, and fastpath.cpp (call_lengths) converts them
+(int64, on x's device; lengths on the CPU in one copy) and queues check.cu's lengths_kernel, which writes the copies
+clamped into range that the kernels read and flags a length out of range for the value check, as the Python path's
+_checks._defer does. Anything else (a list, a float tensor, a wrong shape, another GPU) goes to the Python path.
 
 Under torch.compile the graph holds the custom ops (softdtw::forward, backward, forward_cost, backward_cost,
 hvp_cost); once loaded, the launcher also registers their CUDA kernels in C++ (fastpath.cpp, ``register_ops``),
@@ -235,11 +241,19 @@ def _plan(x, y, cost, memory: str, backend, grad: bool, transposable: bool = Fal
                             _kernel("forward", fwd, dev), _kernel("backward", bwd, dev), fwd.saved_numel,
                             _saved_dtype(x.dtype), list(fwd.bnd), list(bwd.bnd) if bwd is not None else [], B, N, M,
                             fwd.plan.nch, cost, gram)
+    _set_lengths(plan, dev)
     if gram:  # |x_i|, |y_j| by kernels/norms.cu, as the Python path's _norms
         from . import NORMS_EXPR, _NORMS_THREADS
 
         _module.set_norms(plan, [_launch._launcher("norms", NORMS_EXPR[x.dtype], dev).fn, 0, _NORMS_THREADS])
     return plan, unbatched, _checks.Span(cost, D, N, M), gram, swap
+
+
+def _set_lengths(plan: int, dev: int) -> None:
+    """Give a public call's plan check.cu's lengths_kernel, for calls with per-pair lengths (call_lengths)."""
+    from . import checks as _vchecks
+
+    _module.set_lengths(plan, _launch._launcher("check", "sdtw::lengths_kernel", dev).fn, _vchecks._THREADS)
 
 
 def _op_plan(x, y, cost: str, store: bool) -> int:
@@ -374,67 +388,55 @@ def call(x: torch.Tensor, y, gamma: float, cost, memory, backend, x_lengths=None
     if e is False or _get_device() != e.dev or not (x.is_contiguous() and y.is_contiguous()) \
             or torch.cuda.is_current_stream_capturing() or (e.gram and torch.is_autocast_enabled("cuda")):
         return None
-    lengths = None
+    ux = uy = None
     if x_lengths is not None or y_lengths is not None:
-        if e.unbatched:
+        # Tensors only; fastpath.cpp (call_lengths) converts and clamps them, or hands them back (None) to the
+        # Python path, which reads them with _checks.as_lengths and raises its error.
+        if e.unbatched or not (_tensor_or_none(x_lengths) and _tensor_or_none(y_lengths)):
             return None
-        ux, uy = _lengths_arg(x_lengths, x), _lengths_arg(y_lengths, x)
-        if ux is False or uy is False:
-            return None
-        N, M = x.shape[1], y.shape[1]
-        lengths = (uy, M, ux, N) if e.swap else (ux, N, uy, M)  # in the plan's order
+        ux, uy = (y_lengths, x_lengths) if e.swap else (x_lengths, y_lengths)  # in the plan's order
     stream = _launch._raw_stream(e.dev)
     xs, ys = (x.unsqueeze(0), y.unsqueeze(0)) if e.unbatched else (x, y)
     if e.swap:
         xs, ys = ys, xs
-
-    def run(*check):
-        if lengths is None:
-            return mod.fused(xs, ys, e.gamma, e.xl, e.yl, e.plan, stream, grad, *check)
-        (xl, yl), check = check[0], check[1:]
-        return mod.fused(xs, ys, e.gamma, e.xl if xl is None else xl, e.yl if yl is None else yl, e.plan, stream,
-                         grad, *check)
-
-    value = _checked(e.dev, stream, e.span, x.dtype, run, lengths)
+    value = _checked(e.dev, stream, e.span, x.dtype,
+                     lambda *check: mod.fused(xs, ys, e.gamma, e.xl, e.yl, ux, uy, e.plan, stream, grad, *check))
     if value is None:
         return None
     return value[0] if e.unbatched else value
 
 
-def _lengths_arg(lengths, x: torch.Tensor):
-    """A call's x_lengths or y_lengths as contiguous int64 `(B,)` on x's device (None for none), read as the Python
-    path reads them (_checks.as_lengths), or False where the launcher leaves them to the Python path: not a tensor,
-    a tensor on another GPU, or one as_lengths rejects (the Python path then raises its error)."""
-    from ... import _checks
-
-    if lengths is None:
-        return None
-    if type(lengths) is not torch.Tensor or (lengths.device != x.device and lengths.device.type != "cpu"):
-        return False
-    try:
-        return _checks.as_lengths(lengths, "lengths", x.shape[0], 0, x.device, "x").contiguous()
-    except (TypeError, ValueError):
-        return False
+def on_device(lengths, x: torch.Tensor):
+    """Lengths given as a CPU tensor, copied to x's GPU (non-blocking, as _checks.as_lengths copies them; dtype and
+    shape as given, so that the checks downstream see what the user passed); anything else as it is. For a call that
+    hands the same lengths to several launcher calls (soft_dtw_divergence's three terms)."""
+    if type(lengths) is torch.Tensor and lengths.device.type == "cpu":
+        return lengths.to(x.device, non_blocking=True)
+    return lengths
 
 
-def _checked(dev: int, stream: int, span, dtype, run, lengths=None):
+def _tensor_or_none(lengths) -> bool:
+    return lengths is None or type(lengths) is torch.Tensor
+
+
+def _checked(dev: int, stream: int, span, dtype, run):
     """run(flag, ws, wmax) with the value check queued in front of the call's kernels (three zeros: no check), then
-    the check's answer: the value, or None when the inputs hold NaN / Inf or are past the kernels' exact range (the
-    caller then runs the call on the Python path, which raises its error or reruns).
-
-    lengths: None, or (xl, Tx, yl, Ty) as checks.start takes them: then run((xl, yl), flag, ws, wmax) gets them
-    clamped into range by the same check (as given when checks are off, as on the Python path), and a length out of
-    range gives None too."""
+    the check's answer: the value, or None when the inputs hold NaN / Inf or are past the kernels' exact range, when a
+    per-pair length is out of range (fastpath.cpp's call_lengths flags it in ws), or when run returned None, having
+    launched nothing (lengths the launcher leaves to the Python path). The caller then runs the call on the Python
+    path, which raises its error or reruns."""
     from ... import _checks
 
     # _checks._value_checks_enabled for this call, whose compile and capture cases the callers excluded
     if _checks._trusted_depth or os.environ.get("SOFTDTW_CHECK_VALUES", "1") == "0":
-        return run(0, 0, 0) if lengths is None else run((lengths[0], lengths[2]), 0, 0, 0)
+        return run(0, 0, 0)
     from . import checks as _vchecks
 
     slot = _vchecks._take(dev)
-    check = (slot.dev, slot.ws.data_ptr(), slot.wmax.data_ptr())
-    value = run(*check) if lengths is None else run(_vchecks._lengths(lengths, slot, dev), *check)
+    value = run(slot.dev, slot.ws.data_ptr(), slot.wmax.data_ptr())
+    if value is None:  # nothing was launched: the slot's flag was never armed
+        _vchecks._give(dev, slot)
+        return None
     pending = _vchecks.PendingCheck(dev, stream, slot)
     if not pending.ok() or _checks._out_of_range(pending.vmax, pending.gamma, span, "cuda", dtype):
         return None
@@ -454,12 +456,14 @@ class _DilateEntry(NamedTuple):
     span: object
 
 
-def dilate_call(x: torch.Tensor, y, alpha: float, gamma: float, backend) -> Optional[torch.Tensor]:
-    """dilate_loss(x, y, alpha, gamma, backend=backend) with the squared Euclidean cost and the default Omega,
-    through the launcher (fastpath.cpp, Dilate: the Python path's torch calls and kernels, bitwise its losses and
-    gradients), or None: the caller runs the Python path (a call it does not take: no gradient, a first call of
-    the shape, lengths, a band, Omega, the divergence; a failed value check; inputs past the exact range). x is a
-    CUDA tensor and gamma a float (the caller checked)."""
+def dilate_call(x: torch.Tensor, y, alpha: float, gamma: float, backend, x_lengths=None,
+                y_lengths=None) -> Optional[torch.Tensor]:
+    """dilate_loss(x, y, alpha, gamma, backend=backend, x_lengths=..., y_lengths=...) with the squared Euclidean
+    cost and the default Omega, through the launcher (fastpath.cpp, Dilate: the Python path's torch calls and
+    kernels, bitwise its losses and gradients), or None: the caller runs the Python path (a call it does not take: no
+    gradient, a first call of the shape, a band, Omega, the divergence, lengths where dilate_xy_kernel does not run
+    or that are not integer tensors (B,); a failed value check, lengths out of range; inputs past the exact range).
+    x is a CUDA tensor and gamma a float (the caller checked). Lengths as in :func:`call`."""
     mod = _ready()
     if mod is None or type(y) is not torch.Tensor or not (torch.is_grad_enabled() and (x.requires_grad or
                                                                                      y.requires_grad)):
@@ -481,9 +485,11 @@ def dilate_call(x: torch.Tensor, y, alpha: float, gamma: float, backend) -> Opti
     if e is False or _get_device() != e.dev or not (x.is_contiguous() and y.is_contiguous()) \
             or torch.cuda.is_current_stream_capturing() or torch.is_autocast_enabled("cuda"):
         return None
+    if not (_tensor_or_none(x_lengths) and _tensor_or_none(y_lengths)):
+        return None
     stream = _launch._raw_stream(e.dev)
     return _checked(e.dev, stream, e.span, x.dtype, lambda *check: mod.dilate(
-        x, y, e.gamma, e.xl, e.yl, e.omega, e.gdot, e.plan, stream, *check, float(alpha)))
+        x, y, e.gamma, e.xl, e.yl, x_lengths, y_lengths, e.omega, e.gdot, e.plan, stream, *check, float(alpha)))
 
 
 def _as_gamma(gamma: float, x: torch.Tensor) -> torch.Tensor:
@@ -516,6 +522,7 @@ def _dilate_plan(x, y, backend):
     plan = _module.add_plan(_context(), _check_kernel(x.dtype, x.numel() + y.numel(), dev),
                             _kernel("forward", fwd, dev), [0, 0, 0], 0, _saved_dtype(x.dtype), list(fwd.bnd), [], B,
                             N, M, fwd.plan.nch, "precomputed", False)
+    _set_lengths(plan, dev)
     xy = _hvp.hvp_xy_plan(B, N, M, D, x.dtype, dev)  # as dilate._dilate_xy (hvp.dilate_xy) decides
     if xy is not None:
         K, W = xy
