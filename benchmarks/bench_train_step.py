@@ -21,7 +21,7 @@ training loop pays per loss call. Rows per shape:
 - ``lengths`` / ``lengths_cpu`` (with ``--lengths``): ``eager`` with per-pair lengths (x in [N/2, N], y in [M/2, M],
   drawn once per shape), given as int64 tensors on the GPU / on the CPU (as a DataLoader's collate gives them);
   ``lengths_python``: ``lengths`` with the C++ launcher off (the Python path); with ``--divergence`` too,
-  ``div_lengths_cpu``: ``div`` with the CPU lengths (three terms share them).
+  ``div_lengths`` / ``div_lengths_cpu``: ``div`` with the GPU / CPU lengths (three terms share them).
 
 Each row gives the median wall-clock ms over repetitions that run every row once in a random order (host
 included: that is the point),
@@ -94,6 +94,10 @@ def lengths_loss(x, y):
 
 def lengths_cpu_loss(x, y):
     return softdtw.soft_dtw(x, y, GAMMA, x_lengths=LENGTHS["x_cpu"], y_lengths=LENGTHS["y_cpu"]).mean()
+
+
+def div_lengths_loss(x, y):
+    return softdtw.soft_dtw_divergence(x, y, GAMMA, x_lengths=LENGTHS["x"], y_lengths=LENGTHS["y"]).mean()
 
 
 def div_lengths_cpu_loss(x, y):
@@ -300,6 +304,7 @@ def main() -> None:
             if fastpath is not None:
                 steps["lengths_python"] = make_step(lengths_loss, x, y, config(fast=False))
             if args.divergence:
+                steps["div_lengths"] = make_step(div_lengths_loss, x, y, config())
                 steps["div_lengths_cpu"] = make_step(div_lengths_cpu_loss, x, y, config())
         if args.impls:
             steps = {k: v for k, v in steps.items() if k in args.impls.split(",") or k == "mse"}

@@ -242,15 +242,11 @@ def soft_dtw_divergence(x, y, gamma: Union[float, torch.Tensor] = 1.0, *, cost="
     if open_begin is not False or open_end is not False:
         check_divergence_options(open_begin, open_end)
     if _fast_call(x, gamma, bandwidth, itakura_max_slope, step_penalty):
-        # The three terms through the C++ launcher, each with its own value check; any term it does not take
-        # sends the whole call to the Python path below (same values, gradients and errors). Lengths on the CPU
-        # go to the GPU once here, not once per term (their dtype and shape as given: the checks are the terms').
-        x_lengths, y_lengths = _fastpath.on_device(x_lengths, x), _fastpath.on_device(y_lengths, x)
-        vxy = _fastpath.call(x, y, gamma, cost, memory, backend, x_lengths, y_lengths)
-        vxx = None if vxy is None else _fastpath.call(x, x, gamma, cost, memory, backend, x_lengths, x_lengths)
-        vyy = None if vxx is None else _fastpath.call(y, y, gamma, cost, memory, backend, y_lengths, y_lengths)
-        if vyy is not None:
-            return vxy - 0.5 * vxx - 0.5 * vyy
+        # The three terms through the C++ launcher, with one value check; any term it does not take sends the
+        # whole call to the Python path below (same values, gradients and errors).
+        value = _fastpath.divergence_call(x, y, gamma, cost, memory, backend, x_lengths, y_lengths)
+        if value is not None:
+            return value
     p = prepare(x, y, gamma, cost=cost, bandwidth=bandwidth, itakura_max_slope=itakura_max_slope,
                 x_lengths=x_lengths, y_lengths=y_lengths, memory=memory, backend=backend, defer=True)
     variant = None

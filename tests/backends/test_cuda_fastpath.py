@@ -393,6 +393,48 @@ def test_divergence_and_the_module_take_it_too(built, D):
         softdtw.soft_dtw_divergence(x, y, 0.1, x_lengths=xl, y_lengths=torch.full((8,), 61))
 
 
+def test_divergence_checks_once_and_keeps_the_python_paths_errors(built):
+    """The divergence's three terms run behind one value check (over x and y) and, with lengths, one lengths_kernel;
+    a bad value in either input, lengths out of range and inputs past the exact range of any term still give the
+    Python path's errors and answers; unbatched calls are taken too."""
+    x, y = torch.randn(3, 20, 2, device="cuda"), torch.randn(3, 25, 2, device="cuda")
+    xl = torch.tensor([20, 7, 1], device="cuda")
+    fastpath.set_enabled(True)
+    for _ in range(2):
+        v = softdtw.soft_dtw_divergence(x.clone().requires_grad_(), y, 0.1, x_lengths=xl)
+    assert any("CppNode" in n.name() for n in _nodes(v))
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        softdtw.soft_dtw_divergence(x.clone().requires_grad_(), y, 0.1, x_lengths=xl)
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    assert sum("check_kernel" in n for n in names) == 1, names
+    assert sum("lengths_kernel" in n for n in names) == 1, names
+    assert sum("forward_kernel" in n for n in names) == 3, names
+    yb = y.clone()
+    yb[2, 4, 1] = float("nan")
+    with pytest.raises(ValueError, match="y contains NaN"):
+        softdtw.soft_dtw_divergence(x.clone().requires_grad_(), yb, 0.1)
+    xr = x.clone().requires_grad_()
+    with pytest.raises(ValueError, match=r"y_lengths must lie in \[1, 25\]"):
+        softdtw.soft_dtw_divergence(xr, y, 0.1, y_lengths=torch.tensor([25, 26, 3]))
+    assert xr.grad is None
+    big = (x * 1e15).requires_grad_()
+    v = softdtw.soft_dtw_divergence(big, y * 1e15, 0.1)
+    ref = softdtw.soft_dtw_divergence(big.detach().double(), (y * 1e15).double(), 0.1, backend="reference")
+    assert not any("CppNode" in n.name() for n in _nodes(v))
+    torch.testing.assert_close(v.double(), ref, rtol=1e-6, atol=0)
+    out = {}
+    for enabled in (True, False):  # unbatched
+        fastpath.set_enabled(enabled)
+        for _ in range(2):
+            x0 = x[0].clone().requires_grad_()
+            v = softdtw.soft_dtw_divergence(x0, y[0], 0.1)
+        v.backward()
+        out[enabled] = (v, x0.grad, any("CppNode" in n.name() for n in _nodes(v)))
+    assert out[True][2] and not out[False][2] and out[True][0].shape == ()
+    assert torch.equal(out[True][0], out[False][0]) and torch.equal(out[True][1], out[False][1])
+
+
 def _nodes(v):
     """Every autograd node under v."""
     seen, todo = [], [v.grad_fn]

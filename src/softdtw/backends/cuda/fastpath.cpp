@@ -160,13 +160,14 @@ std::pair<at::Tensor, at::Tensor> run_forward(const Plan& p, int64_t stream, int
 // ws[0] (as checks.py's _lengths does on the Python path). Returns false, having launched nothing, for lengths this
 // launcher leaves to the Python path (anything but an integer tensor of shape (B,) on x's device or the CPU): that
 // path reads them with _checks.as_lengths and raises its error.
-bool call_lengths(const Plan& p, const at::Tensor& x, const at::Tensor& ux, const at::Tensor& uy, int64_t stream,
-                  int64_t flag, int64_t ws, at::Tensor& xl, at::Tensor& yl) {
+// lk: the plan's lengths_kernel; B pairs, tx and ty steps (x's and y's, in the order of ux, uy).
+bool call_lengths(const Kernel& lk, int64_t B, int64_t tx, int64_t ty, const at::Tensor& x, const at::Tensor& ux,
+                  const at::Tensor& uy, int64_t stream, int64_t flag, int64_t ws, at::Tensor& xl, at::Tensor& yl) {
   auto usable = [&](const at::Tensor& l) {
-    return !l.defined() || (l.dim() == 1 && l.size(0) == p.B && at::isIntegralType(l.scalar_type(), false) &&
+    return !l.defined() || (l.dim() == 1 && l.size(0) == B && at::isIntegralType(l.scalar_type(), false) &&
                             (l.device() == x.device() || l.is_cpu()));
   };
-  if (p.lengths.fn == nullptr || !usable(ux) || !usable(uy)) return false;
+  if (lk.fn == nullptr || !usable(ux) || !usable(uy)) return false;
   at::Tensor gx, gy;
   if (ux.defined() && uy.defined() && ux.is_cpu() && uy.is_cpu()) {
     const at::Tensor both = at::stack({ux.to(at::kLong), uy.to(at::kLong)}).to(x.device(), at::kLong, true);
@@ -184,11 +185,10 @@ bool call_lengths(const Plan& p, const at::Tensor& x, const at::Tensor& ux, cons
     if (gy.defined()) yl = gy;
     return true;
   }
-  const at::Tensor out = at::empty({2, p.B}, xl.options());
-  Kernel k = p.lengths;
-  k.grid = (unsigned)((p.B + k.block - 1) / k.block);
-  launch(k, stream,
-         {ptr(gx), gx.defined() ? ptr(out) : 0, p.N, ptr(gy), gy.defined() ? ptr(out) + 8 * p.B : 0, p.M, p.B, ws},
+  const at::Tensor out = at::empty({2, B}, xl.options());
+  Kernel k = lk;
+  k.grid = (unsigned)((B + k.block - 1) / k.block);
+  launch(k, stream, {ptr(gx), gx.defined() ? ptr(out) : 0, tx, ptr(gy), gy.defined() ? ptr(out) + 8 * B : 0, ty, B, ws},
          "lengths_kernel");
   if (gx.defined()) xl = out.select(0, 0);
   if (gy.defined()) yl = out.select(0, 1);
@@ -390,7 +390,8 @@ at::Tensor dilate(const at::Tensor& x, const at::Tensor& y, const at::Tensor& ga
     const Plan& p = plan_of(plan_id);
     if (!p.dxy) return at::Tensor();
     bind(p);
-    if (!call_lengths(p, x, ux.value_or(at::Tensor()), uy.value_or(at::Tensor()), stream, flag, ws, cxl, cyl))
+    if (!call_lengths(p.lengths, p.B, p.N, p.M, x, ux.value_or(at::Tensor()), uy.value_or(at::Tensor()), stream, flag,
+                      ws, cxl, cyl))
       return at::Tensor();
   }
   return Dilate::apply(x, y, gamma, cxl, cyl, om, gdot, plan_id, stream, flag, ws, wmax, alpha);
@@ -428,10 +429,42 @@ at::Tensor fused(const at::Tensor& x, const at::Tensor& y, const at::Tensor& gam
   if (ux || uy) {
     const Plan& p = plan_of(plan_id);
     bind(p);
-    if (!call_lengths(p, x, ux.value_or(at::Tensor()), uy.value_or(at::Tensor()), stream, flag, ws, cxl, cyl))
+    if (!call_lengths(p.lengths, p.B, p.N, p.M, x, ux.value_or(at::Tensor()), uy.value_or(at::Tensor()), stream, flag,
+                      ws, cxl, cyl))
       return at::Tensor();
   }
   return Fused::apply(x, y, gamma, cxl, cyl, plan_id, stream, store, flag, ws, wmax);
+}
+
+// soft_dtw_divergence (softdtw/functional.py): sdtw(x, y) - 0.5 sdtw(x, x) - 0.5 sdtw(y, y) as three Fused nodes
+// combined by the same ATen ops as the Python expression, so values and gradients are bitwise those of three fused
+// calls. What it saves over three calls: one value check over x and y instead of three (each of which the host
+// waited for in turn, behind the previous term's kernels), one lengths_kernel whose clamped copies serve all three
+// terms, and two round trips from Python. plans: the terms' plans (x·y, x·x, y·y); swap: the first is for (y, x)
+// (launch.transposes); full: x's and y's full lengths (B,); store: whether each term keeps its table for a gradient.
+// ux, uy: the call's own lengths (call_lengths). An undefined result, with nothing launched, sends the call to the
+// Python path.
+at::Tensor divergence(const at::Tensor& x, const at::Tensor& y, const at::Tensor& gamma, std::vector<int64_t> plans,
+                      bool swap, const at::Tensor& full_x, const at::Tensor& full_y,
+                      const std::optional<at::Tensor>& ux, const std::optional<at::Tensor>& uy, int64_t stream,
+                      std::vector<bool> store, int64_t flag, int64_t ws, int64_t wmax) {
+  TORCH_CHECK(plans.size() == 3 && store.size() == 3, "softdtw fast path: a divergence takes three plans");
+  const Plan& p = plan_of(plans[0]);
+  bind(p);
+  at::Tensor xl = full_x, yl = full_y;
+  if ((ux || uy) && !call_lengths(p.lengths, p.B, x.size(1), y.size(1), x, ux.value_or(at::Tensor()),
+                                  uy.value_or(at::Tensor()), stream, flag, ws, xl, yl))
+    return at::Tensor();
+  // The check (x and y, as the first term's plan has it) runs in front of the first term only.
+  const at::Tensor vxy = swap ? Fused::apply(y, x, gamma, yl, xl, plans[0], stream, store[0], flag, ws, wmax)
+                              : Fused::apply(x, y, gamma, xl, yl, plans[0], stream, store[0], flag, ws, wmax);
+  const at::Tensor vxx = Fused::apply(x, x, gamma, xl, xl, plans[1], stream, store[1], 0, 0, 0);
+  const at::Tensor vyy = Fused::apply(y, y, gamma, yl, yl, plans[2], stream, store[2], 0, 0, 0);
+  // In the Python expression's order (vxy - 0.5 * vxx - 0.5 * vyy): the autograd nodes get the same sequence.
+  const at::Tensor hxx = at::mul(vxx, 0.5);
+  const at::Tensor d = at::sub(vxy, hxx);
+  const at::Tensor hyy = at::mul(vyy, 0.5);
+  return at::sub(d, hyy);
 }
 
 // --- the ops' CUDA kernels ------------------------------------------------------------------------------------
@@ -800,6 +833,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("add_plan", &add_plan, "register one shape's launches; returns its id");
   m.def("fused", &fused, "soft-DTW values (B,) with a C++ autograd node");
   m.def("dilate", &dilate, "DILATE losses (B,) with a C++ autograd node");
+  m.def("divergence", &divergence, "soft-DTW divergences (B,): three fused terms, one value check");
   m.def("set_hvp", &set_hvp, "the hvp kernel of a DILATE plan");
   m.def("set_norms", &set_norms, "the norms kernel of a gram plan");
   m.def("set_lengths", &set_lengths, "the lengths kernel of a plan (calls with per-pair lengths)");

@@ -362,18 +362,10 @@ def _ready():
     return mod if _enabled and not _transforms_active() and not _forced() else None
 
 
-def call(x: torch.Tensor, y, gamma: float, cost, memory, backend, x_lengths=None,
-         y_lengths=None) -> Optional[torch.Tensor]:
-    """soft_dtw(x, y, gamma, cost=cost, memory=memory, backend=backend, x_lengths=..., y_lengths=...) through the
-    launcher, or None: the caller then runs the call on the Python path (a call this launcher does not take, the
-    first call of a shape, a failed value check, lengths out of range, inputs past the exact range). x is a CUDA
-    tensor and gamma a float (the caller checked). Lengths: integer tensors `(B,)` (others take the Python path,
-    which reads or rejects them), checked and clamped into range by the value check's lengths_kernel, as on the
-    Python path (_checks._defer)."""
-    mod = _ready()
-    if mod is None or type(y) is not torch.Tensor or type(cost) is not str:
-        return None
-    grad = torch.is_grad_enabled() and (x.requires_grad or y.requires_grad)
+def _lookup(x, y, gamma: float, cost, memory, backend, grad: bool):
+    """The entry of a call the launcher may take now, or None: a call it does not take, the first call of a shape
+    (registered here, run by the Python path), another device current, non-contiguous inputs, a CUDA-graph capture,
+    the "gram" form under autocast."""
     key = (x.shape, y.shape, x.dtype, y.dtype, x.get_device(), y.get_device(), cost, memory, backend, gamma, grad)
     e = _ENTRIES.get(key)
     if e is None:
@@ -387,6 +379,24 @@ def call(x: torch.Tensor, y, gamma: float, cost, memory, backend, x_lengths=None
             return None
     if e is False or _get_device() != e.dev or not (x.is_contiguous() and y.is_contiguous()) \
             or torch.cuda.is_current_stream_capturing() or (e.gram and torch.is_autocast_enabled("cuda")):
+        return None
+    return e
+
+
+def call(x: torch.Tensor, y, gamma: float, cost, memory, backend, x_lengths=None,
+         y_lengths=None) -> Optional[torch.Tensor]:
+    """soft_dtw(x, y, gamma, cost=cost, memory=memory, backend=backend, x_lengths=..., y_lengths=...) through the
+    launcher, or None: the caller then runs the call on the Python path (a call this launcher does not take, the
+    first call of a shape, a failed value check, lengths out of range, inputs past the exact range). x is a CUDA
+    tensor and gamma a float (the caller checked). Lengths: integer tensors `(B,)` (others take the Python path,
+    which reads or rejects them), checked and clamped into range by the value check's lengths_kernel, as on the
+    Python path (_checks._defer)."""
+    mod = _ready()
+    if mod is None or type(y) is not torch.Tensor or type(cost) is not str:
+        return None
+    grad = torch.is_grad_enabled() and (x.requires_grad or y.requires_grad)
+    e = _lookup(x, y, gamma, cost, memory, backend, grad)
+    if e is None:
         return None
     ux = uy = None
     if x_lengths is not None or y_lengths is not None:
@@ -406,13 +416,33 @@ def call(x: torch.Tensor, y, gamma: float, cost, memory, backend, x_lengths=None
     return value[0] if e.unbatched else value
 
 
-def on_device(lengths, x: torch.Tensor):
-    """Lengths given as a CPU tensor, copied to x's GPU (non-blocking, as _checks.as_lengths copies them; dtype and
-    shape as given, so that the checks downstream see what the user passed); anything else as it is. For a call that
-    hands the same lengths to several launcher calls (soft_dtw_divergence's three terms)."""
-    if type(lengths) is torch.Tensor and lengths.device.type == "cpu":
-        return lengths.to(x.device, non_blocking=True)
-    return lengths
+def divergence_call(x: torch.Tensor, y, gamma: float, cost, memory, backend, x_lengths=None,
+                    y_lengths=None) -> Optional[torch.Tensor]:
+    """soft_dtw_divergence(x, y, gamma, ...) through the launcher (fastpath.cpp's divergence: the three terms as
+    :func:`call` runs them, bitwise, with one value check and one lengths_kernel for all three), or None: the caller
+    runs the Python path. The launcher takes it where it takes each term (:func:`call`); the first call of a shape
+    registers all three terms' plans."""
+    mod = _ready()
+    if mod is None or type(y) is not torch.Tensor or type(cost) is not str:
+        return None
+    on = torch.is_grad_enabled()
+    gx, gy = on and x.requires_grad, on and y.requires_grad
+    exy = _lookup(x, y, gamma, cost, memory, backend, gx or gy)
+    exx = _lookup(x, x, gamma, cost, memory, backend, gx)
+    eyy = _lookup(y, y, gamma, cost, memory, backend, gy)
+    if exy is None or exx is None or eyy is None:
+        return None
+    if (x_lengths is not None or y_lengths is not None) and (
+            exy.unbatched or not (_tensor_or_none(x_lengths) and _tensor_or_none(y_lengths))):
+        return None
+    stream = _launch._raw_stream(exy.dev)
+    xs, ys = (x.unsqueeze(0), y.unsqueeze(0)) if exy.unbatched else (x, y)
+    value = _checked(exy.dev, stream, [exy.span, exx.span, eyy.span], x.dtype, lambda *check: mod.divergence(
+        xs, ys, exy.gamma, [exy.plan, exx.plan, eyy.plan], exy.swap, exx.xl, eyy.xl, x_lengths, y_lengths, stream,
+        [gx or gy, gx, gy], *check))
+    if value is None:
+        return None
+    return value[0] if exy.unbatched else value
 
 
 def _tensor_or_none(lengths) -> bool:
@@ -421,7 +451,8 @@ def _tensor_or_none(lengths) -> bool:
 
 def _checked(dev: int, stream: int, span, dtype, run):
     """run(flag, ws, wmax) with the value check queued in front of the call's kernels (three zeros: no check), then
-    the check's answer: the value, or None when the inputs hold NaN / Inf or are past the kernels' exact range, when a
+    the check's answer: the value, or None when the inputs hold NaN / Inf or are past the kernels' exact range (for
+    span, a _checks.Span, or a list of them for a call of several terms), when a
     per-pair length is out of range (fastpath.cpp's call_lengths flags it in ws), or when run returned None, having
     launched nothing (lengths the launcher leaves to the Python path). The caller then runs the call on the Python
     path, which raises its error or reruns."""
@@ -438,7 +469,8 @@ def _checked(dev: int, stream: int, span, dtype, run):
         _vchecks._give(dev, slot)
         return None
     pending = _vchecks.PendingCheck(dev, stream, slot)
-    if not pending.ok() or _checks._out_of_range(pending.vmax, pending.gamma, span, "cuda", dtype):
+    if not pending.ok() or any(_checks._out_of_range(pending.vmax, pending.gamma, s, "cuda", dtype)
+                               for s in (span if type(span) is list else (span,))):
         return None
     return value
 
