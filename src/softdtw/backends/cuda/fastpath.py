@@ -7,16 +7,16 @@ same kernels with the same arguments from a C++ autograd Function, so the step's
 call into C++ forwards and no Python at all backwards. Results are bitwise those of the Python path (the same
 launches; tests/backends/test_cuda_fastpath.py).
 
-Which calls: :func:`softdtw.soft_dtw` (and the three terms of :func:`softdtw.soft_dtw_divergence`) on CUDA tensors
-with a float gamma, the cost "sqeuclidean" (any D; past FUSED_D_MAX its "gram" form, x·yᵀ of at most 64 MiB) or "l1"
-(D <= FUSED_D_MAX), per-pair lengths as integer tensors or none, no band or alignment variant, float32 or float64 x
-and y of one dtype, contiguous, on the current device, a plan that is not chained (not the long-pair kernels), and a
-stored table of at most 64 MiB (memory "auto" or "store"), or no gradient. Not under torch.compile, functorch
-transforms or a CUDA-graph capture, nor the "gram" form under autocast. Every other call, and the first call of each
-shape (a new gamma for a known shape is not a first call), take the Python path; so does any call whose value check
-fails (lengths out of range too) or whose inputs are past the kernels' exact range: the launcher's value is then
-discarded and the Python path runs the call again and raises its error (or reruns on the reference backend), so
-errors and results never depend on the path. A call of N > M steps runs as (y, x) where launch.transposes says so
+Which calls: :func:`softdtw.soft_dtw` (and :func:`softdtw.soft_dtw_divergence`, its three terms in one C++ call) on
+CUDA tensors with a float gamma, the cost "sqeuclidean" (any D; past FUSED_D_MAX its "gram" form, x·yᵀ of at most 64
+MiB) or "l1" (D <= FUSED_D_MAX), per-pair lengths as integer tensors or none, no band or alignment variant, float32
+or float64 x and y of one dtype, contiguous, on the current device, a plan that is not chained (not the long-pair
+kernels), and a stored table of at most 64 MiB (memory "auto" or "store"), or no gradient. Not under torch.compile,
+functorch transforms or a CUDA-graph capture, nor the "gram" form under autocast. Every other call, and the first
+call of each shape (a new gamma for a known shape is not a first call), take the Python path; so does any call whose
+value check fails (lengths out of range too) or whose inputs are past the kernels' exact range: the launcher's value
+is then discarded and the Python path runs the call again and raises its error (or reruns on the reference backend),
+so errors and results never depend on the path. A call of N > M steps runs as (y, x) where launch.transposes says so
 (gamma > 0), as the Python path does (functional._run), its lengths swapped with it.
 
 DILATE (:func:`softdtw.dilate_loss`, :func:`dilate_call`) takes the same route for its training call: a CUDA x and y
