@@ -52,3 +52,44 @@ def test_the_op_kernels_keep_out_while_a_plan_is_forced(monkeypatch):
     assert fake.calls[-1] is False
     fastpath.set_enabled(True)
     assert fake.calls[-1] is True
+
+
+def test_the_launcher_takes_lengths_given_as_tensors_of_batched_calls():
+    """Lists and arrays go to the Python path (which reads them), and so do lengths of unbatched calls."""
+    import numpy as np
+
+    t = torch.tensor([3, 4])
+    assert fastpath._takes_lengths(None, None, False) and fastpath._takes_lengths(None, None, True)
+    assert fastpath._takes_lengths(t, None, False) and fastpath._takes_lengths(None, t.int(), False)
+    assert fastpath._takes_lengths(t, t, False)
+    assert not fastpath._takes_lengths(t, None, True)
+    assert not fastpath._takes_lengths([3, 4], None, False)
+    assert not fastpath._takes_lengths(t, np.array([3, 4]), False)
+
+
+def test_checked_reads_the_range_of_every_span_and_gives_back_an_unused_slot(monkeypatch):
+    """_checked (the launcher's value check, faked here: no GPU): the range bound of each DP a call runs (the
+    divergence's three), and a call that launched nothing hands its slot back unarmed."""
+    from softdtw import _checks
+    from softdtw.backends.cuda import checks
+
+    class Slot:
+        dev, ws, wmax = 7, torch.zeros(2), torch.zeros(1)
+
+    class Pending:
+        def __init__(self, *args):
+            self.vmax, self.gamma = 1.0, 0.1
+
+        def ok(self):
+            return True
+
+    given, seen = [], []
+    monkeypatch.setattr(checks, "_take", lambda dev: Slot())
+    monkeypatch.setattr(checks, "_give", lambda dev, slot: given.append(slot))
+    monkeypatch.setattr(checks, "PendingCheck", Pending)
+    monkeypatch.setattr(_checks, "_out_of_range", lambda v, g, span, backend, dtype: seen.append(span) or span == "far")
+    monkeypatch.setenv("SOFTDTW_CHECK_VALUES", "1")
+    assert fastpath._checked(0, 0, ("a", "b", "c"), torch.float32, lambda *check: "value") == "value"
+    assert seen == ["a", "b", "c"] and not given
+    assert fastpath._checked(0, 0, ("a", "far", "c"), torch.float32, lambda *check: "value") is None
+    assert fastpath._checked(0, 0, ("a",), torch.float32, lambda *check: None) is None and len(given) == 1

@@ -398,18 +398,14 @@ def call(x: torch.Tensor, y, gamma: float, cost, memory, backend, x_lengths=None
     e = _lookup(x, y, gamma, cost, memory, backend, grad)
     if e is None:
         return None
-    ux = uy = None
-    if x_lengths is not None or y_lengths is not None:
-        # Tensors only; fastpath.cpp (call_lengths) converts and clamps them, or hands them back (None) to the
-        # Python path, which reads them with _checks.as_lengths and raises its error.
-        if e.unbatched or not (_tensor_or_none(x_lengths) and _tensor_or_none(y_lengths)):
-            return None
-        ux, uy = (y_lengths, x_lengths) if e.swap else (x_lengths, y_lengths)  # in the plan's order
+    if not _takes_lengths(x_lengths, y_lengths, e.unbatched):
+        return None
+    ux, uy = (y_lengths, x_lengths) if e.swap else (x_lengths, y_lengths)  # in the plan's order
     stream = _launch._raw_stream(e.dev)
     xs, ys = (x.unsqueeze(0), y.unsqueeze(0)) if e.unbatched else (x, y)
     if e.swap:
         xs, ys = ys, xs
-    value = _checked(e.dev, stream, e.span, x.dtype,
+    value = _checked(e.dev, stream, (e.span,), x.dtype,
                      lambda *check: mod.fused(xs, ys, e.gamma, e.xl, e.yl, ux, uy, e.plan, stream, grad, *check))
     if value is None:
         return None
@@ -432,12 +428,11 @@ def divergence_call(x: torch.Tensor, y, gamma: float, cost, memory, backend, x_l
     eyy = _lookup(y, y, gamma, cost, memory, backend, gy)
     if exy is None or exx is None or eyy is None:
         return None
-    if (x_lengths is not None or y_lengths is not None) and (
-            exy.unbatched or not (_tensor_or_none(x_lengths) and _tensor_or_none(y_lengths))):
+    if not _takes_lengths(x_lengths, y_lengths, exy.unbatched):
         return None
     stream = _launch._raw_stream(exy.dev)
     xs, ys = (x.unsqueeze(0), y.unsqueeze(0)) if exy.unbatched else (x, y)
-    value = _checked(exy.dev, stream, [exy.span, exx.span, eyy.span], x.dtype, lambda *check: mod.divergence(
+    value = _checked(exy.dev, stream, (exy.span, exx.span, eyy.span), x.dtype, lambda *check: mod.divergence(
         xs, ys, exy.gamma, [exy.plan, exx.plan, eyy.plan], exy.swap, exx.xl, eyy.xl, x_lengths, y_lengths, stream,
         [gx or gy, gx, gy], *check))
     if value is None:
@@ -445,17 +440,21 @@ def divergence_call(x: torch.Tensor, y, gamma: float, cost, memory, backend, x_l
     return value[0] if exy.unbatched else value
 
 
-def _tensor_or_none(lengths) -> bool:
-    return lengths is None or type(lengths) is torch.Tensor
+def _takes_lengths(x_lengths, y_lengths, unbatched: bool) -> bool:
+    """Whether the launcher takes a call's lengths: none given, or tensors for a batched call. fastpath.cpp
+    (call_lengths) then converts and clamps them, or hands them back to the Python path, which reads anything else
+    with _checks.as_lengths (lists, arrays) and raises its error."""
+    if x_lengths is None and y_lengths is None:
+        return True
+    return not unbatched and all(t is None or type(t) is torch.Tensor for t in (x_lengths, y_lengths))
 
 
-def _checked(dev: int, stream: int, span, dtype, run):
+def _checked(dev: int, stream: int, spans, dtype, run):
     """run(flag, ws, wmax) with the value check queued in front of the call's kernels (three zeros: no check), then
-    the check's answer: the value, or None when the inputs hold NaN / Inf or are past the kernels' exact range (for
-    span, a _checks.Span, or a list of them for a call of several terms), when a
-    per-pair length is out of range (fastpath.cpp's call_lengths flags it in ws), or when run returned None, having
-    launched nothing (lengths the launcher leaves to the Python path). The caller then runs the call on the Python
-    path, which raises its error or reruns."""
+    the check's answer: the value, or None when the inputs hold NaN / Inf or are past the kernels' exact range for
+    any of spans (the _checks.Span of each DP the call runs), when a per-pair length is out of range (fastpath.cpp's
+    call_lengths flags it in ws), or when run returned None, having launched nothing (lengths the launcher leaves to
+    the Python path). The caller then runs the call on the Python path, which raises its error or reruns."""
     from ... import _checks
 
     # _checks._value_checks_enabled for this call, whose compile and capture cases the callers excluded
@@ -469,8 +468,7 @@ def _checked(dev: int, stream: int, span, dtype, run):
         _vchecks._give(dev, slot)
         return None
     pending = _vchecks.PendingCheck(dev, stream, slot)
-    if not pending.ok() or any(_checks._out_of_range(pending.vmax, pending.gamma, s, "cuda", dtype)
-                               for s in (span if type(span) is list else (span,))):
+    if not pending.ok() or any(_checks._out_of_range(pending.vmax, pending.gamma, s, "cuda", dtype) for s in spans):
         return None
     return value
 
@@ -517,10 +515,10 @@ def dilate_call(x: torch.Tensor, y, alpha: float, gamma: float, backend, x_lengt
     if e is False or _get_device() != e.dev or not (x.is_contiguous() and y.is_contiguous()) \
             or torch.cuda.is_current_stream_capturing() or torch.is_autocast_enabled("cuda"):
         return None
-    if not (_tensor_or_none(x_lengths) and _tensor_or_none(y_lengths)):
+    if not _takes_lengths(x_lengths, y_lengths, False):  # a DILATE plan is for batched x, y
         return None
     stream = _launch._raw_stream(e.dev)
-    return _checked(e.dev, stream, e.span, x.dtype, lambda *check: mod.dilate(
+    return _checked(e.dev, stream, (e.span,), x.dtype, lambda *check: mod.dilate(
         x, y, e.gamma, e.xl, e.yl, x_lengths, y_lengths, e.omega, e.gdot, e.plan, stream, *check, float(alpha)))
 
 
