@@ -195,6 +195,17 @@ bool call_lengths(const Kernel& lk, int64_t B, int64_t tx, int64_t ty, const at:
   return true;
 }
 
+// The call's own lengths where it has any (ux, uy; call_lengths), into xl, yl, with the plan's context bound; true
+// without any. false: nothing launched, and the call goes to the Python path.
+bool own_lengths(const Plan& p, int64_t tx, int64_t ty, const at::Tensor& x, const std::optional<at::Tensor>& ux,
+                 const std::optional<at::Tensor>& uy, int64_t stream, int64_t flag, int64_t ws, at::Tensor& xl,
+                 at::Tensor& yl) {
+  if (!ux && !uy) return true;
+  bind(p);
+  return call_lengths(p.lengths, p.B, tx, ty, x, ux.value_or(at::Tensor()), uy.value_or(at::Tensor()), stream, flag, ws,
+                      xl, yl);
+}
+
 struct Fused : public torch::autograd::Function<Fused> {
   // x (B, N, D), y (B, M, D) contiguous in the plan's dtype, gamma a 0-d constant of that dtype (a float gamma:
   // never differentiated), xl / yl the (B,) int64 lengths: the plan's full ones, or the call's as the value
@@ -388,11 +399,7 @@ at::Tensor dilate(const at::Tensor& x, const at::Tensor& y, const at::Tensor& ga
   at::Tensor cxl = xl, cyl = yl;
   if (ux || uy) {
     const Plan& p = plan_of(plan_id);
-    if (!p.dxy) return at::Tensor();
-    bind(p);
-    if (!call_lengths(p.lengths, p.B, p.N, p.M, x, ux.value_or(at::Tensor()), uy.value_or(at::Tensor()), stream, flag,
-                      ws, cxl, cyl))
-      return at::Tensor();
+    if (!p.dxy || !own_lengths(p, p.N, p.M, x, ux, uy, stream, flag, ws, cxl, cyl)) return at::Tensor();
   }
   return Dilate::apply(x, y, gamma, cxl, cyl, om, gdot, plan_id, stream, flag, ws, wmax, alpha);
 }
@@ -428,10 +435,7 @@ at::Tensor fused(const at::Tensor& x, const at::Tensor& y, const at::Tensor& gam
   at::Tensor cxl = xl, cyl = yl;
   if (ux || uy) {
     const Plan& p = plan_of(plan_id);
-    bind(p);
-    if (!call_lengths(p.lengths, p.B, p.N, p.M, x, ux.value_or(at::Tensor()), uy.value_or(at::Tensor()), stream, flag,
-                      ws, cxl, cyl))
-      return at::Tensor();
+    if (!own_lengths(p, p.N, p.M, x, ux, uy, stream, flag, ws, cxl, cyl)) return at::Tensor();
   }
   return Fused::apply(x, y, gamma, cxl, cyl, plan_id, stream, store, flag, ws, wmax);
 }
@@ -452,9 +456,7 @@ at::Tensor divergence(const at::Tensor& x, const at::Tensor& y, const at::Tensor
   const Plan& p = plan_of(plans[0]);
   bind(p);
   at::Tensor xl = full_x, yl = full_y;
-  if ((ux || uy) && !call_lengths(p.lengths, p.B, x.size(1), y.size(1), x, ux.value_or(at::Tensor()),
-                                  uy.value_or(at::Tensor()), stream, flag, ws, xl, yl))
-    return at::Tensor();
+  if (!own_lengths(p, x.size(1), y.size(1), x, ux, uy, stream, flag, ws, xl, yl)) return at::Tensor();
   // The check (x and y, as the first term's plan has it) runs in front of the first term only.
   const at::Tensor vxy = swap ? Fused::apply(y, x, gamma, yl, xl, plans[0], stream, store[0], flag, ws, wmax)
                               : Fused::apply(x, y, gamma, xl, yl, plans[0], stream, store[0], flag, ws, wmax);
