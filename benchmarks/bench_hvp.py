@@ -16,6 +16,10 @@ Rows, float32 unless noted, D = 1 (squared Euclidean), gamma = 1, cells counted 
   the kernel's record), what the double backward of soft_dtw(x, y) runs for the squared Euclidean cost, D <= 16;
 - "value_grad_hvp_xy_const": the same with gamma a constant (hvp_xy(gamma_terms=False): no d/dgamma terms in the
   kernel), what the double backward runs when gamma is not in the graph (a float, the usual case);
+- "value_grad_hvp_fused": value + gradient + one HVP in one kernel for a direction known up front (backend
+  value_grad_hvp: hvp_vgh_xy_kernel, the HVP's two passes with the value and a second channel of row sums for the
+  gradient; gamma a constant), what softdtw.soft_dtw_hvp runs; "soft_dtw_hvp": the same through the public function
+  (its argument and value checks included);
 - "penalty_step" / "penalty_step_general": a gradient-penalty step through the public API as a user writes it
   (soft_dtw, autograd.grad with create_graph=True, loss = value + |grad|², backward), with hvp_xy and with the
   general path (C, C-dot by torch ops, hvp_cost, the contractions by torch ops);
@@ -106,7 +110,16 @@ def closures(B, N, M, dtype, gamma):
         value_grad()
         return backend.hvp_xy("sqeuclidean", x, y, gam, xl, yl, None, xdot, ydot, gdot, gamma_terms=False)
 
+    def value_grad_hvp_fused():
+        return backend.value_grad_hvp("sqeuclidean", x, y, gam, xl, yl, None, xdot, ydot)
+
+    def soft_dtw_hvp():
+        return softdtw.soft_dtw_hvp(x, y, xdot, None, gamma, backend="cuda")
+
     fns = {"value_grad": value_grad, "hvp_cost": hvp, "value_grad_hvp": value_grad_hvp}
+    if backend.value_grad_hvp("sqeuclidean", x, y, gam, xl, yl, None, xdot, ydot) is not None:
+        fns["value_grad_hvp_fused"] = value_grad_hvp_fused
+    fns["soft_dtw_hvp"] = soft_dtw_hvp
     if backend.hvp_xy("sqeuclidean", x, y, gam, xl, yl, None, xdot, ydot, gdot) is not None:
         fns["value_grad_hvp_xy"] = value_grad_hvp_xy
         fns["value_grad_hvp_xy_const"] = value_grad_hvp_xy_const
@@ -159,6 +172,8 @@ def main():
           "counted once; value_grad_hvp = fused forward + backward, C and Cdot, hvp_cost; value_grad_hvp_xy = "
           "fused forward + backward, then hvp_xy (the cost in the HVP kernel's cells, dx / dy reduced there); "
           "value_grad_hvp_xy_const = the same with gamma a constant (no d/dgamma terms in the kernel); "
+          "value_grad_hvp_fused = all three in one kernel for a direction given up front (softdtw.soft_dtw_hvp's "
+          "kernel; soft_dtw_hvp = through the public function); "
           "penalty_step(_general) = a gradient-penalty step through the public API with hvp_xy (with the "
           "general path) (benchmarks/bench_hvp.py).\n\n"
           + markdown_table(rows, ["mode", "B", "N", "M", "dtype", "gamma", "ms", "gcups", "peak_mb"]))

@@ -1,7 +1,7 @@
 """softdtw: soft dynamic time warping for PyTorch — a fast, stable, differentiable loss and toolkit.
 
 Functions: :func:`soft_dtw`, :func:`soft_dtw_divergence`, :func:`soft_dtw_from_cost`,
-:func:`soft_dtw_alignment`, :func:`dtw`, :func:`dtw_path`. Modules: :class:`SoftDTW`,
+:func:`soft_dtw_alignment`, :func:`soft_dtw_hvp`, :func:`dtw`, :func:`dtw_path`. Modules: :class:`SoftDTW`,
 :class:`SoftDTWDivergence`; the DILATE loss :func:`dilate_loss`, :class:`DILATELoss`. Toolkit:
 :func:`pairwise_soft_dtw`, :func:`soft_dtw_barycenter`,
 :class:`SoftDTWKMeans`, :class:`SoftDTWKNeighborsClassifier` (scikit-learn estimators),
@@ -15,6 +15,8 @@ from .functional import (
     soft_dtw_alignment,
     soft_dtw_divergence,
     soft_dtw_from_cost,
+    soft_dtw_hvp,
+    HVPResult,
 )
 from .nn import DILATELoss, SoftDTW, SoftDTWDivergence
 from .dilate import dilate_loss
@@ -30,7 +32,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "soft_dtw", "soft_dtw_divergence", "soft_dtw_from_cost", "soft_dtw_alignment", "dtw", "dtw_path",
-    "SoftDTW", "SoftDTWDivergence", "dilate_loss", "DILATELoss", "pairwise_soft_dtw", "soft_dtw_barycenter",
+    "soft_dtw_hvp", "HVPResult", "SoftDTW", "SoftDTWDivergence", "dilate_loss", "DILATELoss", "pairwise_soft_dtw", "soft_dtw_barycenter",
     "BarycenterResult",
     "SoftDTWKMeans", "soft_dtw_kmeans", "KMeansResult", "SoftDTWKNeighborsClassifier", "gamma_heuristic",
     "datasets", "__version__",

@@ -908,6 +908,7 @@ def _cost_vjp(cost, x, y, dC):
 
 from .hvp import hvp_cost as _hvp_cost  # noqa: E402  (kernels/hvp.cu: the Hessian-vector product, SECOND_ORDER.md)
 from .hvp import hvp_xy as _hvp_xy  # noqa: E402
+from .hvp import value_grad_hvp_xy as _value_grad_hvp_xy  # noqa: E402
 
 #: Whether the double backward of a fused squared Euclidean or l1 call takes :func:`hvp_xy` (tests switch it off to
 #: compare with the hvp_cost path).
@@ -936,3 +937,13 @@ def hvp_xy(cost, x, y, gamma, x_lengths, y_lengths, window, xdot, ydot, gamma_do
     if not HVP_XY or cost not in ("sqeuclidean", "l1") or x.shape[2] > FUSED_D_MAX:
         return None
     return _hvp_xy(x, y, gamma, x_lengths, y_lengths, window, xdot, ydot, gamma_dot, cost, gamma_terms=gamma_terms)
+
+
+def value_grad_hvp(cost, x, y, gamma, x_lengths, y_lengths, window, xdot, ydot):
+    """Value, gradient and one Hessian-vector product in one launch (:func:`softdtw.functional.soft_dtw_hvp`'s fast
+    path; :func:`softdtw.backends.cuda.hvp.value_grad_hvp_xy`): (v, gx, gy, hx, hy), or None where it does not apply
+    (a cost other than "sqeuclidean" and "l1", D > FUSED_D_MAX, pairs wider than its kernel, HVP_XY off); the caller
+    then takes the double backward."""
+    if not HVP_XY or cost not in ("sqeuclidean", "l1") or x.shape[2] > FUSED_D_MAX:
+        return None
+    return _value_grad_hvp_xy(x, y, gamma, x_lengths, y_lengths, window, xdot, ydot, cost)

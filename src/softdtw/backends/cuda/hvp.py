@@ -273,6 +273,61 @@ def hvp_xy(x, y, gamma, x_lengths, y_lengths, window, xdot, ydot, gamma_dot, cos
     return (s1, vgamma, vgamma_dot) + _cost_factor(cost, dx, dy)
 
 
+#: value_grad_hvp_xy: the largest K·D, per dtype, with the gradient's second channel of dx / dy sums in registers
+#: (ptxas -v on sm_90, hvp_vgh_xy_kernel: float32 K = 8, D = 1 167 registers without a spill, K = 16, D = 1 spilled
+#: 8 bytes; float64 K = 8, D = 1 spilled 36 bytes, K = 4, D = 1 and K = 2, D = 4 (218 registers) did not).
+HVPG_MAX_KD = {torch.float32: 8, torch.float64: 4}
+
+
+def vgh_plan(B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index: int = 0):
+    """(K, W) of hvp_vgh_xy_kernel, or None where it does not run: hvp_xy's plan, with W doubled (K halved) while
+    K·D is over HVPG_MAX_KD."""
+    plan = hvp_xy_plan(B, N, M, D, dtype, device_index)
+    if plan is None or dtype not in HVPG_MAX_KD:
+        return None
+    K, W = plan
+    while K * D > HVPG_MAX_KD[dtype] and K > 1 and W < HVPW_WS[-1]:
+        K, W = K // 2, W * 2
+    return (K, W) if K * D <= HVPG_MAX_KD[dtype] else None
+
+
+def value_grad_hvp_xy(x, y, gamma, x_lengths, y_lengths, window, xdot, ydot, cost="sqeuclidean"):
+    """Value, gradient and one Hessian-vector product of soft_dtw(x, y) in one launch, for a direction known up front
+    (kernels/hvp_warp.cu, hvp_vgh_xy_kernel), or None where :func:`vgh_plan` says it does not run.
+
+    x, xdot `(B, N, D)`, y, ydot `(B, M, D)` in one float dtype, gamma 0-d (a constant: no d/dgamma terms), lengths
+    int64 `(B,)`, window None or int32 `(B, N, 2)`, cost "sqeuclidean" or "l1". Returns (v, gx, gy, hx, hy): per pair
+    the value v_b `(B,)`, its gradient in x_b and y_b, and the Hessian of v_b in (x_b, y_b) times (xdot_b, ydot_b),
+    split into its x and y parts (what :func:`hvp_xy`'s dx, dy are for that direction). The first-order forward and
+    backward are not run: the HVP's own two passes hold R' and E. Working memory: hvp_xy's record.
+    """
+    from . import _alloc, _window
+
+    B, N, D = x.shape
+    M = y.shape[1]
+    plan = vgh_plan(B, N, M, D, x.dtype, x.get_device()) if cost in _XCOST else None
+    if plan is None:
+        return None
+    K, W = plan
+    dtype, dev = x.dtype, x.get_device()
+    x, y = x.detach().contiguous(), y.detach().contiguous()
+    xdot = xdot.detach().to(dtype).contiguous()
+    ydot = ydot.detach().to(dtype).contiguous()
+    gamma = gamma.detach().to(dtype)
+    window = _window(window)
+    rec = _alloc(x, B * N * 4 * 32 * W * K, dtype, "the HVP's per-cell records (value_grad_hvp_xy)", B, N, M)
+    v, s1 = x.new_empty((B,)), x.new_empty((B,))
+    gx, gy, hx, hy = torch.empty_like(x), torch.empty_like(y), torch.empty_like(x), torch.empty_like(y)
+    win = "true" if window is not None else "false"
+    expr = f"sdtw::hvp_vgh_xy_kernel<{_launch._CTYPE[dtype]}, {win}, {K}, {W}, {D}, {_XCOST[cost]}, false>"
+    args = (x.data_ptr(), y.data_ptr(), xdot.data_ptr(), ydot.data_ptr(), gamma.data_ptr(), 0,
+            x_lengths.data_ptr(), y_lengths.data_ptr(), _launch.ptr(window), rec.data_ptr(), v.data_ptr(),
+            gx.data_ptr(), gy.data_ptr(), hx.data_ptr(), hy.data_ptr(), s1.data_ptr(), 0, 0, _launch.i32(B),
+            _launch.i32(N), _launch.i32(M))
+    _launch.launch("hvp_warp", expr, dev, B, 32 * W, args)
+    return (v,) + _cost_factor(cost, gx, gy) + _cost_factor(cost, hx, hy)
+
+
 def _xy_layout(x, y, what: str):
     """What hvp_xy and dilate_xy share before their launch: (x, y contiguous and detached, K, W, the records, dx, dy
     (uninitialised, the kernel writes all of them)), or None where :func:`hvp_xy_plan` says the kernel does not

@@ -181,10 +181,29 @@ struct HvpXY {
   // alpha sdtw + (1 - alpha) <E, Omega>: E-dot = H Omega is the temporal term's gradient in C), v the value sdtw.
   T alpha = T(0);
   T* v = nullptr;         // (B,)
+  // Value, gradient and HVP in one call (GR; hvp_vgh_xy_kernel): v the value as OM's, and the first-order gradient
+  // gx_i = sum_j E_ij (x_i - y_j), gy_j = -sum_i E_ij (x_i - y_j) (l1: the sign; without the squared cost's factor 2)
+  // as a second channel of the dx / dy sums, beside the HVP's.
+  T* gx = nullptr;        // (B, N, DX)
+  T* gy = nullptr;        // (B, M, DX)
 };
 
+// The fused-cost kernels' common HvpXY fields: inputs x, y and the direction (nullptr for DILATE), outputs dx, dy, s1.
+template <typename T>
+__device__ __forceinline__ HvpXY<T> hvp_xy_io(const T* x, const T* y, const T* xd, const T* yd, T* dx, T* dy, T* s1) {
+  HvpXY<T> xy;
+  xy.x = x;
+  xy.y = y;
+  xy.xd = xd;
+  xy.yd = yd;
+  xy.dx = dx;
+  xy.dy = dy;
+  xy.s1 = s1;
+  return xy;
+}
+
 template <typename T, bool WINDOW, int K, int W, bool HARD, int VAR = 0, int DX = 0, int XC = COST_SQEUCLIDEAN,
-          bool OM = false, bool VG = true>
+          bool OM = false, bool VG = true, bool GR = false>
 __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __restrict__ Cdot, const T g, const T gd,
                                           const long long* __restrict__ xlen, const long long* __restrict__ ylen,
                                           const int* __restrict__ window, T* __restrict__ rec, T* __restrict__ E,
@@ -196,6 +215,8 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
   constexpr bool XSQ = XC == COST_SQEUCLIDEAN;  // XY's cost: squared Euclidean, else l1
   constexpr bool XD = XY && !OM;                // the direction from x-dot, y-dot
   constexpr int DXA = XY ? DX : 1;  // array extents
+  static_assert(!GR || (XD && VAR == 0), "GR: a fused cost with a direction (x-dot, y-dot), no variant");
+  constexpr int NC = GR ? 2 : 1;    // channels of the row sums: the HVP's dx / dy, and with GR the gradient's
   constexpr bool OB = (VAR & VAR_OPEN_BEGIN) != 0, OE = (VAR & VAR_OPEN_END) != 0, PEN = (VAR & VAR_PENALTY) != 0;
   constexpr int NL = 32 * W;
   constexpr int CW = NL * K;
@@ -229,7 +250,10 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
 
   if constexpr (XY) {
     // dx of the rows past n (the backward writes rows i < n, each lane its own columns of dy).
-    for (int q = n * DX + L; q < N * DX; q += NL) xy.dx[size_t(b) * N * DX + q] = T(0);
+    for (int q = n * DX + L; q < N * DX; q += NL) {
+      xy.dx[size_t(b) * N * DX + q] = T(0);
+      if constexpr (GR) xy.gx[size_t(b) * N * DX + q] = T(0);
+    }
   } else {
     // Outside the pair: rows past n, and columns past m of the first n rows (the backward writes j < m only).
     for (size_t q = size_t(n) * M + L; q < NM; q += NL) { Eb[q] = T(0); Fb[q] = T(0); }
@@ -463,7 +487,7 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
       }
     }
     if constexpr (!XY) cp_async_wait<0>();
-    if constexpr (OM) {  // the value: R' of (n - 1, m - 1), in natural units
+    if constexpr (OM || GR) {  // the value: R' of (n - 1, m - 1), in natural units
 #pragma unroll
       for (int k = 0; k < K; ++k)
         if (j0 + k == m - 1 && n > 0)
@@ -503,13 +527,14 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
 #pragma unroll
       for (int k = 0; k < K; ++k) { upE[k] = se[k]; upF[k] = sf[k]; }
     }
-    T rcvX[DXA], cy[XY ? K : 1][DXA];  // XY: row's dx from lane L + 1 (with rcvE); this lane's dy sums
+    // XY: row's dx from lane L + 1 (with rcvE); this lane's dy sums. Channel c of feature d at c * DXA + d.
+    T rcvX[NC * DXA], cy[XY ? K : 1][NC * DXA];
 #pragma unroll
-    for (int d = 0; d < DXA; ++d) rcvX[d] = T(0);
+    for (int d = 0; d < NC * DXA; ++d) rcvX[d] = T(0);
 #pragma unroll
     for (int k = 0; k < (XY ? K : 1); ++k)
 #pragma unroll
-      for (int d = 0; d < DXA; ++d) cy[k][d] = T(0);
+      for (int d = 0; d < NC * DXA; ++d) cy[k][d] = T(0);
     T nx[DXA], nxd[DXA];
     xrow(steps - 1 - L, nx, nxd);
     T rcvE = T(0), rcvF = T(0);        // left message of lane L + 1's column 0, one step old
@@ -522,11 +547,12 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
       issue(t - (PB - 1));
       cp_async_wait<PB - 1>();
       T sLE = T(0), sLF = T(0), sDE = T(0), sDF = T(0);  // what column 0 sends lane L - 1
-      T sX[DXA];  // XY: the row's dx so far, to lane L - 1
+      T sX[NC * DXA];  // XY: the row's dx so far, to lane L - 1
       T xv[DXA], xdv[DXA];
 #pragma unroll
+      for (int d = 0; d < NC * DXA; ++d) sX[d] = T(0);
+#pragma unroll
       for (int d = 0; d < DXA; ++d) {
-        sX[d] = T(0);
         xv[d] = nx[d];
         xdv[d] = nxd[d];
       }
@@ -536,9 +562,9 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
         T rE = rcvE, rF = rcvF;  // the right successor's message
         T cE = doE, cF = doF;    // the diagonal successor's message
         T eo[K], fo[K];
-        T acc[DXA], ss1 = T(0);
+        T acc[NC * DXA], ss1 = T(0);
 #pragma unroll
-        for (int d = 0; d < DXA; ++d) acc[d] = rcvX[d];
+        for (int d = 0; d < NC * DXA; ++d) acc[d] = rcvX[d];
         double svg = 0.0, svgd = 0.0;
         double svp = 0.0, svpd = 0.0;
 #pragma unroll
@@ -597,6 +623,10 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
               const T term = OM ? (xy.alpha * e + (T(1) - xy.alpha) * f) * sl : (XSQ ? f * df + e * dd : f * sl);
               acc[d] += term;
               cy[k][d] -= term;
+              if constexpr (GR) {  // the gradient's channel
+                acc[DXA + d] += e * sl;
+                cy[k][DXA + d] -= e * sl;
+              }
             }
             if (!OM) ss1 += e * cd;
           }
@@ -608,10 +638,13 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
           s1 += double((XSQ && !OM) ? T(2) * ss1 : ss1);
           if (L == 0) {
 #pragma unroll
-            for (int d = 0; d < DX; ++d) xy.dx[(size_t(b) * N + i) * DX + d] = acc[d];
+            for (int d = 0; d < DX; ++d) {
+              xy.dx[(size_t(b) * N + i) * DX + d] = acc[d];
+              if constexpr (GR) xy.gx[(size_t(b) * N + i) * DX + d] = acc[DXA + d];
+            }
           } else {
 #pragma unroll
-            for (int d = 0; d < DX; ++d) sX[d] = acc[d];
+            for (int d = 0; d < NC * DX; ++d) sX[d] = acc[d];
           }
         }
         vg += svg;
@@ -650,15 +683,15 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
           hand.msg[t & 1][wg][3] = sDF;
           if constexpr (XY)
 #pragma unroll
-            for (int d = 0; d < DX; ++d) xy.hand[((t & 1) * W + wg) * DX + d] = sX[d];
+            for (int d = 0; d < NC * DX; ++d) xy.hand[((t & 1) * W + wg) * NC * DX + d] = sX[d];
         }
         __syncthreads();
       }
       if constexpr (XY)
 #pragma unroll
-        for (int d = 0; d < DX; ++d) {
+        for (int d = 0; d < NC * DX; ++d) {
           rcvX[d] = __shfl_down_sync(FULL_MASK, sX[d], 1);
-          if (lane == 31) rcvX[d] = (W > 1 && wg < W - 1) ? xy.hand[((t & 1) * W + wg + 1) * DX + d] : T(0);
+          if (lane == 31) rcvX[d] = (W > 1 && wg < W - 1) ? xy.hand[((t & 1) * W + wg + 1) * NC * DX + d] : T(0);
         }
       rcvE = __shfl_down_sync(FULL_MASK, sLE, 1);
       rcvF = __shfl_down_sync(FULL_MASK, sLF, 1);
@@ -680,7 +713,10 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
       for (int k = 0; k < K; ++k)
         if (j0 + k < M)
 #pragma unroll
-          for (int d = 0; d < DX; ++d) xy.dy[(size_t(b) * M + j0 + k) * DX + d] = cy[k][d];
+          for (int d = 0; d < DX; ++d) {
+            xy.dy[(size_t(b) * M + j0 + k) * DX + d] = cy[k][d];
+            if constexpr (GR) xy.gy[(size_t(b) * M + j0 + k) * DX + d] = cy[k][DXA + d];
+          }
     }
   }
   if constexpr (VG) {
@@ -755,7 +791,7 @@ hvp_warp_kernel(const T* __restrict__ C, const T* __restrict__ Cdot, const T* __
 // One block's pair of the fused-cost kernels below (HvpXY; xy without its hand, which lives here): shared memory,
 // gamma read on the device, hard DTW at gamma == 0. gamma_dot: (B,) or nullptr (0). VG: vgamma, vgamma_dot are
 // wanted (else neither is computed nor written, and gamma_dot must be 0).
-template <typename T, bool WINDOW, int K, int W, int DX, int XC, bool OM, bool VG = true>
+template <typename T, bool WINDOW, int K, int W, int DX, int XC, bool OM, bool VG = true, bool GR = false>
 __device__ __forceinline__ void hvpw_xy_block(HvpXY<T> xy, const T* __restrict__ gamma,
                                               const T* __restrict__ gamma_dot, const long long* __restrict__ xlen,
                                               const long long* __restrict__ ylen, const int* __restrict__ window,
@@ -765,17 +801,17 @@ __device__ __forceinline__ void hvpw_xy_block(HvpXY<T> xy, const T* __restrict__
   constexpr int RING = hvpw_depth(RSTAGE) * RSTAGE / int(sizeof(T));
   __shared__ __align__(16) T ring[RING];  // the backward's record ring (the forward reads no table)
   __shared__ HvpwHand<T, W> hand;
-  __shared__ T xhand[2 * W * DX];
+  __shared__ T xhand[2 * W * DX * (GR ? 2 : 1)];
   const int b = blockIdx.x;
   if (b >= B) return;
   const T g = *gamma;
   xy.hand = xhand;
   if (g == T(0)) {
-    hvpw_pair<T, WINDOW, K, W, true, 0, DX, XC, OM, VG>(nullptr, nullptr, g, T(0), xlen, ylen, window, rec,
+    hvpw_pair<T, WINDOW, K, W, true, 0, DX, XC, OM, VG, GR>(nullptr, nullptr, g, T(0), xlen, ylen, window, rec,
                                                         nullptr, nullptr, vgamma, vgamma_dot, b, N, M, false, ring,
                                                         hand, HvpVar<T>{}, xy);
   } else {
-    hvpw_pair<T, WINDOW, K, W, false, 0, DX, XC, OM, VG>(nullptr, nullptr, g, gamma_dot ? gamma_dot[b] : T(0),
+    hvpw_pair<T, WINDOW, K, W, false, 0, DX, XC, OM, VG, GR>(nullptr, nullptr, g, gamma_dot ? gamma_dot[b] : T(0),
                                                          xlen, ylen, window, rec, nullptr, nullptr, vgamma,
                                                          vgamma_dot, b, N, M, false, ring, hand, HvpVar<T>{}, xy);
   }
@@ -793,16 +829,28 @@ hvp_warp_xy_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* __
                    const long long* __restrict__ xlen, const long long* __restrict__ ylen,
                    const int* __restrict__ window, T* __restrict__ rec, T* __restrict__ dx, T* __restrict__ dy,
                    T* __restrict__ s1, T* __restrict__ vgamma, T* __restrict__ vgamma_dot, int B, int N, int M) {
-  HvpXY<T> xy;
-  xy.x = x;
-  xy.y = y;
-  xy.xd = xdot;
-  xy.yd = ydot;
-  xy.dx = dx;
-  xy.dy = dy;
-  xy.s1 = s1;
-  hvpw_xy_block<T, WINDOW, K, W, DX, XC, false, VG>(xy, gamma, gamma_dot, xlen, ylen, window, rec, vgamma,
-                                                    vgamma_dot, B, N, M);
+  hvpw_xy_block<T, WINDOW, K, W, DX, XC, false, VG>(hvp_xy_io(x, y, xdot, ydot, dx, dy, s1), gamma, gamma_dot, xlen,
+                                                    ylen, window, rec, vgamma, vgamma_dot, B, N, M);
+}
+
+// Value, gradient and one HVP of soft_dtw(x, y) in one launch, for a direction (x-dot, y-dot) known up front
+// (backends/cuda/hvp.py, value_grad_hvp_xy): hvp_warp_xy_kernel's outputs (dx, dy the HVP's, s1, vgamma,
+// vgamma_dot), and v (B,) the value, gx (B, N, DX) / gy (B, M, DX) the gradient, without the squared cost's factor 2
+// (HvpXY, GR). The first-order forward and backward are not run: the HVP's own passes hold R' and E.
+template <typename T, bool WINDOW, int K, int W, int DX, int XC, bool VG = true>
+__global__ void __launch_bounds__(32 * W)
+hvp_vgh_xy_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* __restrict__ xdot,
+                  const T* __restrict__ ydot, const T* __restrict__ gamma, const T* __restrict__ gamma_dot,
+                  const long long* __restrict__ xlen, const long long* __restrict__ ylen,
+                  const int* __restrict__ window, T* __restrict__ rec, T* __restrict__ v, T* __restrict__ gx,
+                  T* __restrict__ gy, T* __restrict__ dx, T* __restrict__ dy, T* __restrict__ s1,
+                  T* __restrict__ vgamma, T* __restrict__ vgamma_dot, int B, int N, int M) {
+  HvpXY<T> xy = hvp_xy_io(x, y, xdot, ydot, dx, dy, s1);
+  xy.v = v;
+  xy.gx = gx;
+  xy.gy = gy;
+  hvpw_xy_block<T, WINDOW, K, W, DX, XC, false, VG, true>(xy, gamma, gamma_dot, xlen, ylen, window, rec, vgamma,
+                                                          vgamma_dot, B, N, M);
 }
 
 // DILATE with a fused cost (backends/cuda/hvp.py, dilate_xy): the HVP along Omega_ij = ((i - j) / n)^2 with the cost
@@ -816,12 +864,7 @@ dilate_xy_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* __re
                  const long long* __restrict__ xlen, const long long* __restrict__ ylen, T* __restrict__ rec,
                  const T alpha, T* __restrict__ v, T* __restrict__ s1, T* __restrict__ dx, T* __restrict__ dy,
                  T* __restrict__ vgamma, T* __restrict__ vgamma_dot, int B, int N, int M) {
-  HvpXY<T> xy;
-  xy.x = x;
-  xy.y = y;
-  xy.dx = dx;
-  xy.dy = dy;
-  xy.s1 = s1;
+  HvpXY<T> xy = hvp_xy_io<T>(x, y, nullptr, nullptr, dx, dy, s1);
   xy.alpha = alpha;
   xy.v = v;
   hvpw_xy_block<T, false, K, W, DX, XC, true>(xy, gamma, nullptr, xlen, ylen, nullptr, rec, vgamma, vgamma_dot, B, N,
