@@ -2,6 +2,10 @@
 compiler needed. What it launches is tested on a GPU in test_cuda_fastpath.py."""
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
+
 import pytest
 import torch
 
@@ -93,3 +97,30 @@ def test_checked_reads_the_range_of_every_span_and_gives_back_an_unused_slot(mon
     assert seen == ["a", "b", "c"] and not given
     assert fastpath._checked(0, 0, ("a", "far", "c"), torch.float32, lambda *check: "value") is None
     assert fastpath._checked(0, 0, ("a",), torch.float32, lambda *check: None) is None and len(given) == 1
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX file locks (fcntl)")
+def test_build_lock_removes_a_dead_process_lock_file(tmp_path):
+    """PyTorch's lock file left by a process that exited inside a build would make every later load wait forever:
+    under the OS lock it is removed."""
+    (tmp_path / "lock").write_text("")
+    with fastpath._build_lock(str(tmp_path)):
+        assert not (tmp_path / "lock").exists()
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX file locks (fcntl)")
+def test_build_lock_is_released_when_its_holder_dies(tmp_path):
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, sys, time\n"
+        f"f = open({str(tmp_path / 'softdtw.flock')!r}, 'w'); fcntl.flock(f, fcntl.LOCK_EX)\n"
+        "print('held', flush=True); time.sleep(60)")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        holder.kill()  # dies holding it, as a daemon build thread does at exit
+        holder.wait()
+        t0 = time.monotonic()
+        with fastpath._build_lock(str(tmp_path)):
+            pass
+        assert time.monotonic() - t0 < 5
+    finally:
+        holder.kill()

@@ -47,9 +47,16 @@ in PyTorch's extensions directory, keyed by the source and the PyTorch version);
 the Python path. Where it cannot be built (no compiler, no ninja), everything keeps running on the Python path;
 :func:`status` says why. ``SOFTDTW_FASTPATH=0`` turns it off, ``SOFTDTW_FASTPATH=sync`` builds it at the first
 call instead of in the background; :func:`build` builds it now (benchmarks, tests).
+
+PyTorch guards a build directory with a lock file that a process removes when its build or load is done; a process
+that exits inside one (a short script whose first cuda call started the background build) leaves it behind, and
+every later ``cpp_extension.load`` of that directory waits for it forever. So the build holds an OS file lock
+(``fcntl.flock``, released by the kernel when its holder dies, :func:`_build_lock`) around the load, and a PyTorch
+lock file found while holding it is a dead process's, removed.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import logging
@@ -105,8 +112,9 @@ def _compile():
         from torch.utils import cpp_extension
 
         tag = hashlib.sha1(_SOURCE.read_bytes() + torch.__version__.encode()).hexdigest()[:12]
-        mod = cpp_extension.load(name=f"softdtw_fastpath_{tag}", sources=[str(_SOURCE)], extra_cflags=["-O2"],
-                                 verbose=False)
+        name = f"softdtw_fastpath_{tag}"
+        with _build_lock(cpp_extension._get_build_directory(name, False)):
+            mod = cpp_extension.load(name=name, sources=[str(_SOURCE)], extra_cflags=["-O2"], verbose=False)
         lib = _launch.driver().lib
         mod.set_driver(*(ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
                          for name in ("cuLaunchKernel", "cuCtxGetCurrent", "cuCtxSetCurrent")))
@@ -121,6 +129,29 @@ def _compile():
     except Exception as e:  # no compiler, no ninja, a failed build: the Python path keeps running everything
         _error = f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"
         _log.info("softdtw: the C++ launcher could not be built (%s); the Python path runs every call", _error)
+
+
+@contextlib.contextmanager
+def _build_lock(directory: str):
+    """Hold an OS lock on ``directory`` (one softdtw build or load of it at a time, across processes) and remove
+    PyTorch's lock file there if one is left: while the OS lock is held no other process of ours is inside
+    ``cpp_extension.load`` of this directory, so the file is a dead process's, which would make this load wait
+    forever. Without fcntl (Windows) PyTorch's own lock is all there is."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    with open(os.path.join(directory, "softdtw.flock"), "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            stale = os.path.join(directory, "lock")
+            if os.path.exists(stale):
+                _log.info("softdtw: removing %s, left by a process that exited while building the launcher", stale)
+                os.remove(stale)
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def build():
