@@ -86,6 +86,23 @@ def test_value_and_gradient_are_soft_dtws(backend):
     torch.testing.assert_close(r.grad_y, gy)
 
 
+def test_fused_costs_run_one_hvp_cost_others_the_double_backward(monkeypatch):
+    """sqeuclidean and l1 take the backend's hvp_cost on the cost table (no first-order passes, no graph); cosine and
+    callables the double backward; both match the reference backend's double backward."""
+    from softdtw import functional
+
+    x, y, xd, yd = _data(2, 7, 6, 2, seed=9)
+    real = functional._hvp_autograd
+    used = []
+    monkeypatch.setattr(functional, "_hvp_autograd", lambda *a: used.append(a[1]) or real(*a))
+    for cost in ("sqeuclidean", "l1", "cosine", lambda a, b: 0.5 * ((a.unsqueeze(2) - b.unsqueeze(1)) ** 2).sum(-1)):
+        r = softdtw.soft_dtw_hvp(x, y, xd, yd, 0.3, cost=cost, backend="cpu")
+        want = _oracle(x, y, xd, yd, 0.3, cost)
+        for got, ref in zip(r, want):
+            torch.testing.assert_close(got, ref, rtol=1e-9, atol=1e-9)
+    assert used[0] == "cosine" and callable(used[1]) and len(used) == 2
+
+
 def test_unbatched_and_y_dot_none():
     x, y, xd, _ = _data(1, 6, 5, 2, seed=7)
     r = softdtw.soft_dtw_hvp(x[0], y[0], xd[0], gamma=0.4)
