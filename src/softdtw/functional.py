@@ -19,7 +19,7 @@ reference backend instead, slower (see softdtw._checks.REACH_LIMIT).
 """
 from __future__ import annotations
 
-from typing import List, NamedTuple, Optional, Union
+from typing import List, NamedTuple, Union
 
 import numpy as np
 import torch
@@ -452,13 +452,15 @@ def soft_dtw_hvp(x, y, x_dot, y_dot=None, gamma: Union[float, torch.Tensor] = 1.
     For each pair b, with v_b = sdtw(x_b, y_b) and H_b its Hessian in (x_b, y_b), returns v_b, its gradient and
     H_b (x_dot_b, y_dot_b): what Newton and truncated-Newton steps, influence functions and curvature estimates
     take. It gives what ``torch.autograd.grad`` with ``create_graph=True`` followed by a second ``grad`` gives (the
-    same second order, Mensch & Blondel 2018), and on the GPU for the squared Euclidean and l1 costs (K·D small enough
-    for the kernel's registers, M up to 512 in float32, 256 in float64) it runs all three in one kernel, the
-    HVP's own two passes: 0.78x the time of the value and gradient followed by the double backward's kernel with
-    a constant gamma (0.90 against 1.16 ms at B = 1024, N = M = 256 on an H200; benchmarks/bench_hvp.py,
-    "value_grad_hvp_fused"). Elsewhere the fused
-    costs take one ``hvp_cost`` of the backend on the cost table (1.4x faster than the double backward on a CPU),
-    and "cosine" and callables the double backward itself.
+    same second order, Mensch & Blondel 2018), faster:
+
+    - on the GPU, the squared Euclidean and l1 costs (K·D small enough for the kernel's registers, M up to 512 in
+      float32, 256 in float64) run all three in one kernel, the HVP's own two passes: 0.78x the time of the value
+      and gradient followed by the double backward's kernel with a constant gamma (0.90 against 1.16 ms at
+      B = 1024, N = M = 256 on an H200; benchmarks/bench_hvp.py, "value_grad_hvp_fused");
+    - elsewhere these two costs take one ``hvp_cost`` of the backend on the cost table (1.4x faster than the double
+      backward on a CPU);
+    - "cosine" and callables take the double backward itself.
 
     Args:
         x, y, gamma, cost, bandwidth, itakura_max_slope, x_lengths, y_lengths, backend: as :func:`soft_dtw`.
