@@ -141,6 +141,8 @@ def test_bad_directions_raise():
         softdtw.soft_dtw_hvp(x, y, xd[:, :4], yd)
     with pytest.raises(ValueError, match="y_dot must have y's shape"):
         softdtw.soft_dtw_hvp(x, y, xd, yd[..., :1])
+    with pytest.raises(ValueError, match=r"x_dot must have x's shape \(6, 2\).*got \(2, 6, 2\)"):
+        softdtw.soft_dtw_hvp(x[0], y[0], xd)  # unbatched x, batched direction
     bad = xd.clone()
     bad[0, 2, 1] = float("nan")
     with pytest.raises(ValueError, match="x_dot contains NaN"):

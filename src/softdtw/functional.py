@@ -393,12 +393,13 @@ def _direction(t, name: str, like: torch.Tensor, unbatched: bool, of: str, check
     """A direction argument of :func:`soft_dtw_hvp` as `like`'s shape, dtype and device; checked finite here when
     `check` (else the caller checks it on the GPU)."""
     t = as_tensor(t, name)
+    given = tuple(t.shape)
     if unbatched and t.dim() == 2:
         t = t.unsqueeze(0)
     if tuple(t.shape) != tuple(like.shape):
         want = tuple(like.shape[1:]) if unbatched else tuple(like.shape)
         raise ValueError(f"{name} must have {of}'s shape {want} (one direction per step and feature of {of}); got "
-                         f"{tuple(t.shape[1:] if unbatched and t.dim() == 3 else t.shape)}.")
+                         f"{given}.")
     if t.device != like.device:
         raise ValueError(f"{name} is on {t.device} but {of} is on {like.device}; move it with "
                          f"{name}.to({of}.device).")
