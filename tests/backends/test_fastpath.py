@@ -124,3 +124,32 @@ def test_build_lock_is_released_when_its_holder_dies(tmp_path):
         assert time.monotonic() - t0 < 5
     finally:
         holder.kill()
+
+
+def _can_compile() -> bool:
+    import shutil
+
+    from torch.utils import cpp_extension
+
+    try:
+        cpp_extension.verify_ninja_availability()
+    except RuntimeError:
+        return False
+    return shutil.which("c++") is not None or shutil.which("g++") is not None
+
+
+@pytest.mark.skipif(sys.platform == "win32" or not _can_compile(), reason="needs a C++ compiler and ninja (POSIX)")
+def test_a_process_that_dies_inside_the_build_does_not_block_the_next():
+    """A short script whose first cuda call started the background build, and which exits while that thread is
+    inside cpp_extension.load, left PyTorch's lock file behind, and every later build waited forever (before
+    _build_lock; reproduced: the next build() still waited after 60 s). Several such exits, then a build in a new
+    process must finish: loaded on a GPU machine, or its error (no CUDA driver) elsewhere. The first compile of the
+    launcher on a machine takes about a minute."""
+    dies = "import os, time\nfrom softdtw.backends.cuda import fastpath\nfastpath._start()\ntime.sleep({})\nos._exit(0)\n"
+    for delay in (0.05, 0.2, 0.5, 1.0):
+        subprocess.run([sys.executable, "-c", dies.format(delay)], timeout=600, check=True)
+    build = ("from softdtw.backends.cuda import fastpath\ntry:\n    fastpath.build()\nexcept RuntimeError as e:\n"
+             "    print(e)\nprint('done')\n")
+    out = subprocess.run([sys.executable, "-c", build], timeout=600, capture_output=True, text=True)
+    assert out.stdout.strip().endswith("done"), out.stderr[-2000:]
+
