@@ -929,12 +929,18 @@ def hvp_cost(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot, *, open_be
                      open_end=open_end, step_penalty=step_penalty, penalty_dot=penalty_dot)
 
 
+def _xy_applies(cost, x) -> bool:
+    """Whether the kernels with the cost formed in the HVP's cells may take a call (before their own plan decides):
+    HVP_XY on, "sqeuclidean" or "l1", D <= FUSED_D_MAX."""
+    return HVP_XY and cost in ("sqeuclidean", "l1") and x.shape[2] <= FUSED_D_MAX
+
+
 def hvp_xy(cost, x, y, gamma, x_lengths, y_lengths, window, xdot, ydot, gamma_dot, *, gamma_terms=True):
     """The double backward's contractions with the cost formed in the kernel (:func:`softdtw.backends.cuda.hvp.hvp_xy`):
     (s1, vgamma, vgamma_dot, dx, dy), or None where it does not apply (a cost other than "sqeuclidean" and "l1",
     D > FUSED_D_MAX, pairs wider than its kernel, HVP_XY off); the caller then builds C and C-dot and takes
     :func:`hvp_cost`. gamma_terms=False: gamma is a constant (gamma_dot taken as 0), vgamma and vgamma_dot None."""
-    if not HVP_XY or cost not in ("sqeuclidean", "l1") or x.shape[2] > FUSED_D_MAX:
+    if not _xy_applies(cost, x):
         return None
     return _hvp_xy(x, y, gamma, x_lengths, y_lengths, window, xdot, ydot, gamma_dot, cost, gamma_terms=gamma_terms)
 
@@ -944,6 +950,6 @@ def value_grad_hvp(cost, x, y, gamma, x_lengths, y_lengths, window, xdot, ydot):
     path; :func:`softdtw.backends.cuda.hvp.value_grad_hvp_xy`): (v, gx, gy, hx, hy), or None where it does not apply
     (a cost other than "sqeuclidean" and "l1", D > FUSED_D_MAX, pairs wider than its kernel, HVP_XY off); the caller
     then takes the double backward."""
-    if not HVP_XY or cost not in ("sqeuclidean", "l1") or x.shape[2] > FUSED_D_MAX:
+    if not _xy_applies(cost, x):
         return None
     return _value_grad_hvp_xy(x, y, gamma, x_lengths, y_lengths, window, xdot, ydot, cost)

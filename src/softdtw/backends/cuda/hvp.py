@@ -301,23 +301,20 @@ def value_grad_hvp_xy(x, y, gamma, x_lengths, y_lengths, window, xdot, ydot, cos
     split into its x and y parts (what :func:`hvp_xy`'s dx, dy are for that direction). The first-order forward and
     backward are not run: the HVP's own two passes hold R' and E. Working memory: hvp_xy's record.
     """
-    from . import _alloc, _window
+    from . import _window
 
-    B, N, D = x.shape
-    M = y.shape[1]
-    plan = vgh_plan(B, N, M, D, x.dtype, x.get_device()) if cost in _XCOST else None
-    if plan is None:
+    lay = _xy_layout(x, y, "value_grad_hvp_xy", vgh_plan) if cost in _XCOST else None
+    if lay is None:
         return None
-    K, W = plan
-    dtype, dev = x.dtype, x.get_device()
-    x, y = x.detach().contiguous(), y.detach().contiguous()
+    x, y, K, W, rec, hx, hy = lay
+    B, N, D = x.shape
+    M, dtype, dev = y.shape[1], x.dtype, x.get_device()
     xdot = xdot.detach().to(dtype).contiguous()
     ydot = ydot.detach().to(dtype).contiguous()
     gamma = gamma.detach().to(dtype)
     window = _window(window)
-    rec = _alloc(x, B * N * 4 * 32 * W * K, dtype, "the HVP's per-cell records (value_grad_hvp_xy)", B, N, M)
     v, s1 = x.new_empty((B,)), x.new_empty((B,))
-    gx, gy, hx, hy = torch.empty_like(x), torch.empty_like(y), torch.empty_like(x), torch.empty_like(y)
+    gx, gy = torch.empty_like(x), torch.empty_like(y)
     win = "true" if window is not None else "false"
     expr = f"sdtw::hvp_vgh_xy_kernel<{_launch._CTYPE[dtype]}, {win}, {K}, {W}, {D}, {_XCOST[cost]}, false>"
     args = (x.data_ptr(), y.data_ptr(), xdot.data_ptr(), ydot.data_ptr(), gamma.data_ptr(), 0,
@@ -328,15 +325,15 @@ def value_grad_hvp_xy(x, y, gamma, x_lengths, y_lengths, window, xdot, ydot, cos
     return (v,) + _cost_factor(cost, gx, gy) + _cost_factor(cost, hx, hy)
 
 
-def _xy_layout(x, y, what: str):
-    """What hvp_xy and dilate_xy share before their launch: (x, y contiguous and detached, K, W, the records, dx, dy
-    (uninitialised, the kernel writes all of them)), or None where :func:`hvp_xy_plan` says the kernel does not
-    run."""
+def _xy_layout(x, y, what: str, planner=None):
+    """What hvp_xy, dilate_xy and value_grad_hvp_xy share before their launch: (x, y contiguous and detached, K, W,
+    the records, dx, dy (uninitialised, the kernel writes all of them)), or None where the planner (default
+    :func:`hvp_xy_plan`) says the kernel does not run."""
     from . import _alloc
 
     B, N, D = x.shape
     M = y.shape[1]
-    plan = hvp_xy_plan(B, N, M, D, x.dtype, x.get_device())
+    plan = (planner or hvp_xy_plan)(B, N, M, D, x.dtype, x.get_device())
     if plan is None:
         return None
     K, W = plan
