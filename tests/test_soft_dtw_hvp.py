@@ -188,7 +188,9 @@ FUSED = {  # B, N, M, D, gamma, cost, dtype, options
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("name", sorted(FUSED))
-def test_cuda_fused_kernel_matches_cpu_float64(name, monkeypatch):
+def test_cuda_fused_kernel_matches_float64(name, monkeypatch):
+    """float64 cases against the cpu backend; float32 ones (whose forward runs on local differences in float32,
+    hvp_warp.cu's DIFF) against the float64 cuda kernel, which the float64 cases hold to the cpu backend."""
     B, N, M, D, gamma, cost, dtype, kw = FUSED[name]
     x, y, xd, yd = _data(B, N, M, D, seed=len(name), dtype=dtype, device="cuda")
     calls = []
@@ -199,8 +201,10 @@ def test_cuda_fused_kernel_matches_cpu_float64(name, monkeypatch):
     r = softdtw.soft_dtw_hvp(x, y, xd, yd, gamma, cost=cost, backend="cuda", **_lengths(kw, "cuda"))
     plan = cuda_hvp.vgh_plan(B, N, M, D, dtype)
     assert (plan is not None) == bool(calls), (plan, calls)
-    want = softdtw.soft_dtw_hvp(*(t.double().cpu() for t in (x, y, xd, yd)), gamma, cost=cost, backend="cpu",
-                                **_lengths(kw, "cpu"))
+    ref = "cpu" if dtype == torch.float64 else "cuda"
+    want = softdtw.soft_dtw_hvp(*(t.double().to(_dev(ref)) for t in (x, y, xd, yd)), gamma, cost=cost, backend=ref,
+                                **_lengths(kw, _dev(ref)))
+    want = [t.cpu() for t in want]
     tol = 1e-4 if dtype == torch.float32 else 1e-10
     for got, ref, what in zip(r, want, ("value", "grad_x", "grad_y", "hvp_x", "hvp_y")):
         assert got.dtype == dtype and got.shape == ref.shape, what
@@ -242,3 +246,35 @@ def test_cuda_checks_after_the_kernel():
     want = softdtw.soft_dtw_hvp(x, y, xd, yd, 0.5, x_lengths=torch.tensor([12, 7, 12], device="cuda"))
     for got, ref in zip(r, want):
         torch.testing.assert_close(got, ref)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("gamma", [1.0, 0.1, 1e-3])
+def test_cuda_float32_differences_on_large_costs(gamma):
+    """Random walks (costs up to ~1e3, the precision model's hardest case: benchmarks/probes/hvp_diff_model.py gives
+    dx within 2.1e-4 of float64 at gamma = 1) through the float32 kernels on local differences, against the float64
+    kernel: within hvp_xy's float32 tolerance (2e-3), through soft_dtw_hvp and the double backward (hvp_xy). 256
+    columns: the widest pair of the float64 kernel (HVPW_MAX_M_F64), so both sides run it."""
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(4, 200, 1, generator=g, dtype=torch.float64).cumsum(1)
+    y = torch.randn(4, 256, 1, generator=g, dtype=torch.float64).cumsum(1)
+    xd = torch.randn(4, 200, 1, generator=g, dtype=torch.float64)
+    yd = torch.randn(4, 256, 1, generator=g, dtype=torch.float64)
+    args = [t.cuda() for t in (x, y, xd, yd)]
+    want = softdtw.soft_dtw_hvp(*args, gamma)
+    got = softdtw.soft_dtw_hvp(*(t.float() for t in args), gamma)
+    for a, b, what in zip(got, want, ("value", "grad_x", "grad_y", "hvp_x", "hvp_y")):
+        assert rel_err(a, b) < 2e-3, (what, rel_err(a, b))
+    import softdtw.backends.cuda as cuda_backend
+    gt = torch.tensor(gamma, device="cuda")
+    xl = torch.full((4,), 200, device="cuda")
+    yl = torch.full((4,), 256, device="cuda")
+    ref = cuda_backend.hvp_xy("sqeuclidean", *args[:2], gt.double(), xl, yl, None, *args[2:],
+                              torch.zeros(4, device="cuda", dtype=torch.float64), gamma_terms=False)
+    out = cuda_backend.hvp_xy("sqeuclidean", *(t.float() for t in args[:2]), gt, xl, yl, None,
+                              *(t.float() for t in args[2:]), torch.zeros(4, device="cuda"), gamma_terms=False)
+    assert ref is not None and out is not None  # both take the kernel
+    for i in (0, 3, 4):  # s1, dx, dy
+        assert rel_err(out[i], ref[i]) < 2e-3, (i, rel_err(out[i], ref[i]))
+
+

@@ -216,6 +216,9 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
   constexpr bool XD = XY && !OM;                // the direction from x-dot, y-dot
   constexpr int DXA = XY ? DX : 1;  // array extents
   static_assert(!GR || (XD && VAR == 0), "GR: a fused cost with a direction (x-dot, y-dot), no variant");
+  // The forward on local differences in float32 (no float64 R', R-dot): a fused cost's soft pass, no band, no
+  // variant (every cell of the pair's rectangle is live, so no difference ever meets a dead one).
+  constexpr bool DIFF = XY && !HARD && !WINDOW && VAR == 0 && sizeof(T) == 4;
   constexpr int NC = GR ? 2 : 1;    // channels of the row sums: the HVP's dx / dy, and with GR the gradient's
   constexpr bool OB = (VAR & VAR_OPEN_BEGIN) != 0, OE = (VAR & VAR_OPEN_END) != 0, PEN = (VAR & VAR_PENALTY) != 0;
   constexpr int NL = 32 * W;
@@ -294,7 +297,133 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
   double endvg = 0.0, endvgd = 0.0;
 
   // ---- forward -------------------------------------------------------------------------------------------
-  {
+  if constexpr (DIFF) {
+    // On local differences (OPTIMIZATION_LOG.md, "An all-float32 HVP on local differences"): each cell keeps
+    // h = R'_ij - R'_i,j-1 and d = R'_ij - R'_i-1,j, and hq, dq the same of R-dot, all float32. Its soft-min sees its
+    // predecessors relative to the diagonal one as (0, h of the cell above, d of the cell to the left), and its
+    // weights' derivatives need only those differences of R-dot: the record is the absolute kernel's. Row 0 and
+    // column 0 have one predecessor each (h_0j = c', d_i0 = c'). The value (OM, GR) is R'_00 plus the
+    // differences along row 0 and then down column m - 1, summed in float64.
+    T nx[DXA], nxd[DXA];
+    xrow(-L, nx, nxd);
+    T hv[K], hq[K];  // h, hq of this lane's columns on the row it finished last (the next row's "above")
+#pragma unroll
+    for (int k = 0; k < K; ++k) { hv[k] = T(0); hq[k] = T(0); }
+    T lastD = T(0), lastDQ = T(0);  // d, dq of this lane's last column on that row (lane L + 1's left)
+    double vsum = 0.0;              // OM, GR: this lane's terms of the value, log2 units
+    const T sc = T(scale);
+    T* const rlane = rb + StepLayout<K>::offset(L, 0, NL);
+    if (W > 1) {
+      if (lane == 31) {
+        hand.R[1][wg] = 0.0;
+        hand.Q[1][wg] = 0.0;
+      }
+      __syncthreads();
+    }
+    int slot = 0;
+    for (int t = 0; t < steps; ++t) {
+      const int i = t - L;
+      const bool live = i >= 0 && i < n;
+      T lD = __shfl_up_sync(FULL_MASK, lastD, 1);
+      T lDQ = __shfl_up_sync(FULL_MASK, lastDQ, 1);
+      if (W > 1 && lane == 0 && wg > 0) {  // from the warp on the left (its last lane, one step ago)
+        lD = T(hand.R[(t + 1) & 1][wg - 1]);
+        lDQ = T(hand.Q[(t + 1) & 1][wg - 1]);
+      }
+      T xv[DXA], xdv[DXA];
+#pragma unroll
+      for (int d = 0; d < DXA; ++d) { xv[d] = nx[d]; xdv[d] = nxd[d]; }
+      xrow(i + 1, nx, nxd);
+      if (live) {
+        T wu_[K], wl_[K], du_[K], dl_[K];
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+          const int j = j0 + k;
+          T c = T(0), cd = T(0);
+#pragma unroll
+          for (int d = 0; d < DX; ++d) {
+            const T df = xv[d] - yv[k][d];
+            c += cost_term<T, XC>(df);
+            cd += cost_slope<T, XC>(df) * (xdv[d] - ydv[k][d]);
+          }
+          const T cdot = OM ? omega(i, j) : (XSQ ? T(2) * cd : cd);
+          const T cs = c * sc;
+          T wu = T(-1), wl = T(0), du = T(0), dw = T(0);  // dead past m
+          T h = T(0), dd = T(0), hqn = T(0), dqn = T(0);
+          if (j < m) {
+            const T hu = hv[k], hqu = hq[k];
+            if (i == 0) {  // the left predecessor only (at j = 0 the start): h = c', R-dot's likewise
+              h = cs;
+              hqn = cdot;
+              wu = T(0);
+              wl = j == 0 ? T(0) : T(1);
+              if (OM || GR) vsum += double(cs);
+            } else if (j == 0) {  // the up predecessor only
+              dd = cs;
+              dqn = cdot;
+              wu = T(1);
+              wl = T(0);
+            } else {
+              const T mn = Num<T>::mn(T(0), Num<T>::mn(hu, lD));  // lD last: the only operand on the row's chain
+              const T ou = mn - hu, ol = mn - lD;
+              const T ed = Num<T>::ex2(mn), eu = Num<T>::ex2(ou), el = Num<T>::ex2(ol);
+              const T Z = ed + eu + el;  // >= 1: the minimum's term is 2^0
+              const T lz = Num<T>::lg2(Z);
+              const T iz = hvpw_rcp(Z);
+              wu = eu * iz;
+              wl = el * iz;
+              T sd = wu * hqu + wl * lDQ;  // S-dot - R-dot of the diagonal
+              if constexpr (VG) {
+                const T wd = ed * iz;
+                const T lnd = T(LN2) * (mn - lz), lnu = T(LN2) * (ou - lz), lnl = T(LN2) * (ol - lz);
+                sd += gd * (wd * lnd + wu * lnu + wl * lnl);
+                du = wu * ((sd - hqu) - gd * lnu) * ig;
+                dw = wl * ((sd - lDQ) - gd * lnl) * ig;
+              } else {
+                du = wu * (sd - hqu) * ig;
+                dw = wl * (sd - lDQ) * ig;
+              }
+              const T rel = (mn - lz) + cs;  // R'_ij - R' of the diagonal
+              const T qrel = sd + cdot;      // R-dot_ij - R-dot of the diagonal
+              h = rel - lD;
+              dd = rel - hu;
+              hqn = qrel - lDQ;
+              dqn = qrel - hqu;
+            }
+            if ((OM || GR) && j == m - 1 && i > 0) vsum += double(dd);
+          }
+          wu_[k] = wu;
+          wl_[k] = wl;
+          du_[k] = du;
+          dl_[k] = dw;
+          hv[k] = h;
+          hq[k] = hqn;
+          lD = dd;
+          lDQ = dqn;
+        }
+        lastD = lD;
+        lastDQ = lDQ;
+        T* dst = rlane + size_t(slot) * HVPW_REC * CW;
+        store_lane_step<T, K, NL>(dst, wu_);
+        store_lane_step<T, K, NL>(dst + CW, wl_);
+        store_lane_step<T, K, NL>(dst + 2 * CW, du_);
+        store_lane_step<T, K, NL>(dst + 3 * CW, dl_);
+      }
+      if (++slot == N) slot = 0;
+      if (W > 1) {
+        if (lane == 31) {
+          hand.R[t & 1][wg] = lastD;
+          hand.Q[t & 1][wg] = lastDQ;
+        }
+        __syncthreads();
+      }
+    }
+    if constexpr (OM || GR) {  // the value, in natural units
+      double unused = 0.0;
+      hvpw_all2<T, W, false>(vsum, unused, hand);
+      if (L == 0 && n > 0) xy.v[b] = T(vsum / scale);
+    }
+  } else {
     // Ring: stage s, array a (0: C, 1: C-dot), lane L at ring + ((s * 2 + a) * NL + L) * K.
     auto issue = [&](const int t) {
       const int row = t - L;
