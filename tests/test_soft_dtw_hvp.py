@@ -278,3 +278,18 @@ def test_cuda_float32_differences_on_large_costs(gamma):
         assert rel_err(out[i], ref[i]) < 2e-3, (i, rel_err(out[i], ref[i]))
 
 
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("B, N, M, kw", [
+    (5, 40, 33, {"x_lengths": [40, 1, 17, 40, 1], "y_lengths": [33, 20, 1, 1, 1]}),
+    (3, 30, 400, {"x_lengths": [30, 1, 12], "y_lengths": [400, 250, 1]}),  # two warps a pair
+])
+def test_cuda_fused_value_per_pair(B, N, M, kw):
+    """The fused kernel's value pair by pair (float32: the costs down column 0 and h along the last row, summed in
+    float64) against soft_dtw's first-order forward, with one-step pairs, one-column pairs and both."""
+    x, y, xd, yd = _data(B, N, M, 2, seed=7, dtype=torch.float32, device="cuda")
+    kw = _lengths(kw, "cuda")
+    assert cuda_hvp.vgh_plan(B, N, M, 2, torch.float32) is not None
+    r = softdtw.soft_dtw_hvp(x, y, xd, yd, 0.5, **kw)
+    want = softdtw.soft_dtw(x.double(), y.double(), 0.5, **kw)
+    assert (r.value.double() - want).abs().max() <= 1e-5 * want.abs().max(), (r.value, want)

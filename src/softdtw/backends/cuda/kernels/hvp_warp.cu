@@ -50,6 +50,14 @@ __host__ __device__ constexpr int hvpw_depth(int stage_bytes) {
   return HVPW_RING_BYTES / stage_bytes >= 8 ? 8 : (HVPW_RING_BYTES / stage_bytes >= 4 ? 4 : 2);
 }
 
+// The backward ring's stage in bytes: the record of the block's 32 W K columns, and with a fused cost of DX features
+// the lanes' rows of x and x-dot (read three or more steps ahead with the record: loaded one step ahead into
+// registers they were 11 % of the backward's stall samples, a DRAM miss each time the row crossed a line).
+template <typename T>
+__host__ __device__ constexpr int hvpw_rstage(int K, int W, int DX) {
+  return (HVPW_REC * K + 2 * DX) * 32 * W * int(sizeof(T));
+}
+
 template <typename T>
 __device__ __forceinline__ T hvpw_finite_max() { return sizeof(T) == 4 ? T(3.402823466e38f) : T(1.7976931348623157e308); }
 
@@ -227,8 +235,9 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
   constexpr bool VECK = K % G == 0;               // K columns as whole 16-byte pieces
   constexpr int CSTAGE = 2 * NL * K * int(sizeof(T));              // forward ring stage: C, C-dot
   constexpr int P = hvpw_depth(CSTAGE);
-  constexpr int RSTAGE = HVPW_REC * NL * K * int(sizeof(T));       // backward ring stage: the record
+  constexpr int RSTAGE = hvpw_rstage<T>(K, W, DX);                 // backward ring stage: the record (, x rows)
   constexpr int PB = hvpw_depth(RSTAGE);
+  constexpr int RS = RSTAGE / int(sizeof(T));
   static_assert((P & (P - 1)) == 0 && (PB & (PB - 1)) == 0, "ring depths are powers of two");
   const int L = threadIdx.x;  // lane of the pair: warp wg's lane `lane`
   const int lane = L & 31, wg = L >> 5;
@@ -302,8 +311,8 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
     // h = R'_ij - R'_i,j-1 and d = R'_ij - R'_i-1,j, and hq, dq the same of R-dot, all float32. Its soft-min sees its
     // predecessors relative to the diagonal one as (0, h of the cell above, d of the cell to the left), and its
     // weights' derivatives need only those differences of R-dot: the record is the absolute kernel's. Row 0 and
-    // column 0 have one predecessor each (h_0j = c', d_i0 = c'). The value (OM, GR) is R'_00 plus the
-    // differences along row 0 and then down column m - 1, summed in float64.
+    // column 0 have one predecessor each (h_0j = c', d_i0 = c'). The value (OM, GR) is the costs down column 0
+    // (R'_n-1,0) plus h along row n - 1, summed in float64.
     T nx[DXA], nxd[DXA];
     xrow(-L, nx, nxd);
     T hv[K], hq[K];  // h, hq of this lane's columns on the row it finished last (the next row's "above")
@@ -348,50 +357,45 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
           }
           const T cdot = OM ? omega(i, j) : (XSQ ? T(2) * cd : cd);
           const T cs = c * sc;
-          T wu = T(-1), wl = T(0), du = T(0), dw = T(0);  // dead past m
-          T h = T(0), dd = T(0), hqn = T(0), dqn = T(0);
-          if (j < m) {
-            const T hu = hv[k], hqu = hq[k];
-            if (i == 0) {  // the left predecessor only (at j = 0 the start): h = c', R-dot's likewise
-              h = cs;
-              hqn = cdot;
-              wu = T(0);
-              wl = j == 0 ? T(0) : T(1);
-              if (OM || GR) vsum += double(cs);
-            } else if (j == 0) {  // the up predecessor only
-              dd = cs;
-              dqn = cdot;
-              wu = T(1);
-              wl = T(0);
-            } else {
-              const T mn = Num<T>::mn(T(0), Num<T>::mn(hu, lD));  // lD last: the only operand on the row's chain
-              const T ou = mn - hu, ol = mn - lD;
-              const T ed = Num<T>::ex2(mn), eu = Num<T>::ex2(ou), el = Num<T>::ex2(ol);
-              const T Z = ed + eu + el;  // >= 1: the minimum's term is 2^0
-              const T lz = Num<T>::lg2(Z);
-              const T iz = hvpw_rcp(Z);
-              wu = eu * iz;
-              wl = el * iz;
-              T sd = wu * hqu + wl * lDQ;  // S-dot - R-dot of the diagonal
-              if constexpr (VG) {
-                const T wd = ed * iz;
-                const T lnd = T(LN2) * (mn - lz), lnu = T(LN2) * (ou - lz), lnl = T(LN2) * (ol - lz);
-                sd += gd * (wd * lnd + wu * lnu + wl * lnl);
-                du = wu * ((sd - hqu) - gd * lnu) * ig;
-                dw = wl * ((sd - lDQ) - gd * lnl) * ig;
-              } else {
-                du = wu * (sd - hqu) * ig;
-                dw = wl * (sd - lDQ) * ig;
-              }
-              const T rel = (mn - lz) + cs;  // R'_ij - R' of the diagonal
-              const T qrel = sd + cdot;      // R-dot_ij - R-dot of the diagonal
-              h = rel - lD;
-              dd = rel - hu;
-              hqn = qrel - lDQ;
-              dqn = qrel - hqu;
-            }
-            if ((OM || GR) && j == m - 1 && i > 0) vsum += double(dd);
+          // Every cell takes the interior formulas (finite whatever its inputs), then row 0, column 0 and the
+          // columns past m replace what differs by selects: as branches (three per cell) they were ~61 of the
+          // loop's ~590 SASS instructions and their merges most of its moves.
+          const T hu = hv[k], hqu = hq[k];
+          const T mn = Num<T>::mn(T(0), Num<T>::mn(hu, lD));  // lD last: the only operand on the row's chain
+          const T ou = mn - hu, ol = mn - lD;
+          const T ed = Num<T>::ex2(mn), eu = Num<T>::ex2(ou), el = Num<T>::ex2(ol);
+          const T Z = ed + eu + el;  // >= 1: the minimum's term is 2^0
+          const T lz = Num<T>::lg2(Z);
+          const T iz = hvpw_rcp(Z);
+          T wu = eu * iz, wl = el * iz, du, dw;
+          T sd = wu * hqu + wl * lDQ;  // S-dot - R-dot of the diagonal
+          if constexpr (VG) {
+            const T wd = ed * iz;
+            const T lnd = T(LN2) * (mn - lz), lnu = T(LN2) * (ou - lz), lnl = T(LN2) * (ol - lz);
+            sd += gd * (wd * lnd + wu * lnu + wl * lnl);
+            du = wu * ((sd - hqu) - gd * lnu) * ig;
+            dw = wl * ((sd - lDQ) - gd * lnl) * ig;
+          } else {
+            du = wu * (sd - hqu) * ig;
+            dw = wl * (sd - lDQ) * ig;
           }
+          const T rel = (mn - lz) + cs;  // R'_ij - R' of the diagonal
+          const T qrel = sd + cdot;      // R-dot_ij - R-dot of the diagonal
+          T h = rel - lD, dd = rel - hu, hqn = qrel - lDQ, dqn = qrel - hqu;
+          if (k == 0 && j == 0) {  // lane 0's first column: the up predecessor only (its h, hq are never read)
+            dd = cs;
+            dqn = cdot;
+            wu = T(1);
+            wl = du = dw = T(0);
+          }
+          if (i == 0) {  // the left predecessor only (at j = 0 the start); its d, dq are never read
+            h = cs;
+            hqn = cdot;
+            wu = du = dw = T(0);
+            wl = j == 0 ? T(0) : T(1);
+          }
+          if (j >= m) wu = T(-1);  // dead; nothing reads the rest
+          if ((OM || GR) && k == 0 && L == 0) vsum += double(cs);  // column 0: R'_i0 = sum of c'
           wu_[k] = wu;
           wl_[k] = wl;
           du_[k] = du;
@@ -419,6 +423,9 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
       }
     }
     if constexpr (OM || GR) {  // the value, in natural units
+#pragma unroll
+      for (int k = 0; k < K; ++k)  // h of the last row (every lane with a column finished row n - 1 last)
+        if (j0 + k >= 1 && j0 + k < m) vsum += double(hv[k]);
       double unused = 0.0;
       hvpw_all2<T, W, false>(vsum, unused, hand);
       if (L == 0 && n > 0) xy.v[b] = T(vsum / scale);
@@ -637,17 +644,29 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
     vgd = endvgd;
   }
   {
-    // Ring: stage s, plane q, lane L at ring + ((s * HVPW_REC + q) * NL + L) * K.
-    auto issue = [&](const int t) {
+    // s: step t's record slot, t mod N (the caller counts it down with t: a modulo per step was ~25 instructions).
+    // Ring: stage s at ring + s * RS; in it plane q, lane L at (q * NL + L) * K; XY: then x of row t - L, feature
+    // d at (4 K + d) * NL + L (x-dot: DX + d).
+    auto issue = [&](const int t, const int s) {
       const bool ok = t >= 0 && t - L >= 0 && t - L < n;
-      const int s = ok ? t % N : 0;
-      T* dst = ring + size_t((t & (PB - 1)) * HVPW_REC) * NL * K + size_t(L) * K;
+      T* stage = ring + size_t(t & (PB - 1)) * RS;
+      T* dst = stage + size_t(L) * K;
       const T* src = rb + size_t(s) * HVPW_REC * CW;
 #pragma unroll
       for (int q = 0; q < HVPW_REC; ++q) cp_async_step<T, K>(dst + q * NL * K, src + q * CW, L, NL, ok);
+      if constexpr (XY) {
+        const size_t r = size_t(b) * N + (ok ? t - L : 0);
+        T* xs = stage + HVPW_REC * NL * K + L;
+#pragma unroll
+        for (int d = 0; d < DX; ++d) {
+          cp_async<int(sizeof(T))>(xs + d * NL, xy.x + r * DX + d, ok);
+          if constexpr (XD) cp_async<int(sizeof(T))>(xs + (DX + d) * NL, xy.xd + r * DX + d, ok);
+        }
+      }
       cp_async_commit();
     };
-    for (int t = steps - 1; t > steps - PB; --t) issue(t);
+    for (int t = steps - 1; t > steps - PB; --t) issue(t, t >= 0 ? t % N : 0);
+    int islot = steps - PB >= 0 ? (steps - PB) % N : 0;  // the loop's first issue: step steps - PB
 
     T upE[K], upF[K], dgE[K], dgF[K];  // messages from the row below: to the row above, to the diagonal
 #pragma unroll
@@ -664,8 +683,6 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
     for (int k = 0; k < (XY ? K : 1); ++k)
 #pragma unroll
       for (int d = 0; d < NC * DXA; ++d) cy[k][d] = T(0);
-    T nx[DXA], nxd[DXA];
-    xrow(steps - 1 - L, nx, nxd);
     T rcvE = T(0), rcvF = T(0);        // left message of lane L + 1's column 0, one step old
     T dnE = T(0), dnF = T(0);          // diagonal message of lane L + 1's column 0, one step old
     T doE = T(0), doF = T(0);          // ... two steps old (column K - 1's diagonal successor)
@@ -673,29 +690,32 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
     for (int t = steps - 1; t >= 0; --t) {
       const int i = t - L;
       const bool live = i >= 0 && i < n;
-      issue(t - (PB - 1));
+      issue(t - (PB - 1), islot);
+      islot = islot == 0 ? N - 1 : islot - 1;
       cp_async_wait<PB - 1>();
       T sLE = T(0), sLF = T(0), sDE = T(0), sDF = T(0);  // what column 0 sends lane L - 1
       T sX[NC * DXA];  // XY: the row's dx so far, to lane L - 1
-      T xv[DXA], xdv[DXA];
 #pragma unroll
       for (int d = 0; d < NC * DXA; ++d) sX[d] = T(0);
-#pragma unroll
-      for (int d = 0; d < DXA; ++d) {
-        xv[d] = nx[d];
-        xdv[d] = nxd[d];
-      }
-      if constexpr (XY) xrow(i - 1, nx, nxd);
       if (live) {
-        const T* src = ring + size_t((t & (PB - 1)) * HVPW_REC) * NL * K + size_t(L) * K;
+        const T* stage = ring + size_t(t & (PB - 1)) * RS;
+        const T* src = stage + size_t(L) * K;
+        T xv[DXA], xdv[DXA];  // XY: row i's x and x-dot (0 without a direction)
+#pragma unroll
+        for (int d = 0; d < DXA; ++d) {
+          xv[d] = XY ? stage[HVPW_REC * NL * K + d * NL + L] : T(0);
+          xdv[d] = XD ? stage[HVPW_REC * NL * K + (DX + d) * NL + L] : T(0);
+        }
         T rE = rcvE, rF = rcvF;  // the right successor's message
         T cE = doE, cF = doF;    // the diagonal successor's message
         T eo[K], fo[K];
         T acc[NC * DXA], ss1 = T(0);
 #pragma unroll
         for (int d = 0; d < NC * DXA; ++d) acc[d] = rcvX[d];
-        double svg = 0.0, svgd = 0.0;
-        double svp = 0.0, svpd = 0.0;
+        // The step's K terms of the lane sums in the data dtype (as ss1), added to the float64 sums once a step:
+        // a convert and a float64 add per cell and sum were 60 of DILATE's ~560 backward instructions a step.
+        T svg = T(0), svgd = T(0);
+        T svp = T(0), svpd = T(0);
 #pragma unroll
         for (int k = K - 1; k >= 0; --k) {
           const int j = j0 + k;
@@ -708,19 +728,16 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
             e = rE + upE[k] + cE;
             f = rF + upF[k] + cF;
           }
-          T wu = src[k], wl = src[NL * K + k], du = src[2 * NL * K + k], dl = src[3 * NL * K + k];
-          T wd, dd;
-          if (wu < T(0)) {  // dead: no E, no messages
-            e = f = T(0);
-            wu = wl = du = dl = wd = dd = T(0);
-          } else {
-            wd = Num<T>::mx(T(1) - wu - wl, T(0));
-            dd = -(du + dl);
-          }
+          const T wu = src[k], wl = src[NL * K + k], du = src[2 * NL * K + k], dl = src[3 * NL * K + k];
+          // Dead: no E. Its record (w_up = -1, the rest finite) then sends nothing: every message and sum below is
+          // a product with e or f (two selects, where zeroing the record's values too cost ~8 moves a cell).
+          if (wu < T(0)) e = f = T(0);
+          const T wd = Num<T>::mx(T(1) - wu - wl, T(0));
+          const T dd = -(du + dl);
           if (PEN) {  // the cell's up and left in-edges carry the penalty
             const T mv = wu + wl;
-            svp += double(e * mv);
-            svpd += double(f * mv + e * (du + dl));
+            svp += e * mv;
+            svpd += f * mv + e * (du + dl);
           }
           if (!HARD && VG) {
             const T tiny = hvpw_tiny<T>();
@@ -729,8 +746,8 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
             const T lnl = T(LN2) * Num<T>::lg2(Num<T>::mx(wl, tiny));
             const T H = wd * lnd + wu * lnu + wl * lnl;
             const T Hd = dd * lnd + du * lnu + dl * lnl;
-            svg += double(e * H);
-            svgd += double(f * H + e * Hd);
+            svg += e * H;
+            svgd += f * H + e * Hd;
           }
           upE[k] = e * wu;
           upF[k] = f * wu + e * du;
@@ -776,11 +793,11 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
             for (int d = 0; d < NC * DX; ++d) sX[d] = acc[d];
           }
         }
-        vg += svg;
-        vgd += svgd;
+        vg += double(svg);
+        vgd += double(svgd);
         if (PEN) {
-          vp += svp;
-          vpd += svpd;
+          vp += double(svp);
+          vpd += double(svpd);
         }
         sLE = rE;
         sLF = rF;
@@ -800,9 +817,6 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
           for (int k = 0; k < K; ++k)
             if (j0 + k < m) { er[k] = eo[k]; fr[k] = fo[k]; }
         }
-      } else if (!OE) {  // (open end: the steps before row n - 1 keep T's shares in upE, upF)
-#pragma unroll
-        for (int k = 0; k < K; ++k) { upE[k] = upF[k] = dgE[k] = dgF[k] = T(0); }
       }
       if (W > 1) {
         if (lane == 0) {
@@ -898,7 +912,7 @@ hvp_warp_kernel(const T* __restrict__ C, const T* __restrict__ Cdot, const T* __
                 int B, int N, int M, int vec, const T* __restrict__ pen, int pen_stride, const T* __restrict__ pdot,
                 int pdot_stride, T* __restrict__ vpen, T* __restrict__ vpen_dot) {
   constexpr int CSTAGE = 2 * 32 * W * K * int(sizeof(T));
-  constexpr int RSTAGE = HVPW_REC * 32 * W * K * int(sizeof(T));
+  constexpr int RSTAGE = hvpw_rstage<T>(K, W, 0);
   constexpr int CR = hvpw_depth(CSTAGE) * CSTAGE, RR = hvpw_depth(RSTAGE) * RSTAGE;
   constexpr int RING = (CR > RR ? CR : RR) / int(sizeof(T));
   __shared__ __align__(16) T ring[RING];  // the forward's C ring, then the backward's record ring
@@ -926,7 +940,7 @@ __device__ __forceinline__ void hvpw_xy_block(HvpXY<T> xy, const T* __restrict__
                                               const long long* __restrict__ ylen, const int* __restrict__ window,
                                               T* __restrict__ rec, T* __restrict__ vgamma, T* __restrict__ vgamma_dot,
                                               int B, int N, int M) {
-  constexpr int RSTAGE = HVPW_REC * 32 * W * K * int(sizeof(T));
+  constexpr int RSTAGE = hvpw_rstage<T>(K, W, DX);
   constexpr int RING = hvpw_depth(RSTAGE) * RSTAGE / int(sizeof(T));
   __shared__ __align__(16) T ring[RING];  // the backward's record ring (the forward reads no table)
   __shared__ HvpwHand<T, W> hand;
