@@ -7,7 +7,9 @@
 //
 // Same contract and numerics as hvp.cu (E = dv/dC, vgamma, E-dot, vgamma-dot along (C-dot, gamma-dot); float64
 // R' and R-dot for every data dtype; forbidden / unreachable cells are dead; gamma == 0 is hard DTW with the
-// first-order tie-breaking; a pair without a finite path gets zeros).
+// first-order tie-breaking; a pair without a finite path gets zeros), except one forward: with a fused cost in
+// float32, soft, without band or variant, it keeps float32 local differences of R' and R-dot instead (DIFF in
+// hvpw_pair; OPTIMIZATION_LOG.md, "The HVP forward on local differences in float32"), the same record.
 //
 // Forward (step t = 0 .. n + nl - 2, nl = lanes holding a column of the pair): R' (log2 units) and R-dot of the
 // lane's K columns in float64 registers; the left neighbour's last column arrives by __shfl_up_sync, the
