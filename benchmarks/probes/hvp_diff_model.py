@@ -40,8 +40,9 @@ def absolute(C, Cd, g):
     return R[n, m] / sc, rec
 
 
-def differences(C, Cd, g, fR, fQ):
-    """The DIFF forward: fR rounds the R' differences' arithmetic, fQ the R-dot differences'."""
+def differences(C, Cd, g, fR, fQ, diffs=None):
+    """The DIFF forward: fR rounds the R' differences' arithmetic, fQ the R-dot differences'. diffs: None, or a
+    `(4, n, m)` array that receives every cell's h, hq, d, dq (hvp_record8_model rebuilds records from them)."""
     n, m = C.shape
     sc, ig = 1 / (g * LN2), 1 / g
     hv, hq = np.zeros(m), np.zeros(m)
@@ -72,6 +73,8 @@ def differences(C, Cd, g, fR, fQ):
             if j == m - 1 and i > 0:
                 vsum += dd
             rec[i, j] = (wu, wl, du, dw)
+            if diffs is not None:
+                diffs[:, i, j] = h, hqn, dd, dqn
             hv[j], hq[j], lD, lDQ = h, hqn, dd, dqn
     return vsum / sc, rec
 

@@ -25,38 +25,9 @@ import hvp_diff_model as M
 f32 = M.f32
 
 
-def forward_all(C, Cd, g):
-    """The DIFF forward in float32: h, hq, d, dq of every cell."""
-    n, m = C.shape
-    sc = 1 / (g * M.LN2)
-    hv, hq = np.zeros(m), np.zeros(m)
-    out = np.zeros((4, n, m))
-    for i in range(n):
-        lD = lDQ = 0.0
-        for j in range(m):
-            cs, cdot = f32(C[i, j] * sc), f32(Cd[i, j])
-            hu, hqu = hv[j], hq[j]
-            if i == 0:
-                h, hqn, dd, dqn = cs, cdot, 0.0, 0.0
-            elif j == 0:
-                h, hqn, dd, dqn = 0.0, 0.0, cs, cdot
-            else:
-                mn = min(0.0, hu, lD)
-                ou, ol = f32(mn - hu), f32(mn - lD)
-                ed, eu, el = f32(2.0 ** mn), f32(2.0 ** ou), f32(2.0 ** ol)
-                Z = f32(f32(ed + eu) + el)
-                lz, iz = f32(np.log2(Z)), f32(1 / Z)
-                wu, wl = f32(eu * iz), f32(el * iz)
-                sd = f32(f32(wu * hqu) + f32(wl * lDQ))
-                rel, qrel = f32(f32(mn - lz) + cs), f32(sd + cdot)
-                h, dd, hqn, dqn = f32(rel - lD), f32(rel - hu), f32(qrel - lDQ), f32(qrel - hqu)
-            out[:, i, j] = h, hqn, dd, dqn
-            hv[j], hq[j], lD, lDQ = h, hqn, dd, dqn
-    return out
-
-
 def rebuilt(C, Cd, g, A, carry_h, carry_hq):
-    """Records rebuilt from the stored differences; carry_h / carry_hq: h / hq carried up from the last row."""
+    """Records rebuilt from the stored differences A = (h, hq, d, dq) `(4, n, m)` of the DIFF forward
+    (hvp_diff_model.differences); carry_h / carry_hq: h / hq carried up from the last row."""
     H, HQ, DD, DQ = A
     n, m = C.shape
     sc, ig = 1 / (g * M.LN2), 1 / g
@@ -110,8 +81,8 @@ def main():
         _, r0 = M.absolute(C, Cd, g)
         E0, F0 = M.backward(r0)
         dx = lambda E, F: 2 * (F * D + E * (xd[:, None] - yd[None, :])).sum(1)  # noqa: E731
-        _, r16 = M.differences(C32, Cd32, g, f32, f32)
-        A = forward_all(C32, Cd32, g)
+        A = np.zeros((4, n, m))
+        _, r16 = M.differences(C32, Cd32, g, f32, f32, A)  # today's record, and the differences it came from
         variants = (("16 B", r16), ("16 B exp", rebuilt(C32, Cd32, g, A, False, False)),
                     ("12 B", rebuilt(C32, Cd32, g, A, False, True)), ("8 B", rebuilt(C32, Cd32, g, A, True, True)),
                     ("12 B q16", q16(r16)))
