@@ -456,9 +456,9 @@ def soft_dtw_hvp(x, y, x_dot, y_dot=None, gamma: Union[float, torch.Tensor] = 1.
     same second order, Mensch & Blondel 2018), faster:
 
     - on the GPU, the squared Euclidean and l1 costs (K·D small enough for the kernel's registers, M up to 512 in
-      float32, 256 in float64) run all three in one kernel, the HVP's own two passes: 0.78x the time of the value
-      and gradient followed by the double backward's kernel with a constant gamma (0.90 against 1.16 ms at
-      B = 1024, N = M = 256 on an H200; benchmarks/bench_hvp.py, "value_grad_hvp_fused");
+      float32, 256 in float64) run all three in one kernel, the HVP's own two passes: 0.74x the time of the value
+      and gradient followed by the double backward's kernel with a constant gamma (0.72 against 0.97 ms at
+      B = 1024, N = M = 256 on an H200; benchmarks/bench_hvp.py, "value_grad_hvp_fused", results/h200_hvp.md);
     - elsewhere these two costs take one ``hvp_cost`` of the backend on the cost table (1.4x faster than the double
       backward on a CPU);
     - "cosine" and callables take the double backward itself.
