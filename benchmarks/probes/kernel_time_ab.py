@@ -6,7 +6,7 @@ SRC_DIR is a `src/` folder (a copy of this tree, with or without a patch); one J
 the loss step's forward / backward DP kernels (`soft_dtw(...).mean().backward()`, gamma 0.1) on ten shapes, then
 per HVP shape the `hvp_xy` kernels (gamma terms off) and a DILATE step's kernels. With SHAPES=extra in the
 environment: seven other loss shapes (float64, hard DTW, many pairs, a step penalty, checkpoint) and no HVP rows;
-with SHAPES=hvp the HVP rows alone.
+with SHAPES=throughput four batches that fill the GPU; with SHAPES=hvp the HVP rows alone.
 `kernel_time_ab.sh` runs it as an A/B: a warm-up process per tree (the NVRTC compiles), then base, new, base, new.
 Kernel times resolve 1-2 % between processes where event-timed steps of these sizes move with the host
 (OPTIMIZATION_LOG.md, "The backward's ring address once")."""
@@ -43,10 +43,13 @@ EXTRA = [("f64_512", 32, 512, 512, 1, {"dtype": torch.float64}), ("hard512", 32,
          ("b1024_128", 1024, 128, 128, 1, {}), ("b256_256", 256, 256, 256, 1, {}),
          ("pen512", 32, 512, 512, 1, {"step_penalty": 0.1}), ("ckpt4096", 8, 4096, 4096, 1, {"memory": "checkpoint"}),
          ("gckpt1024", 32, 1024, 1024, 64, {"memory": "checkpoint"})]
+# SHAPES=throughput: batches that fill the GPU (the planner's W = 1 and W >= 2 layouts with every SM busy).
+THROUGHPUT = [("b4096_128", 4096, 128, 128, 1, {}), ("b1024_256", 1024, 256, 256, 1, {}),
+              ("b512_512", 512, 512, 512, 1, {}), ("b256_1024", 256, 1024, 1024, 1, {})]
 out = open(sys.argv[3], "a")
 rec = {"tag": sys.argv[2], "kind": "loss"}
 SHAPES = os.environ.get("SHAPES", "")
-for name, B, N, M, D, kw in {"extra": EXTRA, "hvp": []}.get(SHAPES, SH):
+for name, B, N, M, D, kw in {"extra": EXTRA, "throughput": THROUGHPUT, "hvp": []}.get(SHAPES, SH):
     kw = dict(kw)
     dtype = kw.pop("dtype", torch.float32)
     gamma = kw.pop("gamma", 0.1)
@@ -64,7 +67,7 @@ for name, B, N, M, D, kw in {"extra": EXTRA, "hvp": []}.get(SHAPES, SH):
         rec[f"{name}_{nm}"] = v
 if SHAPES != "hvp":
     print(json.dumps(rec), file=out, flush=True)
-HVP = [] if SHAPES == "extra" else [(1024, 256, 256, 1.0), (1024, 256, 256, 0.1), (64, 512, 512, 1.0),
+HVP = [] if SHAPES in ("extra", "throughput") else [(1024, 256, 256, 1.0), (1024, 256, 256, 0.1), (64, 512, 512, 1.0),
                                     (256, 128, 128, 0.1)]
 for B, N, M, gamma in HVP:
     g = torch.Generator(device="cuda").manual_seed(0)

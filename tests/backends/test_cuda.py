@@ -244,6 +244,23 @@ def test_float32_backward_two_steps_per_iteration(K, W, chain, band):
             _check(gc, _cost_reference(x, y, 0.3, xl, yl, w), torch.float32, 0.3)
 
 
+@pytest.mark.parametrize("K,W,chain,D", [(4, 2, False, 2), (4, 4, False, 1), (8, 2, False, 1), (4, 4, False, 24),
+                                         (4, 2, True, 24), (2, 4, False, 1), (4, 1, False, 1)])
+@pytest.mark.parametrize("gamma", [0.05, 1.0, 10.0])
+def test_float32_two_stage_storing_soft_min(K, W, chain, D, gamma):
+    """Layouts of K >= 4 columns per lane store their links from a soft-min in two stages at this small batch,
+    smin(smin(diag, up), left) (kernels/forward_pair.cuh, SPLIT_STORE; launch.split_links); K = 2 from the three-way
+    one. Value, dx, dy and dgamma against float64 over small and large gamma with per-pair lengths: the fused cost
+    (sequential) and the gram cost of D = 24 (sequential and chained)."""
+    M = 3 * 32 * W * K // 2 + 1
+    x, y, xl, yl, w = _problem(3, 90, M, D, seed=K + 10 * W + D, lengths=True)
+    grad = _grad(3, torch.float64)
+    want = reference_fused(x, y, _gamma(gamma, torch.float64), "sqeuclidean", xl, yl, w, grad)
+    with launch_module().forced_plan(K, W, chain=chain):
+        got = cuda_fused(x.float(), y.float(), _gamma(gamma, torch.float32), "sqeuclidean", xl, yl, w, grad.float())
+    _check(got, want, torch.float32, gamma)
+
+
 # --- every layout: warps per pair, columns per lane, column chunks ---------------------------------------
 
 LAYOUTS = [(1, 1), (2, 1), (4, 1), (16, 1), (1, 2), (2, 4), (4, 2), (8, 1), (1, 16), (4, 16)]

@@ -379,7 +379,9 @@ def _seq(kernel: str, B: int, N: int, M: int, D: int, dtype: torch.dtype, dev: i
         long = _launch.seq_frames(dtype, store, N, M)
         # One column (with frames: value, frame per row), reused chunk after chunk.
         frames = long or _launch.has_frames(dtype, store)
-        spec = _Seq(plan, _launch.expression("forward_kernel", dtype, cost, D, plan, window, store, long, var=var),
+        split = store and _launch.split_links(dtype, plan, B, window, dev)
+        spec = _Seq(plan, _launch.expression("forward_kernel", dtype, cost, D, plan, window, store, long, var=var,
+                                             split=split),
                     plan.grid(B), plan.block(), B * plan.saved_numel(N),
                     (B, N * (2 if frames else 1)) if plan.nch > 1 else (), _ints(B, N, M, plan.nch))
     else:
@@ -435,8 +437,10 @@ def _run_forward_chain(x, y, C, cost, D, gamma, x_lengths, y_lengths, window, st
     the end's float64 values after them."""
     data, B, N, M, dev = _sizes(x, y, C)
     value, saved, bufs = _forward_chain_buffers(data, B, N, M, plan, store, var)
+    split = store and _launch.split_links(data.dtype, plan, B, window is not None, dev,
+                                          fused_chain=cost in ("sqeuclidean", "l1"))
     expr = _launch.expression("forward_chain_kernel", data.dtype, cost, D, plan, window is not None, store,
-                              plan.TH > 0, var=var.code if var else 0)
+                              plan.TH > 0, var=var.code if var else 0, split=split)
     _launch_forward_chain(expr, dev, plan, x, y, C, gamma, x_lengths, y_lengths, window, value,
                           saved if store else None, bufs, B, N, M, var)
     return value, saved
@@ -505,8 +509,9 @@ def _run_backward_chain(grad, x, y, C, dC, cost, D, gamma, x_lengths, y_lengths,
     data, B, N, M, dev = _sizes(x, y, C if C is not None else dC)
     dx, dy, dgamma = _backward_outputs(x, y, data, B, needs)
     bufs = _backward_chain_buffers(data, B, N, M, _carried(cost, D), plan, saved, var)
+    split = plan.TH > 0 and _launch.split_links(data.dtype, plan, B, window is not None, dev)  # the recompute
     expr = _launch.expression("backward_chain_kernel", data.dtype, cost, D, plan, window is not None, plan.TH > 0,
-                              var=var.code if var else 0)
+                              var=var.code if var else 0, split=split)
     _launch_backward_chain(expr, dev, plan, _like(grad, data), x, y, C, dC, gamma, x_lengths, y_lengths, window,
                            value, saved, dx, dy, dgamma, bufs, B, N, M, var, endbuf,
                            dpen)

@@ -352,16 +352,40 @@ def _planned(B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index: i
 
 @lru_cache(maxsize=4096)  # a string built per launch otherwise
 def expression(kernel: str, dtype: torch.dtype, cost: str, D: int, plan: Plan, window: bool,
-               *flags: bool, var: int = 0) -> str:
+               *flags: bool, var: int = 0, split: bool = False) -> str:
     """The C++ name expression of one instantiation, e.g. ``sdtw::forward_kernel<float, 0, 1, 16, 1, false, true>``;
-    flags: the kernel's trailing bool parameters (STORE, LONG or STORE, CKPT), all of them when var is set; var:
-    the alignment variants' bit mask (kernels/common.cuh, Variant), left out when 0 (the plain DP)."""
+    flags: the kernel's trailing bool parameters (STORE, LONG or STORE, CKPT), all of them when var or split is set;
+    var: the alignment variants' bit mask (kernels/common.cuh, Variant), left out when 0 (the plain DP) unless split
+    follows it; split: SPLIT_LINKS (:func:`split_links`), left out when False."""
     args = [_CTYPE[dtype], str(COST_IDS[cost]), str(max(D, 1)), str(plan.K), str(plan.W),
             "true" if window else "false"]
     args += ["true" if f else "false" for f in flags]
-    if var:
+    if var or split:
         args.append(str(var))
+    if split:
+        args.append("true")
     return f"sdtw::{kernel}<{', '.join(args)}>"
+
+
+#: A storing pass takes its soft-min in two stages (kernels/forward_pair.cuh, SPLIT_STORE) when its blocks' warps fill at
+#: most this share of the GPU's resident warps (sm_count · _RESIDENT_WARPS_PER_SM). H200, forward kernel, gamma 0.1
+#: (OPTIMIZATION_LOG.md, "The storing soft-min in two stages"): at 128-512 warps 32 x 512² -9 %, with a step penalty
+#: -14 %, speech (Gram, 16 x 400 x 300) -7.5 %, 256 x 256² -6 %, 32 x 2048² D = 64 (chained Gram) -13 %, the
+#: checkpointed backward of 8 x 4096² -12 %; at 2048 warps (1024 x 256², 512 x 512², 256 x 1024²) +13-20 %: there
+#: the MUFU pipe is the bound and the split adds one ex2, lg2 and rcp per cell.
+SPLIT_LINKS_SHARE = 0.25
+
+
+def split_links(dtype: torch.dtype, plan: Plan, B: int, window: bool, device_index: int,
+                fused_chain: bool = False) -> bool:
+    """Whether a storing pass (the forward's link table, or the checkpointed backward's recompute) of this launch
+    takes its soft-min in two stages: float32, no band, K >= 4, and a batch whose warps (B·W, chained B·nch·W) fill at
+    most SPLIT_LINKS_SHARE of the GPU. Not the chained forward of a fused cost (fused_chain): under its 64-register
+    cap it lost (16 x 2048², D = 1: +25 %); nor K < 4 (128 x 64², K = 2: +5 %)."""
+    if dtype != torch.float32 or window or plan.K < 4 or fused_chain:
+        return False
+    warps = B * plan.W * (plan.nch if plan.chain else 1)
+    return warps <= SPLIT_LINKS_SHARE * sm_count(device_index) * _RESIDENT_WARPS_PER_SM
 
 
 def has_frames(dtype: torch.dtype, saves: bool) -> bool:

@@ -701,7 +701,7 @@ backward_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* C, co
 
 // The recompute group of the checkpointed backward: tiles from the bottom up, each into buffer r & 1 once
 // the backward group has handed that buffer back (it held tile r + 2), then "tile r ready".
-template <typename T, int COST, int DT, int K, int W, bool WINDOW, bool HARD, int VAR = 0>
+template <typename T, int COST, int DT, int K, int W, bool WINDOW, bool HARD, int VAR = 0, bool SPLIT_LINKS = false>
 __device__ __forceinline__ void recompute_tiles(const ForwardArgs<T>& fa, const int b, const int c, const T scale,
                                                 const T xs, T (*fhand)[W], typename Link<T>::Word* tile) {
   constexpr int CW = 32 * W * K;
@@ -715,7 +715,7 @@ __device__ __forceinline__ void recompute_tiles(const ForwardArgs<T>& fa, const 
   const int bottom = tiles.of(r1 - 1);
   for (int r = bottom; r >= (ROWS ? tiles.of(r0) : 0); --r) {  // (none for a pair that ends above the band)
     if (r <= bottom - 2) bar_wait(BAR_FREE + (r & 1), 64 * W);
-    forward_pair<T, COST, DT, K, W, WINDOW, true, HARD, 0, MODE_RECOMP, BAR_RECOMP, false, false, VAR>(
+    forward_pair<T, COST, DT, K, W, WINDOW, true, HARD, 0, MODE_RECOMP, BAR_RECOMP, false, false, VAR, SPLIT_LINKS>(
         fa, b, scale, T(1), xs, fhand, nullptr, c, tiles.first(r), min(r1, tiles.first(r + 1)),
         tile + size_t(r & 1) * fa.TH * CW, r);
     __threadfence_block();  // the tile's stores before the backward group's reads (the barrier orders them too)
@@ -729,7 +729,8 @@ __device__ __forceinline__ void recompute_tiles(const ForwardArgs<T>& fa, const 
 // backward group (warps [0, W)) and the recompute group (warps [W, 2 W)).
 // sync: [ticket, flags (B, nch), done (B)], ecsum (B,), zeroed by the caller. Row bands: see below.
 // VAR: as backward_kernel; pensum (B,) float64 zeroed by the caller (VAR_PENALTY).
-template <typename T, int COST, int DT, int K, int W, bool WINDOW, bool CKPT, int VAR = 0>
+// SPLIT_LINKS: the recompute group's soft-min in two stages (forward_kernel's; CKPT only).
+template <typename T, int COST, int DT, int K, int W, bool WINDOW, bool CKPT, int VAR = 0, bool SPLIT_LINKS = false>
 __global__ void __launch_bounds__(CKPT ? 64 * W : 32 * W)
 backward_chain_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* C, const T* __restrict__ gamma,
                       const long long* __restrict__ xlen, const long long* __restrict__ ylen,
@@ -774,9 +775,9 @@ backward_chain_kernel(const T* __restrict__ x, const T* __restrict__ y, const T*
     const ForwardArgs<T> fa{x, y, C, xlen, ylen, window, nullptr, nullptr, fbnd, nullptr, ckpt, N, M, nch, TH, stagger,
                             r0, rows, pen, pen_stride};
     if (g == T(0)) {
-      recompute_tiles<T, COST, DT, K, W, WINDOW, true, VAR>(fa, b, c, scale, xs, fhand, tile);
+      recompute_tiles<T, COST, DT, K, W, WINDOW, true, VAR, SPLIT_LINKS>(fa, b, c, scale, xs, fhand, tile);
     } else {
-      recompute_tiles<T, COST, DT, K, W, WINDOW, false, VAR>(fa, b, c, scale, xs, fhand, tile);
+      recompute_tiles<T, COST, DT, K, W, WINDOW, false, VAR, SPLIT_LINKS>(fa, b, c, scale, xs, fhand, tile);
     }
     return;
   }

@@ -157,6 +157,29 @@ template <> struct Link<float> {
   static __device__ __forceinline__ float soft(float diag, float up, float left, unsigned& word) {
     return soft_core<true>(diag, up, left, word);
   }
+  // The storing soft-min in two stages (forward_pair.cuh, SPLIT_STORE): u = smin(diag, up) off the serial chain,
+  // with pu the weight of up in it; then v = smin(u, left) + cost on the chain. Weights: left ql, up (1 - ql) pu,
+  // diag the rest. One more ex2, lg2 and rcp per cell than soft().
+  static __device__ __forceinline__ float soft_pair(float diag, float up, float& pu) {
+    const float lo = fminf(diag, up), hi = fmaxf(diag, up);
+    const float X = Num<float>::ex2(lo - hi);
+    const float Z = 1.f + X;
+    float rz;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(rz) : "f"(Z));
+    pu = (up <= diag ? 1.f : X) * rz;
+    return lo - Num<float>::lg2(Z);
+  }
+  static __device__ __forceinline__ float soft_split(float u, float pu, float left, float cst, unsigned& word) {
+    const float lo = fminf(u, left), hi = fmaxf(u, left);
+    const float Y = Num<float>::ex2(lo - hi);
+    const float Z = 1.f + Y;
+    float rz;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(rz) : "f"(Z));
+    const bool lmin = left <= u;
+    const float ql = (lmin ? 1.f : Y) * rz, qu = (lmin ? Y : 1.f) * rz;
+    word = pack(qu * pu, ql);
+    return (lo + cst) - Num<float>::lg2(Z);
+  }
   static __device__ __forceinline__ float value(float diag, float up, float left) {
     return soft_min3(diag, up, left);
   }

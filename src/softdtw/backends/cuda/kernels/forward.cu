@@ -12,9 +12,11 @@ namespace sdtw {
 // float64; with frames 2.5e-7, and no slower). launch.seq_frames picks it; the many-pair throughput passes of
 // short pairs stay frameless. It keeps the 5-block cap: ptxas spills 8 words at K = 16 under it, yet 4 blocks
 // per SM without spills ran 4 % slower (4096 x 8192^2; OPTIMIZATION_LOG.md, "Frames in long sequential passes").
+// SPLIT_LINKS: a storing pass takes its soft-min in two stages (forward_pair.cuh, SPLIT_STORE; launch.split_links).
 // VAR: alignment variants (common.cuh, Variant); pen, pen_stride, endbuf are read only by their instantiations:
 // endbuf (VAR_OPEN_END) holds endr (B, M), then endv (B, 2) (ForwardArgs).
-template <typename T, int COST, int DT, int K, int W, bool WINDOW, bool STORE, bool LONG = false, int VAR = 0>
+template <typename T, int COST, int DT, int K, int W, bool WINDOW, bool STORE, bool LONG = false, int VAR = 0,
+          bool SPLIT_LINKS = false>
 __global__ void __launch_bounds__(W == 1 ? 128 : 32 * W,
                                   W == 1 ? (sizeof(T) == 4 && DT <= 4 ? 5 : 4) : (W < 16 ? 16 / W : 1))
 forward_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* __restrict__ C,
@@ -38,12 +40,12 @@ forward_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* __rest
   // Euclidean cost, by scale for L1.
   const T g = *gamma;
   if (g == T(0)) {
-    forward_pair<T, COST, DT, K, W, WINDOW, STORE, true, P, MODE_SEQ, 0, false, LONG, VAR>(a, b, T(1), T(1), T(1),
+    forward_pair<T, COST, DT, K, W, WINDOW, STORE, true, P, MODE_SEQ, 0, false, LONG, VAR, SPLIT_LINKS>(a, b, T(1), T(1), T(1),
                                                                                           hand, ring);
   } else {
     const T scale = T(1) / (g * T(LN2));
     const T xs = COST == COST_SQEUCLIDEAN ? sqrt(scale) : scale;
-    forward_pair<T, COST, DT, K, W, WINDOW, STORE, false, P, MODE_SEQ, 0, false, LONG, VAR>(a, b, scale, g * T(LN2),
+    forward_pair<T, COST, DT, K, W, WINDOW, STORE, false, P, MODE_SEQ, 0, false, LONG, VAR, SPLIT_LINKS>(a, b, scale, g * T(LN2),
                                                                                            xs, hand, ring);
   }
 }
@@ -67,9 +69,11 @@ template <typename T, int COST, int K, int W, bool STORE, bool CKPT>
 __host__ __device__ constexpr int chain_min_blocks() {
   return sizeof(T) == 4 && fused_cost<COST>() && !STORE && !CKPT && W <= 8 ? (K <= 4 ? 32 / W : 36 / W) : 0;
 }
+// SPLIT_LINKS: as forward_kernel.
 // VAR: as forward_kernel; endbuf holds endr (B, M), endv (B, 2), then the chunks' partials (B, nch, 2), and done
 // (B,) counts the chunks of each pair that have published theirs (zeroed by the caller).
-template <typename T, int COST, int DT, int K, int W, bool WINDOW, bool STORE, bool CKPT, int VAR = 0>
+template <typename T, int COST, int DT, int K, int W, bool WINDOW, bool STORE, bool CKPT, int VAR = 0,
+          bool SPLIT_LINKS = false>
 __global__ void __launch_bounds__(32 * W, chain_min_blocks<T, COST, K, W, STORE, CKPT>())
 forward_chain_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* __restrict__ C,
                      const T* __restrict__ gamma, const long long* __restrict__ xlen,
@@ -100,12 +104,12 @@ forward_chain_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* 
                         endbuf + size_t(B) * M + 2 * size_t(B), done};
   const T g = *gamma;
   if (g == T(0)) {
-    forward_pair<T, COST, DT, K, W, WINDOW, STORE, true, P, MODE_CHAIN, 0, CKPT, false, VAR>(a, b, T(1), T(1), T(1),
+    forward_pair<T, COST, DT, K, W, WINDOW, STORE, true, P, MODE_CHAIN, 0, CKPT, false, VAR, SPLIT_LINKS>(a, b, T(1), T(1), T(1),
                                                                                             hand, ring, c, r0, r1);
   } else {
     const T scale = T(1) / (g * T(LN2));
     const T xs = COST == COST_SQEUCLIDEAN ? sqrt(scale) : scale;
-    forward_pair<T, COST, DT, K, W, WINDOW, STORE, false, P, MODE_CHAIN, 0, CKPT, false, VAR>(a, b, scale, g * T(LN2),
+    forward_pair<T, COST, DT, K, W, WINDOW, STORE, false, P, MODE_CHAIN, 0, CKPT, false, VAR, SPLIT_LINKS>(a, b, scale, g * T(LN2),
                                                                                              xs, hand, ring, c, r0, r1);
   }
 }

@@ -140,7 +140,7 @@ struct FwdRow {
 // SEQ value-only pass that keeps frames all the same (long pairs, forward.cu).
 // hand: [3][W], R of each warp's last lane one step ago (double-buffered) and, with frames, its frame.
 template <typename T, int COST, int DT, int K, int W, bool WINDOW, bool STORE, bool HARD, int P, int MODE = MODE_SEQ,
-          int BAR = 0, bool CKPT = false, bool LONG = false, int VAR = 0>
+          int BAR = 0, bool CKPT = false, bool LONG = false, int VAR = 0, bool SPLIT_LINKS = false>
 __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int b, const T scale,
                                              const T unit, const T xs, T (*hand)[W], T* ring, const int c0 = 0,
                                              const int r0 = 0, int r1 = 0,
@@ -162,6 +162,11 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
   constexpr bool SPLIT_PASS = MODE == MODE_CHAIN && !STORE && !CKPT && sizeof(T) == 4 && K <= 4;
   constexpr bool SPLIT = SPLIT_PASS && !HARD;
   constexpr bool OB = (VAR & VAR_OPEN_BEGIN) != 0, OE = (VAR & VAR_OPEN_END) != 0, PEN = (VAR & VAR_PENALTY) != 0;
+  // SPLIT_STORE (SPLIT_LINKS, the launch's choice: launch.split_links): the storing soft-min in two stages too
+  // (common.cuh, Link<float>::soft_pair / soft_split). One more ex2, lg2 and rcp per cell buys a serial chain of 6
+  // instructions instead of ~11: a gain where the batch leaves the GPU latency-bound, a loss where it fills it
+  // (MUFU-bound). Without a band only (one measured: +5 %).
+  constexpr bool SPLIT_STORE = SPLIT_LINKS && STORE && !HARD && sizeof(T) == 4 && !WINDOW;
   // Passes over a band of rows of a table (a cost, or COST_GRAM's x·yᵀ: the row bands of a large-D checkpoint): the
   // checkpointing chained forward and the recompute. The other passes compile as they did without bands (r0 = 0,
   // C whole).
@@ -430,6 +435,15 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
             const T uadd = (OB && i == 0) ? BIG : pen;
             // SPLIT: the diag-up half of every cell's soft-min first; only the left half stays serial.
             T u[K];
+            float wu[K];  // SPLIT_STORE: the weight of up in u
+            if constexpr (SPLIT_STORE) {
+              T dg = diag;
+#pragma unroll
+              for (int k = 0; k < K; ++k) {
+                u[k] = Link<float>::soft_pair(dg, PEN ? r[k] + uadd : r[k], wu[k]);
+                dg = r[k];
+              }
+            }
             if constexpr (SPLIT) {
               T dg = diag;
 #pragma unroll
@@ -459,6 +473,8 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
                   int choice;
                   v = hard_min3(diag, pu, pl, choice) + cst;
                   w = Link<T>::hard(choice);
+                } else if constexpr (SPLIT_STORE) {
+                  v = Link<float>::soft_split(u[k], wu[k], pl, cst, w);
                 } else if (STORE) {
                   v = Link<T>::soft(diag, pu, pl, w) + cst;
                 } else if constexpr (SPLIT) {
@@ -470,6 +486,8 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
                 int choice;
                 v = hard_min3(diag, up, left, choice) + cst;
                 w = Link<T>::hard(choice);
+              } else if constexpr (SPLIT_STORE) {
+                v = Link<float>::soft_split(u[k], wu[k], left, cst, w);
               } else if (STORE) {
                 v = Link<T>::soft(diag, up, left, w) + cst;
               } else if constexpr (SPLIT) {
