@@ -367,9 +367,9 @@ def expression(kernel: str, dtype: torch.dtype, cost: str, D: int, plan: Plan, w
     return f"sdtw::{kernel}<{', '.join(args)}>"
 
 
-#: A storing pass takes its soft-min in two stages (kernels/forward_pair.cuh, SPLIT_STORE) when its blocks' warps fill at
-#: most this share of the GPU's resident warps (sm_count · _RESIDENT_WARPS_PER_SM). H200, forward kernel, gamma 0.1
-#: (OPTIMIZATION_LOG.md, "The storing soft-min in two stages"): at 128-512 warps 32 x 512² -9 %, with a step penalty
+#: A storing pass takes its soft-min in two stages (kernels/forward_pair.cuh, SPLIT_STORE) when its blocks' warps fill
+#: at most this share of the GPU's resident warps (sm_count · _RESIDENT_WARPS_PER_SM). H200, forward kernel, gamma 0.1
+#: (OPTIMIZATION_LOG.md, "The storing soft-min in two stages"): at 64-512 warps 32 x 512² -9 %, with a step penalty
 #: -14 %, speech (Gram, 16 x 400 x 300) -7.5 %, 256 x 256² -6 %, 32 x 2048² D = 64 (chained Gram) -13 %, the
 #: checkpointed backward of 8 x 4096² -12 %; at 2048 warps (1024 x 256², 512 x 512², 256 x 1024²) +13-20 %: there
 #: the MUFU pipe is the bound and the split adds one ex2, lg2 and rcp per cell.
@@ -379,8 +379,8 @@ SPLIT_LINKS_SHARE = 0.25
 def split_links(dtype: torch.dtype, plan: Plan, B: int, window: bool, device_index: int,
                 fused_chain: bool = False) -> bool:
     """Whether a storing pass (the forward's link table, or the checkpointed backward's recompute) of this launch
-    takes its soft-min in two stages: float32, no band, K >= 4, and a batch whose warps (B·W, chained B·nch·W) fill at
-    most SPLIT_LINKS_SHARE of the GPU. Not the chained forward of a fused cost (fused_chain): under its 64-register
+    takes its soft-min in two stages: float32, no band, K >= 4, and a batch whose warps (B·W, chained B·nch·W) fill
+    at most SPLIT_LINKS_SHARE of the GPU. Not the chained forward of a fused cost (fused_chain): under its 64-register
     cap it lost (16 x 2048², D = 1: +25 %); nor K < 4 (128 x 64², K = 2: +5 %). The row bands of a large-D checkpoint
     (backends/cuda/__init__.py, _backward_rows) do not ask: split, their recompute took the same time (32 x 1024²,
     D = 64: 1717 against 1719-1722 µs)."""

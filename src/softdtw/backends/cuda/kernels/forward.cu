@@ -40,13 +40,13 @@ forward_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* __rest
   // Euclidean cost, by scale for L1.
   const T g = *gamma;
   if (g == T(0)) {
-    forward_pair<T, COST, DT, K, W, WINDOW, STORE, true, P, MODE_SEQ, 0, false, LONG, VAR, SPLIT_LINKS>(a, b, T(1), T(1), T(1),
-                                                                                          hand, ring);
+    forward_pair<T, COST, DT, K, W, WINDOW, STORE, true, P, MODE_SEQ, 0, false, LONG, VAR, SPLIT_LINKS>(
+        a, b, T(1), T(1), T(1), hand, ring);
   } else {
     const T scale = T(1) / (g * T(LN2));
     const T xs = COST == COST_SQEUCLIDEAN ? sqrt(scale) : scale;
-    forward_pair<T, COST, DT, K, W, WINDOW, STORE, false, P, MODE_SEQ, 0, false, LONG, VAR, SPLIT_LINKS>(a, b, scale, g * T(LN2),
-                                                                                           xs, hand, ring);
+    forward_pair<T, COST, DT, K, W, WINDOW, STORE, false, P, MODE_SEQ, 0, false, LONG, VAR, SPLIT_LINKS>(
+        a, b, scale, g * T(LN2), xs, hand, ring);
   }
 }
 
@@ -104,13 +104,13 @@ forward_chain_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* 
                         endbuf + size_t(B) * M + 2 * size_t(B), done};
   const T g = *gamma;
   if (g == T(0)) {
-    forward_pair<T, COST, DT, K, W, WINDOW, STORE, true, P, MODE_CHAIN, 0, CKPT, false, VAR, SPLIT_LINKS>(a, b, T(1), T(1), T(1),
-                                                                                            hand, ring, c, r0, r1);
+    forward_pair<T, COST, DT, K, W, WINDOW, STORE, true, P, MODE_CHAIN, 0, CKPT, false, VAR, SPLIT_LINKS>(
+        a, b, T(1), T(1), T(1), hand, ring, c, r0, r1);
   } else {
     const T scale = T(1) / (g * T(LN2));
     const T xs = COST == COST_SQEUCLIDEAN ? sqrt(scale) : scale;
-    forward_pair<T, COST, DT, K, W, WINDOW, STORE, false, P, MODE_CHAIN, 0, CKPT, false, VAR, SPLIT_LINKS>(a, b, scale, g * T(LN2),
-                                                                                             xs, hand, ring, c, r0, r1);
+    forward_pair<T, COST, DT, K, W, WINDOW, STORE, false, P, MODE_CHAIN, 0, CKPT, false, VAR, SPLIT_LINKS>(
+        a, b, scale, g * T(LN2), xs, hand, ring, c, r0, r1);
   }
 }
 
