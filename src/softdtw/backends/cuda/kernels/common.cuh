@@ -47,6 +47,11 @@ template <> struct Num<float> {
     asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v));
     return r;
   }
+  static __device__ __forceinline__ float rcp(float v) {
+    float r;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v));
+    return r;
+  }
   static __device__ __forceinline__ float mn(float a, float b) { return fminf(a, b); }
   static __device__ __forceinline__ float mx(float a, float b) { return fmaxf(a, b); }
   static __device__ __forceinline__ float abs(float a) { return fabsf(a); }
@@ -56,6 +61,7 @@ template <> struct Num<double> {
   static __device__ __forceinline__ double big() { return 1e200; }
   static __device__ __forceinline__ double ex2(double v) { return exp2(v); }
   static __device__ __forceinline__ double lg2(double v) { return log2(v); }
+  static __device__ __forceinline__ double rcp(double v) { return 1.0 / v; }
   static __device__ __forceinline__ double mn(double a, double b) { return fmin(a, b); }
   static __device__ __forceinline__ double mx(double a, double b) { return fmax(a, b); }
   static __device__ __forceinline__ double abs(double a) { return fabs(a); }
@@ -146,8 +152,7 @@ template <> struct Link<float> {
     const float X2 = Num<float>::ex2(left_min ? dd : dl);
     const float Z = 1.f + X1 + X2;
     if (WEIGHTS) {
-      float rz;
-      asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(rz) : "f"(Z));
+      const float rz = Num<float>::rcp(Z);
       const float eu = up_min ? 1.f : X1;
       const float el = left_min ? 1.f : X2;
       word = pack(eu * rz, el * rz);
@@ -164,8 +169,7 @@ template <> struct Link<float> {
     const float lo = fminf(diag, up), hi = fmaxf(diag, up);
     const float X = Num<float>::ex2(lo - hi);
     const float Z = 1.f + X;
-    float rz;
-    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(rz) : "f"(Z));
+    const float rz = Num<float>::rcp(Z);
     pu = (up <= diag ? 1.f : X) * rz;
     return lo - Num<float>::lg2(Z);
   }
@@ -173,8 +177,7 @@ template <> struct Link<float> {
     const float lo = fminf(u, left), hi = fmaxf(u, left);
     const float Y = Num<float>::ex2(lo - hi);
     const float Z = 1.f + Y;
-    float rz;
-    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(rz) : "f"(Z));
+    const float rz = Num<float>::rcp(Z);
     const bool lmin = left <= u;
     const float ql = (lmin ? 1.f : Y) * rz, qu = (lmin ? Y : 1.f) * rz;
     word = pack(qu * pu, ql);

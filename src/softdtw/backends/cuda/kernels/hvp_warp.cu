@@ -63,14 +63,6 @@ __host__ __device__ constexpr int hvpw_rstage(int K, int W, int DX) {
 template <typename T>
 __device__ __forceinline__ T hvpw_finite_max() { return sizeof(T) == 4 ? T(3.402823466e38f) : T(1.7976931348623157e308); }
 
-template <typename T>
-__device__ __forceinline__ T hvpw_rcp(T z) { return T(1) / z; }
-template <>
-__device__ __forceinline__ float hvpw_rcp<float>(float z) {
-  float r;
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(z));
-  return r;
-}
 // Smallest weight whose log is taken (a zero weight multiplies it by 0).
 template <typename T>
 __device__ __forceinline__ T hvpw_tiny() { return sizeof(T) == 4 ? T(1e-37f) : T(1e-300); }
@@ -368,7 +360,7 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
           const T ed = Num<T>::ex2(mn), eu = Num<T>::ex2(ou), el = Num<T>::ex2(ol);
           const T Z = ed + eu + el;  // >= 1: the minimum's term is 2^0
           const T lz = Num<T>::lg2(Z);
-          const T iz = hvpw_rcp(Z);
+          const T iz = Num<T>::rcp(Z);
           T wu = eu * iz, wl = el * iz, du, dw;
           T sd = wu * hqu + wl * lDQ;  // S-dot - R-dot of the diagonal
           if constexpr (VG) {
@@ -571,7 +563,7 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
                 const T ed = Num<T>::ex2(od), eu = Num<T>::ex2(ou), el = Num<T>::ex2(ol);
                 const T Z = ed + eu + el;  // >= 1: the minimum's term is 2^0
                 const T lz = Num<T>::lg2(Z);
-                const T iz = hvpw_rcp(Z);
+                const T iz = Num<T>::rcp(Z);
                 const T wd = ed * iz;
                 wu = eu * iz;
                 wl = el * iz;
