@@ -56,7 +56,7 @@ from typing import NamedTuple
 import torch
 
 from ... import costs
-from .. import reference
+from .. import FUSED_COSTS, reference
 from . import launch as _launch
 from . import l1 as _l1
 from .compile import STATS as COMPILE_STATS  # noqa: F401  (re-exported for benchmarks)
@@ -438,7 +438,7 @@ def _run_forward_chain(x, y, C, cost, D, gamma, x_lengths, y_lengths, window, st
     data, B, N, M, dev = _sizes(x, y, C)
     value, saved, bufs = _forward_chain_buffers(data, B, N, M, plan, store, var)
     split = store and _launch.split_links(data.dtype, plan, B, window is not None, dev,
-                                          fused_chain=cost in ("sqeuclidean", "l1"))
+                                          fused_chain=cost in FUSED_COSTS)
     expr = _launch.expression("forward_chain_kernel", data.dtype, cost, D, plan, window is not None, store,
                               plan.TH > 0, var=var.code if var else 0, split=split)
     _launch_forward_chain(expr, dev, plan, x, y, C, gamma, x_lengths, y_lengths, window, value,
@@ -937,7 +937,7 @@ def hvp_cost(C, gamma, x_lengths, y_lengths, window, Cdot, gamma_dot, *, open_be
 def _xy_applies(cost, x) -> bool:
     """Whether the kernels with the cost formed in the HVP's cells may take a call (before their own plan decides):
     HVP_XY on, "sqeuclidean" or "l1", D <= FUSED_D_MAX."""
-    return HVP_XY and cost in ("sqeuclidean", "l1") and x.shape[2] <= FUSED_D_MAX
+    return HVP_XY and cost in FUSED_COSTS and x.shape[2] <= FUSED_D_MAX
 
 
 def hvp_xy(cost, x, y, gamma, x_lengths, y_lengths, window, xdot, ydot, gamma_dot, *, gamma_terms=True):
