@@ -58,6 +58,25 @@ def test_row_plan_at_the_target_shape():
     assert (plan.K, plan.W, plan.nch, plan.TH, h) == (4, 1, 16, 512, 1024)
 
 
+@pytest.mark.parametrize("B,N,M", [(32, 2048, 2048), (1, 65536, 65536), (4, 3000, 70000), (3, 700, 500),
+                                   (1, 262144, 262144), (1024, 256, 4096)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+def test_checkpointed_forward_bands_fit_the_backward_footprint(B, N, M, dtype):
+    """The checkpointed forward's bands (_forward_band_rows) take at most what the backward holds at once, its band
+    and its tile buffers, are tile boundaries and never shorter than the backward's; at the target shape (32 x 2048²)
+    the forward is one band."""
+    from softdtw.backends.cuda import _forward_band_rows, _row_band_bytes
+
+    plan, h = _launch().row_band_plan(B, N, M, dtype, 0, _row_band_bytes(B, N, M, dtype))
+    hf = _forward_band_rows(plan, h, B, N, M, dtype)
+    row = B * M * dtype.itemsize
+    tiles = B * plan.nch * plan.tile_numel() * (4 if dtype == torch.float32 else 8)
+    assert h <= hf <= N and (hf == N or hf % plan.TH == 0)
+    assert hf == h or hf * row <= h * row + tiles
+    if (B, N, M, dtype) == (32, 2048, 2048, torch.float32):
+        assert (h, hf) == (1024, 2048)
+
+
 # --- against the float64 reference (GPU) ------------------------------------------------------------
 
 @pytest.fixture

@@ -72,7 +72,9 @@ FUSED_D_MAX = 16
 #: band refills the chunks' pipeline (each chunk runs ~100 rows behind the one on its left), so fewer, taller bands
 #: are faster: H100, B = 32, N = M = 2048, D = 64, 2 / 4 / 8 bands 8.1 / 10.7 / 16.6 ms per training call against
 #: 4.4-4.5 ms storing, at a peak of 595 / 319 / 184 MB against 1108 (benchmarks/OPTIMIZATION_LOG.md, "Row bands").
-#: Where a band would take more than half of the memory available, the pass cuts shorter ones (_fit_rows).
+#: Where a band would take more than half of the memory available, the pass cuts shorter ones (_fit_rows). The
+#: checkpointed forward takes taller bands, as many bytes as the backward's band and tile buffers together
+#: (_forward_band_rows): one band at that shape, 8.0 -> 7.4-7.6 ms on an H200 at the same peak.
 COST_BAND_BYTES = 16 << 20
 ROW_BANDS = 2
 COST_BAND_MAX = 4 << 30
@@ -740,6 +742,17 @@ def _row_bands(N: int, h: int):
     return [(r0, min(N, r0 + h)) for r0 in range(0, N, h)]
 
 
+def _forward_band_rows(plan, h: int, B: int, N: int, M: int, dtype: torch.dtype) -> int:
+    """Rows per band of a checkpointed forward: as many as the backward's band of h rows and its tile buffers take
+    together (a multiple of TH, at most N). The backward holds both at once, so taller forward bands leave the
+    call's peak where it was, and each band fewer saves a refill of the chunks' pipeline: B = 32, N = M = 2048,
+    D = 64 runs its forward in one band instead of two (benchmarks/OPTIMIZATION_LOG.md, "The checkpointed forward
+    in the backward's footprint"). Band boundaries are tile boundaries, so the passes need not agree on h."""
+    row = B * M * dtype.itemsize
+    tiles = B * plan.nch * plan.tile_numel() * _saved_dtype(dtype).itemsize
+    return min(N, max(h, (h * row + tiles) // row // plan.TH * plan.TH))
+
+
 def _fit_rows(h: int, TH: int, row_bytes: int, device) -> int:
     """h, or where a band of h rows (row_bytes each) would take more than half of the memory available now, the
     tallest multiple of TH (at least TH) that does not: memory="checkpoint" at large D then runs in more, shorter
@@ -796,6 +809,8 @@ def _forward_rows(x, y, gamma, cost, x_lengths, y_lengths, window, memory, var=N
     value-only pass keeps checkpoints only above each band (TH = h), in a buffer of its own."""
     B, N, M, dev = x.shape[0], x.shape[1], y.shape[1], x.device.index
     plan, h = _row_plan(B, N, M, x.dtype, dev)
+    if memory == "checkpoint":
+        h = _forward_band_rows(plan, h, B, N, M, x.dtype)
     h = _fit_rows(h, plan.TH, B * M * x.dtype.itemsize, x.device)
     if memory != "checkpoint":
         plan = _launch.Plan(plan.K, plan.W, plan.nch, True, h)
@@ -835,8 +850,9 @@ def _backward_rows(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value,
     bufs = _backward_chain_buffers(x, B, N, M, 1 if gram else 0, plan, saved, var, regions)
     bands = _row_bands(N, _fit_rows(h, plan.TH, B * M * x.dtype.itemsize, x.device))  # (the tiles are out already)
     rowb = x.new_empty((B * M * 2,)) if len(bands) > 1 else None
+    split = _launch.split_links(x.dtype, plan, B, window is not None, dev)  # the recompute
     expr = _launch.expression("backward_chain_kernel", x.dtype, "gram" if gram else "precomputed", 0, plan,
-                              window is not None, True, var=var.code if var else 0)
+                              window is not None, True, var=var.code if var else 0, split=split)
     grad = _like(grad, x)
     dx, dy = torch.empty_like(x), None
     xn, yn = _norms(x, y) if gram else (None, None)
