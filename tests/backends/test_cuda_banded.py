@@ -1,7 +1,8 @@
 """Large-D costs computed band by band (cuda backend, memory="checkpoint" and big value-only passes).
 
-With D > FUSED_D_MAX the cost comes from GEMMs. Under memory="checkpoint" the whole (B, N, M) table never
-exists: each band of rows gets its table by a GEMM (x·yᵀ for sqeuclidean, whose cost the kernels form in the
+With D > FUSED_D_MAX the cost comes from GEMMs. Under memory="checkpoint" the backward never holds the whole
+(B, N, M) table, and the forward's bands take at most the backward's band and tile buffers (_forward_band_rows):
+each band of rows gets its table by a GEMM (x·yᵀ for sqeuclidean, whose cost the kernels form in the
 cells; the l1 cost for l1), its chained kernels start from the row checkpoint above it (forward, top to bottom) or
 from the (E, link) row below it (backward, bottom up), and its dx rows and share of dy come by GEMMs
 (backends/cuda/__init__.py, _forward_rows). Shrinking COST_BAND_BYTES and ROW_BANDS puts many bands into small

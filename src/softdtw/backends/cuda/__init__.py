@@ -12,8 +12,10 @@ instantiation of the same templates; float32 runs its DP in float32).
   (cost "gram": the kernels form the cost in each cell, and the backward returns E's row and column sums),
   for l1 the cost itself (``l1.py``: one kernel, its table read by the precomputed-cost kernels); E, written
   over the table, turns into dx, dy by GEMMs (sqeuclidean) or by l1.py's second kernel. With
-  memory="checkpoint" (and value-only passes whose whole cost would exceed COST_WHOLE_MAX) that table is never
-  whole: it is built one band of rows at a time (x·yᵀ for sqeuclidean, the l1 cost for l1), each band's chained
+  memory="checkpoint" (and value-only passes whose whole cost would exceed COST_WHOLE_MAX) that table is built
+  one band of rows at a time (x·yᵀ for sqeuclidean, the l1 cost for l1; the checkpointed forward's bands as large
+  as the backward's band and tile buffers together, ``_forward_band_rows``, so the whole table where that fits in
+  the backward's footprint), each band's chained
   kernels running every chunk of every pair over the band's rows, the forward top to bottom from the row
   checkpoint above the band, the backward bottom up from the (E, link) row below it, E written over the band and
   turned into the band's dx rows and its share of dy by GEMMs (``_forward_rows``, ``_backward_rows``).
