@@ -315,6 +315,36 @@ def cuda_kernels(prof) -> dict:
     return kernels
 
 
+class HostStamps:
+    """When calls are made, in µs of host time since :meth:`start`: each (module, name) of `targets` is wrapped so that
+    a call appends (name, µs) to :attr:`rows` (a launch's name gets its first argument, the kernel file's name).
+    For the host timelines of benchmarks/probes/large_d_host.py and ckpt_probe.py."""
+
+    def __init__(self, targets):
+        self.rows, self.t0 = [], time.perf_counter()
+        for mod, name in targets:
+            self._wrap(mod, name)
+
+    def _wrap(self, mod, name):
+        f = getattr(mod, name)
+
+        def stamped(*a, **k):
+            self.mark(name + (":" + str(a[0])[:12] if name == "launch" else ""))
+            return f(*a, **k)
+
+        setattr(mod, name, stamped)
+
+    def start(self):
+        self.rows.clear()
+        self.t0 = time.perf_counter()
+
+    def mark(self, what: str):
+        self.rows.append((what, (time.perf_counter() - self.t0) * 1e6))
+
+    def line(self) -> str:
+        return " | ".join(f"{n} {t:.0f}" for n, t in self.rows)
+
+
 def graphed(fn):
     """fn captured once in a CUDA graph (after a warm-up on a side stream); returns its replay."""
     side = torch.cuda.Stream()

@@ -35,5 +35,4 @@ for B, N, D, cost in ((32, 2048, 64, "sqeuclidean"), (32, 1024, 64, "sqeuclidean
     print(json.dumps(r), flush=True)
     with open(out, "a") as f:
         f.write(json.dumps(r) + "\n")
-    del x0, y0
     torch.cuda.empty_cache()

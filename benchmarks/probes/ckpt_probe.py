@@ -3,13 +3,13 @@ timeline (launch stamps), syncs, GPU gaps; and the row bands' recompute with the
 
     PYTHONPATH=src python3 benchmarks/probes/ckpt_probe.py
 """
-import json, sys, time, warnings
+import json, sys, warnings
 import torch
 sys.path.insert(0, "src"); sys.path.insert(0, "benchmarks")
 import softdtw
 from softdtw.backends import cuda as be
 from softdtw.backends.cuda import launch as L
-from gpu import median_ms, kernel_us
+from gpu import HostStamps, kernel_us, median_ms
 from torch.profiler import profile, ProfilerActivity
 
 B, N, D = 32, 2048, 64
@@ -21,19 +21,11 @@ def expr(kernel, dtype, cost, D, plan, window, *flags, var=0, split=False):
         split = True
     return _expr(kernel, dtype, cost, D, plan, window, *flags, var=var, split=split)
 L.expression = expr
-stamps, T = [], [0.0]
-def wrap(mod, name):
-    f = getattr(mod, name)
-    def g(*a, **k):
-        stamps.append((name + (":" + str(a[0])[:12] if name == "launch" else ""), (time.perf_counter() - T[0]) * 1e6))
-        return f(*a, **k)
-    setattr(mod, name, g)
-for mod, name in ((L, "launch"), (be, "_gram_table"), (be, "_available_bytes"), (torch.cuda, "mem_get_info")):
-    wrap(mod, name)
+stamps = HostStamps(((L, "launch"), (be, "_gram_table"), (be, "_available_bytes"), (torch.cuda, "mem_get_info")))
 def step(memory):
     x = x0.clone().requires_grad_(True)
     v = softdtw.soft_dtw(x, y0, 1.0, memory=memory)
-    stamps.append(("fwd ret", (time.perf_counter() - T[0]) * 1e6))
+    stamps.mark("fwd ret")
     v.mean().backward()
 out = {}
 for split in (False, True, False, True):
@@ -56,10 +48,10 @@ with warnings.catch_warnings(record=True) as w:
 torch.cuda.set_sync_debug_mode(0)
 print("syncs", [str(m.message)[:300] for m in w])
 for r in range(2):
-    torch.cuda.synchronize(); stamps.clear(); T[0] = time.perf_counter(); step("checkpoint")
-    stamps.append(("bwd ret", (time.perf_counter() - T[0]) * 1e6))
-    torch.cuda.synchronize(); stamps.append(("synced", (time.perf_counter() - T[0]) * 1e6))
-    print("run", r, " | ".join(f"{n} {t:.0f}" for n, t in stamps))
+    torch.cuda.synchronize(); stamps.start(); step("checkpoint")
+    stamps.mark("bwd ret")
+    torch.cuda.synchronize(); stamps.mark("synced")
+    print("run", r, stamps.line())
 with profile(activities=[ProfilerActivity.CUDA]) as prof:
     step("checkpoint"); torch.cuda.synchronize()
 ev = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA),
