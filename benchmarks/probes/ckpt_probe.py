@@ -1,5 +1,5 @@
 """memory="checkpoint" at B = 32, N = M = 2048, D = 64 (float32 GEMMs): the call's time against store, its host
-timeline (launch stamps), syncs, GPU gaps; and the row bands' recompute with the two-stage soft-min (split) forced.
+timeline (launch stamps), syncs, GPU gaps; the row bands' recompute forced to the two-stage soft-min (split) or not.
 
     PYTHONPATH=src python3 benchmarks/probes/ckpt_probe.py
 """
@@ -17,8 +17,8 @@ x0 = torch.randn(B, N, D, device="cuda"); y0 = torch.randn(B, N, D, device="cuda
 SPLIT = [False]
 _expr = L.expression
 def expr(kernel, dtype, cost, D, plan, window, *flags, var=0, split=False):
-    if SPLIT[0] and kernel == "backward_chain_kernel" and flags == (True,) and not split:
-        split = True
+    if kernel == "backward_chain_kernel" and flags == (True,):  # the row bands' recompute, split or not
+        split = SPLIT[0]
     return _expr(kernel, dtype, cost, D, plan, window, *flags, var=var, split=split)
 L.expression = expr
 stamps = HostStamps(((L, "launch"), (be, "_gram_table"), (be, "_available_bytes"), (torch.cuda, "mem_get_info")))

@@ -336,3 +336,19 @@ def test_row_bands_shrink_to_the_memory_available(monkeypatch):
     for p, q in zip(tight[:-1], one[:-1]):
         assert rel_err(p, q) <= 1e-10
     assert _dgamma_err(tight[-1], one[-1], one[0], 0.3) <= 1e-10
+
+
+@pytest.mark.cuda
+@needs_gpu
+def test_allocator_bytes_are_torch_counters():
+    """_allocator_bytes reads the caching allocator's nested statistics (no flattening of the whole dict): the same
+    numbers as torch.cuda.memory_allocated and memory_reserved, and _unallocated_bytes the device's total less the
+    first."""
+    import softdtw.backends.cuda as be
+
+    keep = torch.empty(3 << 20, dtype=torch.uint8, device="cuda")  # something allocated
+    dev = keep.device
+    assert be._allocator_bytes(dev) == (torch.cuda.memory_allocated(dev), torch.cuda.memory_reserved(dev))
+    total = torch.cuda.get_device_properties(dev).total_memory
+    assert be._unallocated_bytes(dev) == total - torch.cuda.memory_allocated(dev)
+    assert be._allocator_bytes(dev)[0] >= keep.numel()

@@ -773,13 +773,24 @@ def _fit_rows(h: int, TH: int, row_bytes: int, device) -> int:
 
 def _unallocated_bytes(device) -> int:
     """The device's memory less what PyTorch has allocated on it (its own counters: no driver call)."""
-    return torch.cuda.get_device_properties(device).total_memory - torch.cuda.memory_allocated(device)
+    return torch.cuda.get_device_properties(device).total_memory - _allocator_bytes(device)[0]
 
 
 def _available_bytes(device) -> int:
     """Device memory a new allocation can get: free, and held by PyTorch's caching allocator but unused."""
     free = torch.cuda.mem_get_info(device)[0]
-    return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    allocated, reserved = _allocator_bytes(device)
+    return free + reserved - allocated
+
+
+def _allocator_bytes(device) -> tuple:
+    """(allocated, reserved) bytes of PyTorch's caching allocator on the device, from its nested statistics:
+    torch.cuda.memory_allocated and memory_reserved each flatten the whole statistics dict first, which took ~0.45 ms
+    of host time per call on an H200 VM, in front of every large-D checkpoint's first kernel
+    (benchmarks/OPTIMIZATION_LOG.md, "The checkpoint's host lead-in")."""
+    stats = torch.cuda.memory_stats_as_nested_dict(device)
+    return (stats.get("allocated_bytes", {}).get("all", {}).get("current", 0),
+            stats.get("reserved_bytes", {}).get("all", {}).get("current", 0))
 
 
 def _row_table(cost, x, y, r0, r1, N):
