@@ -785,9 +785,9 @@ def _available_bytes(device) -> int:
 
 def _allocator_bytes(device) -> tuple:
     """(allocated, reserved) bytes of PyTorch's caching allocator on the device, from its nested statistics:
-    torch.cuda.memory_allocated and memory_reserved each flatten the whole statistics dict first, which took ~0.45 ms
-    of host time per call on an H200 VM, in front of every large-D checkpoint's first kernel
-    (benchmarks/OPTIMIZATION_LOG.md, "The checkpoint's host lead-in")."""
+    torch.cuda.memory_allocated and memory_reserved each flatten the whole statistics dict first, host time in
+    front of every large-D checkpoint's first kernel (and its backward's): without it those calls took 0.1-0.4 ms
+    less on an H200 VM (benchmarks/OPTIMIZATION_LOG.md, "The checkpoint's host lead-in")."""
     stats = torch.cuda.memory_stats_as_nested_dict(device)
     return (stats.get("allocated_bytes", {}).get("all", {}).get("current", 0),
             stats.get("reserved_bytes", {}).get("all", {}).get("current", 0))
