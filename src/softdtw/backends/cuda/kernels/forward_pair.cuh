@@ -433,22 +433,20 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
             Word sv[K];
             // Penalty: added to the vertical predecessor (+inf on row 0 with an open begin) and the horizontal one.
             const T uadd = (OB && i == 0) ? BIG : pen;
-            // SPLIT: the diag-up half of every cell's soft-min first; only the left half stays serial.
+            // SPLIT, SPLIT_STORE: the diag-up half of every cell's soft-min first (with the weight of up in it when
+            // storing); only the left half stays serial.
             T u[K];
-            float wu[K];  // SPLIT_STORE: the weight of up in u
-            if constexpr (SPLIT_STORE) {
+            float wu[K];
+            if constexpr (SPLIT || SPLIT_STORE) {
               T dg = diag;
 #pragma unroll
               for (int k = 0; k < K; ++k) {
-                u[k] = Link<float>::soft_pair(dg, PEN ? r[k] + uadd : r[k], wu[k]);
-                dg = r[k];
-              }
-            }
-            if constexpr (SPLIT) {
-              T dg = diag;
-#pragma unroll
-              for (int k = 0; k < K; ++k) {
-                u[k] = soft_min2(dg, PEN ? r[k] + uadd : r[k]);
+                const T pu = PEN ? r[k] + uadd : r[k];
+                if constexpr (SPLIT_STORE) {
+                  u[k] = Link<float>::soft_pair(dg, pu, wu[k]);
+                } else {
+                  u[k] = soft_min2(dg, pu);
+                }
                 dg = r[k];
               }
             }
