@@ -72,6 +72,11 @@ CASES = [  # (B, N, M, D, cost, dtype)
     (32, 128, 128, 64, "sqeuclidean", torch.float32),  # D > 16: the "gram" form
     (16, 400, 300, 80, "sqeuclidean", torch.float32),
     (4, 50, 60, 24, "sqeuclidean", torch.float64),
+    # chained plans (forward_chain_kernel, backward_chain_kernel)
+    (3, 300, 260, 16, "l1", torch.float64),
+    (2, 2048, 2048, 1, "sqeuclidean", torch.float32),
+    (1, 3000, 4096, 3, "l1", torch.float32),
+    (16, 1024, 1024, 64, "sqeuclidean", torch.float32),  # the "gram" form, its table and x·yᵀ past 64 MiB
 ]
 
 
@@ -102,6 +107,8 @@ LENGTH_CASES = [  # (B, N, M, D, cost, dtype)
     (5, 70, 90, 2, "sqeuclidean", torch.float64),
     (32, 128, 128, 64, "sqeuclidean", torch.float32),  # the "gram" form
     (16, 400, 300, 80, "sqeuclidean", torch.float32),  # run as (y, x): the lengths swap too
+    (2, 2048, 1800, 1, "sqeuclidean", torch.float32),  # chained
+    (16, 1024, 1024, 64, "sqeuclidean", torch.float32),  # chained "gram", a table past 64 MiB
 ]
 
 
@@ -290,14 +297,75 @@ def test_calls_it_does_not_take_run_on_the_python_path(built):
         dict(x=x.clone().requires_grad_(), gamma=0.1, cost="cosine"),  # not a fused kernel cost
         dict(x=torch.randn(4, 20, 17, device="cuda", requires_grad=True), y=torch.randn(4, 22, 17, device="cuda"),
              gamma=0.1, cost="l1"),  # D > FUSED_D_MAX with l1: cdist, then the precomputed-cost kernels
-        dict(x=torch.randn(3, 300, 16, device="cuda", dtype=torch.float64, requires_grad=True),
-             y=torch.randn(3, 260, 16, device="cuda", dtype=torch.float64), gamma=0.1, cost="l1"),  # chained plan
+        dict(x=torch.randn(4, 20, 17, device="cuda", requires_grad=True), y=torch.randn(4, 22, 17, device="cuda"),
+             gamma=0.1, memory="checkpoint"),  # large D, checkpointed: the row bands
     ]
     for kw in cases:
         xi, yi = kw.pop("x"), kw.pop("y", y)
         for _ in range(2):
             v = softdtw.soft_dtw(xi, yi, **kw)
         assert not _taken(v), kw
+
+
+def _big_gram(seed: int = 0):
+    """16 x 1024², D = 64 in float32: a chained "gram" plan whose stored table and x·yᵀ take 64 MiB each."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return (torch.randn(16, 1024, 64, device="cuda", generator=g),
+            torch.randn(16, 1024, 64, device="cuda", generator=g))
+
+
+def test_large_tables_memory_auto_asks_per_call(built, monkeypatch):
+    """Past 64 MiB the launcher stores the table where memory="auto" would (at most half the free memory, asked per
+    call as _ops._resolve asks) and leaves the call to the Python path, which checkpoints, where it would not."""
+    from softdtw import _ops
+
+    x, y = _big_gram(1)
+    fast, _ = _run(x, y, 1.0, True, needs=(True, True))
+    assert _taken(fast[0])
+    monkeypatch.setattr(_ops, "_free_bytes", lambda device: 200 << 20)  # storing needs 128 MiB: more than half
+    ckpt, _ = _run(x, y, 1.0, True, needs=(True, True))
+    assert not _taken(ckpt[0])
+    for a, b in zip(fast, ckpt):
+        assert rel_err(a, b) < 1e-4
+    monkeypatch.undo()
+    again, _ = _run(x, y, 1.0, True, needs=(True, True))
+    assert _taken(again[0])
+    for a, b in zip(fast, again):
+        assert torch.equal(a, b)
+
+
+@pytest.fixture
+def little_memory():
+    """set(extra): from now on this process's allocator may reserve only `extra` bytes beyond what it holds
+    (torch.cuda.set_per_process_memory_fraction; undone afterwards)."""
+    def limit(extra: int):
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        total = torch.cuda.get_device_properties(0).total_memory
+        torch.cuda.set_per_process_memory_fraction((torch.cuda.memory_reserved() + extra) / total)
+
+    yield limit
+    torch.cuda.set_per_process_memory_fraction(1.0)
+
+
+def test_running_out_of_memory_raises_the_python_paths_error(built, little_memory):
+    """A large table that does not fit: the launcher's forward (memory="store") and backward hand the call to the
+    Python path, which raises its MemoryError naming the sizes, not torch's OutOfMemoryError."""
+    x, y = _big_gram(2)
+    fastpath.set_enabled(True)
+    for _ in range(2):
+        v = softdtw.soft_dtw(x.clone().requires_grad_(), y, 1.0, memory="store")
+    assert _taken(v)
+    little_memory(32 << 20)  # the table alone takes 64 MiB
+    with pytest.raises(MemoryError, match=r"B=16 pairs of lengths N=1024, M=1024 needs"):
+        softdtw.soft_dtw(x.clone().requires_grad_(), y, 1.0, memory="store")
+    torch.cuda.set_per_process_memory_fraction(1.0)
+    xc = x.clone().requires_grad_()
+    v = softdtw.soft_dtw(xc, y, 1.0, memory="store")
+    assert _taken(v)
+    little_memory(32 << 20)  # the backward's E takes 64 MiB
+    with pytest.raises(MemoryError, match=r"B=16 pairs of lengths N=1024, M=1024 needs"):
+        v.sum().backward()
 
 
 def test_backward_on_a_side_stream(built):

@@ -441,13 +441,22 @@ def _run_forward_chain(x, y, C, cost, D, gamma, x_lengths, y_lengths, window, st
     the end's float64 values after them."""
     data, B, N, M, dev = _sizes(x, y, C)
     value, saved, bufs = _forward_chain_buffers(data, B, N, M, plan, store, var)
-    split = store and _launch.split_links(data.dtype, plan, B, window is not None, dev,
-                                          fused_chain=cost in FUSED_COSTS)
-    expr = _launch.expression("forward_chain_kernel", data.dtype, cost, D, plan, window is not None, store,
-                              plan.TH > 0, var=var.code if var else 0, split=split)
+    expr = _forward_chain_expr(data.dtype, cost, D, plan, window is not None, store, B, dev, var)
     _launch_forward_chain(expr, dev, plan, x, y, C, gamma, x_lengths, y_lengths, window, value,
                           saved if store else None, bufs, B, N, M, var)
     return value, saved
+
+
+def _forward_chain_expr(dtype, cost: str, D: int, plan, window: bool, store: bool, B: int, dev: int, var=None) -> str:
+    """forward_chain_kernel's instantiation for one launch (the C++ launcher's plans take it too, fastpath.py)."""
+    split = store and _launch.split_links(dtype, plan, B, window, dev, fused_chain=cost in FUSED_COSTS)
+    return _launch.expression("forward_chain_kernel", dtype, cost, D, plan, window, store, plan.TH > 0,
+                              var=var.code if var else 0, split=split)
+
+
+def _chain_sync_numel(B: int, plan, regions: int = 1) -> int:
+    """int32 words of a chained forward's sync buffer without an open end: [ticket, flags (B, nch)] per region."""
+    return regions * (1 + B * plan.nch)
 
 
 def _forward_chain_buffers(data, B, N, M, plan, store, var=None, regions=1):
@@ -475,7 +484,7 @@ def _forward_chain_buffers(data, B, N, M, plan, store, var=None, regions=1):
                 end = data.new_empty((_end_numel(B, M, plan.nch),), dtype=torch.float64)
         bnd = data.new_empty((B * plan.column_numel(N, frames),)) if plan.nch > 1 else None
     # [ticket, flags] per region, then done
-    sync = torch.zeros(regions * (1 + B * plan.nch) + (B if oe else 0), dtype=torch.int32, device=data.device)
+    sync = torch.zeros(_chain_sync_numel(B, plan, regions) + (B if oe else 0), dtype=torch.int32, device=data.device)
     return value, saved, (bnd, sync, ckpt, end)
 
 
@@ -513,13 +522,25 @@ def _run_backward_chain(grad, x, y, C, dC, cost, D, gamma, x_lengths, y_lengths,
     data, B, N, M, dev = _sizes(x, y, C if C is not None else dC)
     dx, dy, dgamma = _backward_outputs(x, y, data, B, needs)
     bufs = _backward_chain_buffers(data, B, N, M, _carried(cost, D), plan, saved, var)
-    split = plan.TH > 0 and _launch.split_links(data.dtype, plan, B, window is not None, dev)  # the recompute
-    expr = _launch.expression("backward_chain_kernel", data.dtype, cost, D, plan, window is not None, plan.TH > 0,
-                              var=var.code if var else 0, split=split)
+    expr = _backward_chain_expr(data.dtype, cost, D, plan, window is not None, B, dev, var)
     _launch_backward_chain(expr, dev, plan, _like(grad, data), x, y, C, dC, gamma, x_lengths, y_lengths, window,
                            value, saved, dx, dy, dgamma, bufs, B, N, M, var, endbuf,
                            dpen)
     return dx, dy, dgamma
+
+
+def _backward_chain_expr(dtype, cost: str, D: int, plan, window: bool, B: int, dev: int, var=None) -> str:
+    """backward_chain_kernel's instantiation for one launch (the C++ launcher's plans take it too, fastpath.py)."""
+    split = plan.TH > 0 and _launch.split_links(dtype, plan, B, window, dev)  # the recompute
+    return _launch.expression("backward_chain_kernel", dtype, cost, D, plan, window, plan.TH > 0,
+                              var=var.code if var else 0, split=split)
+
+
+def _backward_chain_sizes(B: int, N: int, DX: int, plan, regions: int = 1, penalty: bool = False) -> tuple:
+    """(numel of the hand-over column, 0 with one chunk; int64 words of ws) of a chained backward: see
+    :func:`_backward_chain_buffers`."""
+    ints = regions * (1 + B * plan.nch + B)
+    return (B * plan.nch * N * (2 + DX) if plan.nch > 1 else 0), B + (ints + 1) // 2 + (B if penalty else 0)
 
 
 def _backward_chain_buffers(data, B, N, M, DX, plan, saved, var=None, regions=1):
@@ -527,10 +548,9 @@ def _backward_chain_buffers(data, B, N, M, DX, plan, saved, var=None, regions=1)
     DX dx values per row), one zeroed buffer for <E, C> per pair (float64) and the int32 ticket, flags
     (B, nch) and done (B) of each of `regions` launches (the row bands), with a step penalty a zeroed float64 sum
     per pair after them, and with checkpoints their two halves and the tile buffers of the B·nch blocks."""
-    bnd = data.new_empty((B * plan.nch * N * (2 + DX),)) if plan.nch > 1 else None
-    ints = regions * (1 + B * plan.nch + B)
-    pens = B if var is not None and var.penalty else 0
-    ws = torch.zeros(B + (ints + 1) // 2 + pens, dtype=torch.int64, device=data.device)
+    nbnd, nws = _backward_chain_sizes(B, N, DX, plan, regions, var is not None and var.penalty)
+    bnd = data.new_empty((nbnd,)) if nbnd else None
+    ws = torch.zeros(nws, dtype=torch.int64, device=data.device)
     fbnd = ckpt = tiles = None
     if plan.TH > 0:
         fbnd, ckpt = _split_checkpoints(saved, plan, B, N)

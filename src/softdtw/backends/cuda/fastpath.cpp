@@ -5,7 +5,11 @@
 // three ctypes launches. Here the same kernels, with the same arguments, are launched from a C++ autograd
 // Function: the forward queues the value check (check.cu) and forward_kernel, the backward node is C++ and
 // queues backward_kernel. With D > 16 and the squared Euclidean cost they take the "gram" form, as on the Python
-// path: two norms and a GEMM before the forward, a GEMM for each gradient after the backward. Everything a launch
+// path: two norms and a GEMM before the forward, a GEMM for each gradient after the backward. Long pairs take the
+// chained kernels (forward_chain_kernel, backward_chain_kernel) over all rows, as the Python path's
+// _run_forward_chain and _run_backward_chain launch them. Large tables are stored here too (memory "store", or "auto"
+// where fastpath.py finds it would store); running out of memory hands the call to the Python path, which raises
+// its MemoryError. Everything a launch
 // needs besides its tensors (CUfunction, grid, block, sizes) is a Plan registered once per shape by Python,
 // which builds it with the Python path's own pieces. The driver's cuLaunchKernel, cuCtxGetCurrent and
 // cuCtxSetCurrent come as addresses from Python (libcuda is opened by ctypes there), so this file needs the
@@ -73,6 +77,11 @@ struct Plan {
   // DILATE through one kernel (set_dilate_xy): hvp is dilate_xy_kernel (hvp.py's dilate_xy), fwd unused.
   bool dxy = false;
   Kernel lengths;  // check.cu's lengths_kernel (set_lengths; its grid is set per launch)
+  // A chained plan (set_chain; backends/cuda/__init__.py's _run_forward_chain and _run_backward_chain): fwd and bwd
+  // are forward_chain_kernel and backward_chain_kernel, B·nch blocks; fwd_bnd and bwd_bnd the flat hand-over
+  // buffers, sync_numel the forward's zeroed int32 [ticket, flags], ws_numel the backward's zeroed int64 words.
+  bool chain = false;
+  int64_t stagger = 0, sync_numel = 0, ws_numel = 0;
 };
 
 std::mutex g_lock;
@@ -102,8 +111,9 @@ void bind(const Plan& p) {
 }
 
 void launch(const Kernel& k, int64_t stream, std::initializer_list<int64_t> args, const char* what) {
-  int64_t slots[32];
-  void* params[32];
+  int64_t slots[40];
+  void* params[40];
+  TORCH_CHECK(args.size() <= 40, "softdtw fast path: too many kernel arguments (a bug, please report it).");
   size_t n = 0;
   for (int64_t a : args) {
     slots[n] = a;
@@ -138,19 +148,54 @@ void gram_inputs(const Plan& p, int64_t stream, const at::Tensor& xa, const at::
   G = at::bmm(x, y.transpose(1, 2));
 }
 
-// forward_kernel of plan p on (a0, a1, C): the features x and y (fused costs), the gram cost's norms and x·yᵀ, or
-// 0, 0 and a precomputed C. Returns the values (B,) and, storing, the link table (else an empty tensor).
+// The row range of a chained launch over all rows (backends/cuda/__init__.py, _ALL_ROWS).
+constexpr int64_t kAllRows = int64_t(1) << 30;
+
+// forward_kernel (or a chained plan's forward_chain_kernel, as _launch_forward_chain launches it over all rows) of
+// plan p on (a0, a1, C): the features x and y (fused costs), the gram cost's norms and x·yᵀ, or 0, 0 and a
+// precomputed C. Returns the values (B,) and, storing, the link table (else an empty tensor).
 std::pair<at::Tensor, at::Tensor> run_forward(const Plan& p, int64_t stream, int64_t a0, int64_t a1, int64_t C,
                                               const at::Tensor& gamma, const at::Tensor& xl, const at::Tensor& yl,
                                               bool store, const at::TensorOptions& opts) {
   at::Tensor value = at::empty({p.B}, opts);
   at::Tensor saved = store ? at::empty({p.saved_numel}, opts.dtype(p.saved_dtype)) : at::empty({0}, opts);
   at::Tensor bnd = maybe_empty(p.fwd_bnd, opts);
+  if (p.chain) {
+    const at::Tensor sync = at::zeros({p.sync_numel}, opts.dtype(at::kInt));
+    launch(p.fwd, stream,
+           {a0, a1, C, ptr(gamma), ptr(xl), ptr(yl), 0, ptr(value), store ? ptr(saved) : 0, ptr(bnd), ptr(sync), 0,
+            p.B, p.N, p.M, p.nch, 1, p.stagger, 0, kAllRows, 0, 0, 0, 0},
+           "forward_chain_kernel");
+    return {value, saved};
+  }
   launch(p.fwd, stream,
          {a0, a1, C, ptr(gamma), ptr(xl), ptr(yl), 0, ptr(value), store ? ptr(saved) : 0, ptr(bnd), p.B, p.N, p.M,
           p.nch, 0, 0, 0},
          "forward_kernel");
   return {value, saved};
+}
+
+// backward_kernel (or a chained plan's backward_chain_kernel over all rows, as _launch_backward_chain) of plan p on
+// (a0, a1, C) as run_forward, reading the stored table: writes dx, dy (fused; the gram cost's row and column sums of
+// E), dC (E for a precomputed or gram cost) and dgamma (B,).
+void run_backward(const Plan& p, int64_t stream, int64_t a0, int64_t a1, int64_t C, const at::Tensor& gamma,
+                  const at::Tensor& xl, const at::Tensor& yl, const at::Tensor& grad, const at::Tensor& saved,
+                  const at::Tensor& value, int64_t dx, int64_t dy, int64_t dC, const at::Tensor& dgamma,
+                  const at::TensorOptions& opts) {
+  const at::Tensor bnd = maybe_empty(p.bwd_bnd, opts);
+  if (p.chain) {
+    const at::Tensor ws = at::zeros({p.ws_numel}, opts.dtype(at::kLong));
+    launch(p.bwd, stream,
+           {a0, a1, C, ptr(gamma), ptr(xl), ptr(yl), 0, ptr(grad), ptr(saved), dx, dy, dC, ptr(value), ptr(dgamma),
+            ptr(bnd), ptr(ws) + 8 * p.B, ptr(ws), 0, 0, 0, p.B, p.N, p.M, p.nch, 1, p.stagger, 0, kAllRows, 0, 0, 0, 0,
+            0, 0},
+           "backward_chain_kernel");
+    return;
+  }
+  launch(p.bwd, stream,
+         {a0, a1, C, ptr(gamma), ptr(xl), ptr(yl), 0, ptr(grad), ptr(saved), dx, dy, dC, ptr(value), ptr(dgamma),
+          ptr(bnd), p.B, p.N, p.M, p.nch, 0, 0, 0, 0},
+         "backward_kernel");
 }
 
 // A call's own per-pair lengths (ux, uy: the user's tensors in the plan's order, undefined for full lengths) as the
@@ -243,7 +288,7 @@ struct Fused : public torch::autograd::Function<Fused> {
                                                  torch::autograd::variable_list grads) {
     const auto s = ctx->get_saved_variables();
     TORCH_CHECK(s.size() >= 7, "softdtw fast path: nothing was saved for the backward (a bug, please report it).");
-    const at::Tensor &x = s[0], &y = s[1], &gamma = s[2], &xl = s[3], &yl = s[4], &value = s[5], &saved = s[6];
+    const at::Tensor& x = s[0];
     const Plan& p = plan_of(ctx->saved_data["plan"].toInt());
     at::Tensor grad = grads[0];
     torch::autograd::variable_list out(11);
@@ -253,40 +298,56 @@ struct Fused : public torch::autograd::Function<Fused> {
     if (at::GradMode::is_enabled()) {
       // create_graph=True: softdtw._ops's _FusedGrad (a Python autograd.Function whose backward is the HVP), as
       // the Python path's _Fused takes it: the op's dispatch and generated autograd wrapper cost ~0.3 ms each.
-      TORCH_CHECK(g_grad_fn != nullptr, "softdtw fast path: no create_graph backward was set (a bug, please report it).");
-      py::gil_scoped_acquire gil;
-      py::tuple r = (*g_grad_fn)(grad, x, y, gamma, p.cost, xl, yl, value, saved);
-      out[0] = r[0].cast<at::Tensor>();
-      out[1] = r[1].cast<at::Tensor>();
+      python_backward(s, p, grad, out);
       return out;
     }
+    try {
+      launch_backward(ctx, s, p, grad, out);
+    } catch (const c10::OutOfMemoryError&) {
+      // A large table's E or gradients did not fit: the Python path's backward (the same kernels, here without a
+      // graph) runs it again, and raises its MemoryError naming the sizes if it cannot fit either.
+      out = torch::autograd::variable_list(11);
+      python_backward(s, p, grad, out);
+    }
+    return out;
+  }
+
+  // The Python path's backward of this node into out[0], out[1]: softdtw._ops.fused_grad_for_launcher (set_grad_fn),
+  // differentiable under create_graph=True.
+  static void python_backward(const torch::autograd::variable_list& s, const Plan& p, const at::Tensor& grad,
+                              torch::autograd::variable_list& out) {
+    TORCH_CHECK(g_grad_fn != nullptr, "softdtw fast path: no Python backward was set (a bug, please report it).");
+    py::gil_scoped_acquire gil;
+    py::tuple r = (*g_grad_fn)(grad, s[0], s[1], s[2], p.cost, s[3], s[4], s[5], s[6]);
+    out[0] = r[0].cast<at::Tensor>();
+    out[1] = r[1].cast<at::Tensor>();
+  }
+
+  // The backward's kernels (gram: with its GEMMs) into out[0], out[1] where x and y need them.
+  static void launch_backward(torch::autograd::AutogradContext* ctx, const torch::autograd::variable_list& s,
+                              const Plan& p, const at::Tensor& grad, torch::autograd::variable_list& out) {
+    const at::Tensor &x = s[0], &y = s[1], &gamma = s[2], &xl = s[3], &yl = s[4], &value = s[5], &saved = s[6];
     const bool need_x = ctx->needs_input_grad(0), need_y = ctx->needs_input_grad(1);
     bind(p);
     const auto opts = x.options();
     const int64_t stream = ctx->saved_data["stream"].toInt();
-    at::Tensor bnd = maybe_empty(p.bwd_bnd, opts), dgamma = at::empty({p.B}, opts);
+    const at::Tensor dgamma = at::empty({p.B}, opts);
     if (p.gram) {
       // grad_b E_b into E with its row and column sums rs, cs; then dx = 2 (rs x - E y), dy = 2 (cs y - Eᵀ x) by
       // one GEMM each, accumulating into the scaled input in place.
       const at::Tensor &xn = s[7], &yn = s[8];
       const int64_t G = s.size() > 9 ? ptr(s[9]) : 0;  // none in float32 (the forward above)
       at::Tensor E = at::empty({p.B, p.N, p.M}, opts), rs = at::empty_like(xn), cs = at::empty_like(yn);
-      launch(p.bwd, stream,
-             {ptr(xn), ptr(yn), G, ptr(gamma), ptr(xl), ptr(yl), 0, ptr(grad), ptr(saved), ptr(rs), ptr(cs),
-              ptr(E), ptr(value), ptr(dgamma), ptr(bnd), p.B, p.N, p.M, p.nch, 0, 0, 0, 0},
-             "backward_kernel");
+      run_backward(p, stream, ptr(xn), ptr(yn), G, gamma, xl, yl, grad, saved, value, ptr(rs), ptr(cs), ptr(E), dgamma,
+                   opts);
       if (need_x) out[0] = (x * rs.unsqueeze(-1)).baddbmm_(E, y, 2.0, -2.0);
       if (need_y) out[1] = (y * cs.unsqueeze(-1)).baddbmm_(E.transpose(1, 2), x, 2.0, -2.0);
-      return out;
+      return;
     }
     at::Tensor dx = at::empty_like(x), dy = at::empty_like(y);
-    launch(p.bwd, stream,
-           {ptr(x), ptr(y), 0, ptr(gamma), ptr(xl), ptr(yl), 0, ptr(grad), ptr(saved), ptr(dx), ptr(dy), 0,
-            ptr(value), ptr(dgamma), ptr(bnd), p.B, p.N, p.M, p.nch, 0, 0, 0, 0},
-           "backward_kernel");
+    run_backward(p, stream, ptr(x), ptr(y), 0, gamma, xl, yl, grad, saved, value, ptr(dx), ptr(dy), 0, dgamma, opts);
     if (need_x) out[0] = dx;
     if (need_y) out[1] = dy;
-    return out;
   }
 };
 
@@ -639,25 +700,20 @@ void backward_op(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
   bind(p);
   const auto opts = x.options();
   const int64_t stream = current_stream(x);
-  at::Tensor bnd = maybe_empty(p.bwd_bnd, opts), dgamma = at::empty({p.B}, opts), dx, dy;
+  at::Tensor dgamma = at::empty({p.B}, opts), dx, dy;
   if (p.gram) {
     // E = grad_b E_b over x·yᵀ in place, its row and column sums rs, cs; dx = 2 (rs x - E y), dy = 2 (cs y - Eᵀ x).
     at::Tensor xn, yn, G;
     gram_inputs(p, stream, x, y, xn, yn, G);
     at::Tensor rs = at::empty_like(xn), cs = at::empty_like(yn);
-    launch(p.bwd, stream,
-           {ptr(xn), ptr(yn), ptr(G), ptr(gamma), ptr(xl), ptr(yl), 0, ptr(grad), ptr(saved), ptr(rs), ptr(cs), ptr(G),
-            ptr(value), ptr(dgamma), ptr(bnd), p.B, p.N, p.M, p.nch, 0, 0, 0, 0},
-           "backward_kernel");
+    run_backward(p, stream, ptr(xn), ptr(yn), ptr(G), gamma, xl, yl, grad, saved, value, ptr(rs), ptr(cs), ptr(G),
+                 dgamma, opts);
     dx = at::baddbmm(x * rs.unsqueeze(-1), G, y, 2.0, -2.0);
     dy = at::baddbmm(y * cs.unsqueeze(-1), G.transpose(1, 2), x, 2.0, -2.0);
   } else {
     dx = at::empty_like(x);
     dy = at::empty_like(y);
-    launch(p.bwd, stream,
-           {ptr(x), ptr(y), 0, ptr(gamma), ptr(xl), ptr(yl), 0, ptr(grad), ptr(saved), ptr(dx), ptr(dy), 0,
-            ptr(value), ptr(dgamma), ptr(bnd), p.B, p.N, p.M, p.nch, 0, 0, 0, 0},
-           "backward_kernel");
+    run_backward(p, stream, ptr(x), ptr(y), 0, gamma, xl, yl, grad, saved, value, ptr(dx), ptr(dy), 0, dgamma, opts);
   }
   at::Tensor dpen = at::empty({0}, opts);
   torch::jit::drop(s, 15);
@@ -708,11 +764,8 @@ void backward_cost_op(const c10::OperatorHandle& op, c10::DispatchKeySet, torch:
   if (grad.scalar_type() != C.scalar_type() || !grad.is_contiguous()) grad = grad.to(C.scalar_type()).contiguous();
   bind(p);
   const auto opts = C.options();
-  at::Tensor dC = at::empty_like(C), dgamma = at::empty({p.B}, opts), bnd = maybe_empty(p.bwd_bnd, opts);
-  launch(p.bwd, current_stream(C),
-         {0, 0, ptr(C), ptr(gamma), ptr(xl), ptr(yl), 0, ptr(grad), ptr(saved), 0, 0, ptr(dC), ptr(value), ptr(dgamma),
-          ptr(bnd), p.B, p.N, p.M, p.nch, 0, 0, 0, 0},
-         "backward_kernel");
+  at::Tensor dC = at::empty_like(C), dgamma = at::empty({p.B}, opts);
+  run_backward(p, current_stream(C), 0, 0, ptr(C), gamma, xl, yl, grad, saved, value, 0, 0, ptr(dC), dgamma, opts);
   at::Tensor dpen = at::empty({0}, opts);
   torch::jit::drop(s, 13);
   torch::jit::push(s, std::move(dC), std::move(dgamma), std::move(dpen));
@@ -812,6 +865,17 @@ void set_norms(int64_t id, std::vector<int64_t> k) {
   n.block = (unsigned)k[2];
 }
 
+// A chained plan (fastpath.py): its tiles' stagger and the sizes of its zeroed sync (int32) and ws (int64) buffers.
+void set_chain(int64_t id, int64_t stagger, int64_t sync_numel, int64_t ws_numel) {
+  std::lock_guard<std::mutex> guard(g_lock);
+  TORCH_CHECK(id >= 0 && id < (int64_t)g_plans.size(), "softdtw fast path: unknown plan ", id);
+  Plan& p = g_plans[id];
+  p.chain = true;
+  p.stagger = stagger;
+  p.sync_numel = sync_numel;
+  p.ws_numel = ws_numel;
+}
+
 // A plan's lengths_kernel (check.cu, on the plan's device; fastpath.py): (CUfunction, block).
 void set_lengths(int64_t id, int64_t fn, int64_t block) {
   std::lock_guard<std::mutex> guard(g_lock);
@@ -838,6 +902,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("divergence", &divergence, "soft-DTW divergences (B,): three fused terms, one value check");
   m.def("set_hvp", &set_hvp, "the hvp kernel of a DILATE plan");
   m.def("set_norms", &set_norms, "the norms kernel of a gram plan");
+  m.def("set_chain", &set_chain, "make a plan chained (forward_chain_kernel, backward_chain_kernel)");
   m.def("set_lengths", &set_lengths, "the lengths kernel of a plan (calls with per-pair lengths)");
   m.def("set_dilate_xy", &set_dilate_xy, "a DILATE plan through dilate_xy_kernel");
   m.def("register_ops", &register_ops, "the CUDA kernels of softdtw::forward and softdtw::backward");

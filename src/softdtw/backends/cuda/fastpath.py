@@ -8,15 +8,21 @@ call into C++ forwards and no Python at all backwards. Results are bitwise those
 launches; tests/backends/test_cuda_fastpath.py).
 
 Which calls: :func:`softdtw.soft_dtw` (and :func:`softdtw.soft_dtw_divergence`, its three terms in one C++ call) on
-CUDA tensors with a float gamma, the cost "sqeuclidean" (any D; past FUSED_D_MAX its "gram" form, x·yᵀ of at most 64
-MiB) or "l1" (D <= FUSED_D_MAX), per-pair lengths as integer tensors or none, no band or alignment variant, float32
-or float64 x and y of one dtype, contiguous, on the current device, a plan that is not chained (not the long-pair
-kernels), and a stored table of at most 64 MiB (memory "auto" or "store"), or no gradient. Not under torch.compile,
-functorch transforms or a CUDA-graph capture, nor the "gram" form under autocast. Every other call, and the first
-call of each shape (a new gamma for a known shape is not a first call), take the Python path; so does any call whose
-value check fails (lengths out of range too) or whose inputs are past the kernels' exact range: the launcher's value
-is then discarded and the Python path runs the call again and raises its error (or reruns on the reference backend),
-so errors and results never depend on the path. A call of N > M steps runs as (y, x) where launch.transposes says so
+CUDA tensors with a float gamma, the cost "sqeuclidean" (any D; past FUSED_D_MAX its "gram" form) or "l1" (D <=
+FUSED_D_MAX), per-pair lengths as integer tensors or none, no band or alignment variant, float32 or float64 x and y of
+one dtype, contiguous, on the current device, with the table stored (memory "store", or "auto" where it would store:
+a table past 64 MiB asks per call whether it takes at most half the free memory, as _ops._resolve does) or no
+gradient (a value-only "gram" cost of at most COST_WHOLE_MAX; larger ones are built band by band). Plain and chained
+plans alike: the long-pair kernels (forward_chain_kernel, backward_chain_kernel) run over all rows as the Python
+path's _run_forward_chain and _run_backward_chain launch them. Large D at B = 32, N = M = 2048, D = 64 (chained, a
+table and an x·yᵀ of 512 MiB each) thus skips ~0.3-0.5 ms of host time before its first DP kernel
+(benchmarks/OPTIMIZATION_LOG.md, "The long and large-D calls through the C++ launcher"). Running out of memory there
+hands the call (forward or backward) to the Python path, which raises its MemoryError naming the sizes. Not under
+torch.compile, functorch transforms or a CUDA-graph capture, nor the "gram" form under autocast. Every other call,
+and the first call of each shape (a new gamma for a known shape is not a first call), take the Python path; so does
+any call whose value check fails (lengths out of range too) or whose inputs are past the kernels' exact range: the
+launcher's value is then discarded and the Python path runs the call again and raises its error (or reruns on the
+reference backend), so errors and results never depend on the path. A call of N > M steps runs as (y, x) where launch.transposes says so
 (gamma > 0), as the Python path does (functional._run), its lengths swapped with it.
 
 DILATE (:func:`softdtw.dilate_loss`, :func:`dilate_call`) takes the same route for its training call: a CUDA x and y
@@ -197,6 +203,7 @@ class _Entry(NamedTuple):
     span: object  # _checks.Span, for the range bound
     gram: bool  # large D: torch GEMMs inside the op, which autocast would lower
     swap: bool  # the plan is for (y, x) (launch.transposes); xl, yl and span follow the plan
+    big: int  # bytes storing takes (table and the large-D cost) where past _ops._SMALL_TABLE, else 0
 
 
 _ENTRIES: dict = {}
@@ -225,20 +232,21 @@ def _entry(x, y, gamma: float, cost, memory: str, backend, grad: bool, pkey: tup
         p = _PLANS[pkey] = _plan(x, y, cost, memory, backend, grad, transposable=pkey[-1])
     if p is False:
         return False
-    plan, unbatched, span, gram, swap = p
+    plan, unbatched, span, gram, swap, big = p
     device, B = x.device, (1 if unbatched else x.shape[0])
     return _Entry(plan, x.get_device(), _checks.as_gamma(gamma, device, x.dtype),
                   _checks.as_lengths(None, "x_lengths", B, span.N, device, "x"),
-                  _checks.as_lengths(None, "y_lengths", B, span.M, device, "y"), unbatched, span, gram, swap)
+                  _checks.as_lengths(None, "y_lengths", B, span.M, device, "y"), unbatched, span, gram, swap, big)
 
 
 def _plan(x, y, cost, memory: str, backend, grad: bool, transposable: bool = False):
-    """(C++ plan id, unbatched, Span, gram, swap) for one plan key, or False (see :func:`_entry`). transposable: the
-    plan may be for (y, x) (swap True) where launch.transposes says so, as functional._run decides for the Python
-    path (a public call; the ops' kernels run the op's own x and y)."""
+    """(C++ plan id, unbatched, Span, gram, swap, big) for one plan key, or False (see :func:`_entry`). transposable:
+    the plan may be for (y, x) (swap True) where launch.transposes says so, as functional._run decides for the Python
+    path (a public call; the ops' kernels run the op's own x and y). big: what storing takes, where it is past
+    _ops._SMALL_TABLE (memory "auto" then asks per call whether it fits, :func:`_lookup`)."""
     from ... import _checks, _ops
     from .. import FUSED_COSTS
-    from . import FUSED_D_MAX, _saved_dtype, _seq
+    from . import COST_WHOLE_MAX, FUSED_D_MAX
 
     if x.dtype != y.dtype or x.dtype not in (torch.float32, torch.float64) or x.dim() != y.dim() \
             or x.dim() not in (2, 3):
@@ -252,32 +260,60 @@ def _plan(x, y, cost, memory: str, backend, grad: bool, transposable: bool = Fal
         return False
     M = ys.shape[1]
     gram = D > FUSED_D_MAX
-    if gram and (cost != "sqeuclidean" or B * N * M * x.element_size() > _ops._SMALL_TABLE):
-        return False  # large D: l1's cost kernel is the Python path's (l1.py); a large x·yᵀ is built band by band
+    if gram and (cost != "sqeuclidean" or (not grad and B * N * M * x.element_size() > COST_WHOLE_MAX)):
+        return False  # large D: l1's cost kernel is the Python path's (l1.py); a value-only pass bands a large x·yᵀ
     dev = x.get_device()
     if y.get_device() != dev:
         return False
     swap = transposable and _launch.transposes(B, N, M, 0 if gram else D, x.dtype, dev)
     if swap:  # sdtw(x, y) = sdtw(y, x): the plan of (y, x)
         xs, ys, N, M = ys, xs, M, N
-    if grad and _ops._mode_bytes(_ops.get_backend("cuda"), "store", "fused", B, N, M, D, x.dtype) > _ops._SMALL_TABLE:
-        return False  # large tables: memory "auto" may checkpoint, which this launcher does not do
+    big = _ops._mode_bytes(_ops.get_backend("cuda"), "store", "fused", B, N, M, D, x.dtype) if grad else 0
+    if big > _ops._SMALL_TABLE and big > _ops._total_bytes(x.device):
+        return False  # storing can never fit: the Python path checkpoints ("auto") or raises its MemoryError
     kind, DK = ("gram", 0) if gram else (cost, D)
-    fwd = _seq("forward", B, N, M, DK, x.dtype, dev, kind, False, grad, False)
-    bwd = _seq("backward", B, N, M, DK, x.dtype, dev, kind, False, True, False) if grad else None
-    if not fwd.expr or (bwd is not None and not bwd.expr):
-        return False  # the chained long-pair kernels: their launches stay in Python
-    _launch.ensure_context(dev)
-    plan = _module.add_plan(_context(), _check_kernel(x.dtype, xs.numel() + ys.numel(), dev),
-                            _kernel("forward", fwd, dev), _kernel("backward", bwd, dev), fwd.saved_numel,
-                            _saved_dtype(x.dtype), list(fwd.bnd), list(bwd.bnd) if bwd is not None else [], B, N, M,
-                            fwd.plan.nch, cost, gram)
+    plan = _add_plan(_check_kernel(x.dtype, xs.numel() + ys.numel(), dev), kind, DK, B, N, M, x.dtype, dev, grad,
+                     grad, cost)
     _set_lengths(plan, dev)
     if gram:  # |x_i|, |y_j| by kernels/norms.cu, as the Python path's _norms
         from . import NORMS_EXPR, _NORMS_THREADS
 
         _module.set_norms(plan, [_launch._launcher("norms", NORMS_EXPR[x.dtype], dev).fn, 0, _NORMS_THREADS])
-    return plan, unbatched, _checks.Span(cost, D, N, M), gram, swap
+    return plan, unbatched, _checks.Span(cost, D, N, M), gram, swap, (big if big > _ops._SMALL_TABLE else 0)
+
+
+def _add_plan(check: list, kind: str, DK: int, B: int, N: int, M: int, dtype, dev: int, store: bool, grad: bool,
+              cost: str) -> int:
+    """Register one shape's launches with the C++ side; returns the plan id. The forward (storing its table when
+    store) and, with grad, the backward of the DP of cost kind `kind` ("gram", "precomputed" or a fused cost of DK
+    features), in the Python path's layout: forward_kernel and backward_kernel (_seq), or, for a chained plan,
+    forward_chain_kernel and backward_chain_kernel over all rows with their buffers' sizes (_run_forward_chain,
+    _run_backward_chain). cost: the call's cost, for the create_graph backward (set_grad_fn)."""
+    from . import (_backward_chain_expr, _backward_chain_sizes, _carried, _chain_sync_numel, _forward_chain_expr,
+                   _saved_dtype, _seq)
+
+    fwd = _seq("forward", B, N, M, DK, dtype, dev, kind, False, store, False)
+    bwd = _seq("backward", B, N, M, DK, dtype, dev, kind, False, True, False) if grad else None
+    plan = fwd.plan
+    _launch.ensure_context(dev)
+    saved_dtype = _saved_dtype(dtype)
+    if not plan.chain:
+        return _module.add_plan(_context(), check, _kernel("forward", fwd, dev), _kernel("backward", bwd, dev),
+                                fwd.saved_numel, saved_dtype, list(fwd.bnd), list(bwd.bnd) if bwd is not None else [],
+                                B, N, M, plan.nch, cost, kind == "gram")
+    grid, block = B * plan.nch, plan.block()
+    fk = [_launch._launcher("forward", _forward_chain_expr(dtype, kind, DK, plan, False, store, B, dev), dev).fn,
+          grid, block]
+    fbnd = B * plan.column_numel(N, _launch.chain_frames(dtype)) if plan.nch > 1 else 0
+    bk, bbnd, nws = [0, 0, 0], 0, 0
+    if grad:
+        bk = [_launch._launcher("backward", _backward_chain_expr(dtype, kind, DK, plan, False, B, dev), dev).fn,
+              grid, block]
+        bbnd, nws = _backward_chain_sizes(B, N, _carried(kind, DK), plan)
+    pid = _module.add_plan(_context(), check, fk, bk, B * plan.saved_numel(N), saved_dtype, [fbnd] if fbnd else [],
+                           [bbnd] if bbnd else [], B, N, M, plan.nch, cost, kind == "gram")
+    _module.set_chain(pid, _launch.tile_stagger(plan.W), _chain_sync_numel(B, plan), nws)
+    return pid
 
 
 def _set_lengths(plan: int, dev: int) -> None:
@@ -291,8 +327,9 @@ def _op_plan(x, y, cost: str, store: bool) -> int:
     """The learner of the ops' CUDA kernels (fastpath.cpp, register_ops): the C++ plan id for calls of
     softdtw::forward / backward on x `(B, N, D)`, y `(B, M, D)` with this fused cost, of softdtw::forward_cost /
     backward_cost (cost "precomputed", x = y = C `(B, N, M)`) or of softdtw::hvp_cost (cost "hvp"), storing the
-    table (memory "store") or not ("none"); -1 where the Python kernel keeps the call (the cases of :func:`_entry`;
-    for C, a chained plan or a table past 64 MiB; for hvp_cost, pairs wider than hvp_warp_kernel takes); -2 during a
+    table (memory "store") or not ("none"); -1 where the Python kernel keeps the call (the cases of :func:`_entry`,
+    and a stored table past 64 MiB, whose running out of memory the Python kernel turns into its MemoryError; for
+    hvp_cost, pairs wider than hvp_warp_kernel takes); -2 during a
     CUDA-graph capture (NVRTC and module loads are not capturable) or under a forced plan (tests, probes): no plan
     is built and the C++ side asks again next time. It asks once per (B, N, M, D, dtype, device, cost, store)."""
     if torch.cuda.is_current_stream_capturing() or _forced():
@@ -306,7 +343,7 @@ def _op_plan(x, y, cost: str, store: bool) -> int:
         if len(_PLANS) >= _PLANS_MAX:
             return -1
         p = _PLANS[pkey] = _plan(x, y, cost, "store" if store else "auto", "cuda", store)
-    return -1 if p is False else p[0]
+    return -1 if p is False or p[5] else p[0]
 
 
 def _forced() -> bool:
@@ -318,7 +355,7 @@ def _forced() -> bool:
 def _cost_plan(C, kind: str, store: bool) -> int:
     """The C++ plan of _op_plan's "precomputed" and "hvp" kinds, or -1."""
     from ... import _ops
-    from . import _saved_dtype, _seq
+    from . import _saved_dtype
 
     B, N, M = C.shape
     dtype, dev = C.dtype, C.get_device()
@@ -330,15 +367,10 @@ def _cost_plan(C, kind: str, store: bool) -> int:
                                 1, "hvp", False)
         _set_hvp(plan, B, N, M, dtype, dev)
         return plan
-    fwd = _seq("forward", B, N, M, 0, dtype, dev, "precomputed", False, store, False)
-    bwd = _seq("backward", B, N, M, 0, dtype, dev, "precomputed", False, True, False) if store else None
-    if not fwd.expr or (bwd is not None and not bwd.expr) \
-            or (store and fwd.saved_numel * _saved_dtype(dtype).itemsize > _ops._SMALL_TABLE):
+    if store and B * _launch.plan_for(B, N, M, 0, dtype, dev, False).saved_numel(N) * _saved_dtype(dtype).itemsize \
+            > _ops._SMALL_TABLE:
         return -1
-    _launch.ensure_context(dev)
-    return _module.add_plan(_context(), [0, 0, 0], _kernel("forward", fwd, dev), _kernel("backward", bwd, dev),
-                            fwd.saved_numel, _saved_dtype(dtype), list(fwd.bnd),
-                            list(bwd.bnd) if bwd is not None else [], B, N, M, fwd.plan.nch, "precomputed", False)
+    return _add_plan([0, 0, 0], "precomputed", 0, B, N, M, dtype, dev, store, store, "precomputed")
 
 
 def _kernel(name: str, spec, dev: int) -> list:
@@ -396,7 +428,9 @@ def _ready():
 def _lookup(x, y, gamma: float, cost, memory, backend, grad: bool):
     """The entry of a call the launcher may take now, or None: a call it does not take, the first call of a shape
     (registered here, run by the Python path), another device current, non-contiguous inputs, a CUDA-graph capture,
-    the "gram" form under autocast."""
+    the "gram" form under autocast, a large table that memory "auto" would not store now."""
+    from ... import _ops
+
     key = (x.shape, y.shape, x.dtype, y.dtype, x.get_device(), y.get_device(), cost, memory, backend, gamma, grad)
     e = _ENTRIES.get(key)
     if e is None:
@@ -411,6 +445,8 @@ def _lookup(x, y, gamma: float, cost, memory, backend, grad: bool):
     if e is False or _get_device() != e.dev or not (x.is_contiguous() and y.is_contiguous()) \
             or torch.cuda.is_current_stream_capturing() or (e.gram and torch.is_autocast_enabled("cuda")):
         return None
+    if e.big and memory == "auto" and e.big > _ops._free_bytes(x.device) // 2:
+        return None  # "auto" checkpoints this call (_ops._resolve asks the same): the Python path runs it
     return e
 
 
@@ -484,18 +520,27 @@ def _checked(dev: int, stream: int, spans, dtype, run):
     """run(flag, ws, wmax) with the value check queued in front of the call's kernels (three zeros: no check), then
     the check's answer: the value, or None when the inputs hold NaN / Inf or are past the kernels' exact range for
     any of spans (the _checks.Span of each DP the call runs), when a per-pair length is out of range (fastpath.cpp's
-    call_lengths flags it in ws), or when run returned None, having launched nothing (lengths the launcher leaves to
-    the Python path). The caller then runs the call on the Python path, which raises its error or reruns."""
+    call_lengths flags it in ws), when run returned None, having launched nothing (lengths the launcher leaves to
+    the Python path), or when it ran out of memory (a large table: the Python path raises its MemoryError). The
+    caller then runs the call on the Python path, which raises its error or reruns."""
     from ... import _checks
 
     # _checks._value_checks_enabled for this call, whose compile and capture cases the callers excluded
     if _checks._trusted_depth or os.environ.get("SOFTDTW_CHECK_VALUES", "1") == "0":
-        return run(0, 0, 0)
+        try:
+            return run(0, 0, 0)
+        except torch.OutOfMemoryError:
+            return None  # a large table that did not fit: the Python path raises its MemoryError (or fits now)
     from . import checks as _vchecks
 
     slot = _vchecks._take(dev)
-    value = run(slot.dev, slot.ws.data_ptr(), slot.wmax.data_ptr())
-    if value is None:  # nothing was launched: the slot's flag was never armed
+    try:
+        value = run(slot.dev, slot.ws.data_ptr(), slot.wmax.data_ptr())
+    except torch.OutOfMemoryError:
+        # As above. The check kernel may be queued already: it writes the slot's flag before the slot is reused.
+        torch.cuda.synchronize(dev)
+        value = None
+    if value is None:  # nothing was launched (or the call failed): the slot goes back unread
         _vchecks._give(dev, slot)
         return None
     pending = _vchecks.PendingCheck(dev, stream, slot)
@@ -562,10 +607,9 @@ def _as_gamma(gamma: float, x: torch.Tensor) -> torch.Tensor:
 def _dilate_plan(x, y, backend):
     """A _DilateEntry without its gamma for one shape, or False where DILATE's launcher does not apply: float32 /
     float64 (B, N, D), (B, M, D) with B·N·M·D within the cost's broadcast form, M within hvp_warp_kernel's reach,
-    a value-only forward that is not chained."""
+    its value-only forward plain or chained."""
     from ... import _checks, costs
     from ...dilate import _omega_tensor
-    from . import _saved_dtype, _seq
 
     if x.dtype != y.dtype or x.dtype not in (torch.float32, torch.float64) or x.dim() != 3 or y.dim() != 3 \
             or backend not in (None, "cuda"):
@@ -576,13 +620,8 @@ def _dilate_plan(x, y, backend):
     if y.shape[0] != B or y.shape[2] != D or 0 in x.shape or 0 in y.shape or y.get_device() != dev \
             or B * N * M * D > costs._BROADCAST_LIMIT or _hvp._warp_k(M, x.dtype) is None:
         return False
-    fwd = _seq("forward", B, N, M, 0, x.dtype, dev, "precomputed", False, False, False)
-    if not fwd.expr:
-        return False
-    _launch.ensure_context(dev)
-    plan = _module.add_plan(_context(), _check_kernel(x.dtype, x.numel() + y.numel(), dev),
-                            _kernel("forward", fwd, dev), [0, 0, 0], 0, _saved_dtype(x.dtype), list(fwd.bnd), [], B,
-                            N, M, fwd.plan.nch, "precomputed", False)
+    plan = _add_plan(_check_kernel(x.dtype, x.numel() + y.numel(), dev), "precomputed", 0, B, N, M, x.dtype, dev,
+                     False, False, "precomputed")
     _set_lengths(plan, dev)
     xy = _hvp.hvp_xy_plan(B, N, M, D, x.dtype, dev)  # as dilate._dilate_xy (hvp.dilate_xy) decides
     if xy is not None:
