@@ -352,3 +352,30 @@ def test_allocator_bytes_are_torch_counters():
     total = torch.cuda.get_device_properties(dev).total_memory
     assert be._unallocated_bytes(dev) == total - torch.cuda.memory_allocated(dev)
     assert be._allocator_bytes(dev)[0] >= keep.numel()
+
+
+@pytest.mark.cuda
+@needs_gpu
+@pytest.mark.parametrize("memory,cost", [("store", "sqeuclidean"), ("checkpoint", "sqeuclidean"),
+                                         ("checkpoint", "l1")])
+def test_a_gradient_nobody_uses_is_not_computed(many_bands, memory, cost):
+    """backward(needs=...) past FUSED_D_MAX: an unused dx or dy is None (its GEMMs are not run: a target y saves one
+    of three GEMMs in a store call), and the one asked for is bitwise what a call asking for both gets. (l1's store
+    backward gets both sides from one call of its vjp kernels.)"""
+    import softdtw.backends.cuda as be
+
+    B, N, M, D = 2, 300, 260, 24
+    g = torch.Generator(device="cuda").manual_seed(7)
+    x = torch.randn(B, N, D, device="cuda", generator=g)
+    y = torch.randn(B, M, D, device="cuda", generator=g)
+    xl = torch.full((B,), N, dtype=torch.int64, device="cuda")
+    yl = torch.full((B,), M, dtype=torch.int64, device="cuda")
+    gamma = torch.tensor(0.5, device="cuda")
+    grad = torch.rand(B, device="cuda") + 0.5
+    value, saved = be.forward(x, y, gamma, cost, xl, yl, None, memory)
+    both = be.backward(grad, x, y, gamma, cost, xl, yl, None, value, saved, memory, needs=(True, True, True))
+    only_x = be.backward(grad, x, y, gamma, cost, xl, yl, None, value, saved, memory, needs=(True, False, True))
+    only_y = be.backward(grad, x, y, gamma, cost, xl, yl, None, value, saved, memory, needs=(False, True, True))
+    assert only_x[1] is None and only_y[0] is None
+    assert torch.equal(only_x[0], both[0]) and torch.equal(only_y[1], both[1])
+    assert torch.equal(only_x[2], both[2])

@@ -688,13 +688,14 @@ def backward(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved
 
     needs: which of the three the caller will use (None: all). With fused costs the others come back as scratch
     buffers shared between calls (their values are garbage): a target y and a float gamma need no fresh
-    tensors, which cost more host time than a tiny problem's kernels (issue 27)."""
+    tensors, which cost more host time than a tiny problem's kernels (issue 27). Past FUSED_D_MAX an unused dx or dy
+    is None: its GEMMs are not run."""
     var = _variant(x, x.shape[0], window, open_begin, open_end, step_penalty)
     window = _window(window)
     x, y = x.contiguous(), y.contiguous()
     D = x.shape[2]
     if D > FUSED_D_MAX and memory == "checkpoint":
-        out = _backward_rows(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved, var)
+        out = _backward_rows(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved, var, needs)
     elif D > FUSED_D_MAX:
         out = _backward_gemm(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved, var, needs)
     else:
@@ -724,7 +725,7 @@ def _backward_gemm(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value,
     (:func:`_skips_cost`)."""
     skip = _skips_cost(x.dtype, saved, needs)
     if cost == "sqeuclidean":
-        return _backward_gram(grad, x, y, gamma, x_lengths, y_lengths, window, value, saved, var, skip)
+        return _backward_gram(grad, x, y, gamma, x_lengths, y_lengths, window, value, saved, var, skip, needs)
     C = _table_buffer(x, y) if skip else _cost_checked(cost, x, y)
     if saved.numel() == 0:
         _, saved = _run_forward(None, None, C, "precomputed", 0, gamma, x_lengths, y_lengths, window, True, False, var)
@@ -736,12 +737,13 @@ def _backward_gemm(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value,
     return (dx, dy) + tuple(out[2:])
 
 
-def _backward_gram(grad, x, y, gamma, x_lengths, y_lengths, window, value, saved, var=None, skip=False):
+def _backward_gram(grad, x, y, gamma, x_lengths, y_lengths, window, value, saved, var=None, skip=False, needs=None):
     """Squared Euclidean, large D: G = x·yᵀ by one GEMM, the kernel (cost "gram") writing grad_b · E_b over G
     and returning its row sums rs and column sums cs; then dx = 2 (rs x - E y), dy = 2 (cs y - Eᵀ x), each one
     GEMM with the scaled input as its addend. A forward + backward launches 14 kernels; the elementwise form of
     the cost took 31 (benchmarks/OPTIMIZATION_LOG.md, "Large D: the Gram cost in the cells"). skip
-    (:func:`_skips_cost`): no GEMM for G, only the norms; E goes into a fresh buffer."""
+    (:func:`_skips_cost`): no GEMM for G, only the norms; E goes into a fresh buffer. needs (:func:`backward`): a
+    gradient nobody uses is None, its GEMM not run (a target y: 0.4 ms of 3.6 at 32 x 2048², D = 64, float32)."""
     if skip:
         xn, yn = _norms(x, y)
         G = _table_buffer(x, y)
@@ -754,8 +756,9 @@ def _backward_gram(grad, x, y, gamma, x_lengths, y_lengths, window, value, saved
         out = _run_backward(grad, xn, yn, G, G, "gram", 0, gamma, x_lengths, y_lengths, window, value, saved, False,
                             None, var)
     rs, cs = out[0], out[1]
-    dx = torch.baddbmm(x * rs.unsqueeze(-1), G, y, beta=2.0, alpha=-2.0)
-    dy = torch.baddbmm(y * cs.unsqueeze(-1), G.transpose(1, 2), x, beta=2.0, alpha=-2.0)
+    dx = torch.baddbmm(x * rs.unsqueeze(-1), G, y, beta=2.0, alpha=-2.0) if needs is None or needs[0] else None
+    dy = torch.baddbmm(y * cs.unsqueeze(-1), G.transpose(1, 2), x, beta=2.0, alpha=-2.0) \
+        if needs is None or needs[1] else None
     return (dx, dy) + tuple(out[2:])
 
 
@@ -863,13 +866,13 @@ def _forward_rows(x, y, gamma, cost, x_lengths, y_lengths, window, memory, var=N
     return value, saved
 
 
-def _backward_rows(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved, var=None):
+def _backward_rows(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved, var=None, needs=None):
     """memory="checkpoint" for large D, one band of rows at a time from the bottom up: the band's table by GEMM
     (:func:`_row_table`), the checkpointed backward_chain_kernel over its rows writing grad_b · E_b over it (the row
     below entering, and the band's top row leaving, through a `(B, M, 2)` hand-over row), then the band's dx rows
     and its share of dy by GEMMs; sqeuclidean as :func:`_backward_gram` (E's row sums by row, its column sums added
     up over the bands by the kernel, Eᵀx by a GEMM that accumulates). With var a fourth output, as
-    :func:`_run_backward`."""
+    :func:`_run_backward`. needs (:func:`backward`): a gradient nobody uses is None, its GEMMs not run."""
     B, N, M, dev = x.shape[0], x.shape[1], y.shape[1], x.device.index
     plan, h = _row_plan(B, N, M, x.dtype, dev)
     dgamma = torch.empty(B, dtype=x.dtype, device=x.device)
@@ -887,7 +890,8 @@ def _backward_rows(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value,
     expr = _launch.expression("backward_chain_kernel", x.dtype, "gram" if gram else "precomputed", 0, plan,
                               window is not None, True, var=var.code if var else 0, split=split)
     grad = _like(grad, x)
-    dx, dy = torch.empty_like(x), None
+    want_x, want_y = (True, True) if needs is None else (needs[0], needs[1])
+    dx, dy = (torch.empty_like(x) if want_x else None), None
     xn, yn = _norms(x, y) if gram else (None, None)
     rs, cs = (x.new_empty((B, N)), x.new_empty((B, M))) if gram else (None, None)  # E's row and column sums
     for k, (r0, r1) in enumerate(reversed(bands)):
@@ -897,15 +901,19 @@ def _backward_rows(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value,
                                saved, rs, cs, dgamma, bufs, B, N, M, var, endbuf, dpen, rows=(r0, r1), region=k,
                                stagger=0, rowb=rowb)
         if gram:  # dx = 2 (rs x - E y) by rows; dy = 2 (cs y - Eᵀ x), Eᵀ x summed over the bands
-            dx[:, r0:r1] = torch.baddbmm(xb * rs[:, r0:r1].unsqueeze(-1), C, y, beta=2.0, alpha=-2.0)
-            dy = torch.bmm(C.transpose(1, 2), xb) if dy is None else dy.baddbmm_(C.transpose(1, 2), xb)
+            if want_x:
+                dx[:, r0:r1] = torch.baddbmm(xb * rs[:, r0:r1].unsqueeze(-1), C, y, beta=2.0, alpha=-2.0)
+            if want_y:
+                dy = torch.bmm(C.transpose(1, 2), xb) if dy is None else dy.baddbmm_(C.transpose(1, 2), xb)
         else:
             gx, gy = _cost_vjp(cost, xb, y, C)
-            dx[:, r0:r1] = gx
-            dy = gy if dy is None else dy.add_(gy)
+            if want_x:
+                dx[:, r0:r1] = gx
+            if want_y:
+                dy = gy if dy is None else dy.add_(gy)
             del gx, gy
         del C
-    if gram:
+    if gram and want_y:
         dy = torch.addcmul(dy, y, cs.unsqueeze(-1), value=-1.0).mul_(-2.0)
     return (dx, dy, dgamma) if var is None else (dx, dy, dgamma, dpen)
 
