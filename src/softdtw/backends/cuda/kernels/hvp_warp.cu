@@ -76,6 +76,20 @@ struct HvpwHand {
   double red[2][W];
 };
 
+// The forward's hand-over of step t (W > 1): the last lane's R' and R-dot (r, q, of the data dtype or double) into
+// its warp's slot, then the barrier after which the warp on the right reads them.
+template <typename T, int W, typename V>
+__device__ __forceinline__ void hvpw_hand_right(HvpwHand<T, W>& hand, const int t, const int wg, const int lane,
+                                                const V r, const V q) {
+  if (W > 1) {
+    if (lane == 31) {
+      hand.R[t & 1][wg] = r;
+      hand.Q[t & 1][wg] = q;
+    }
+    __syncthreads();
+  }
+}
+
 // Sums (MIN: minima) of a and b over the pair's W warps, the same in every lane (one order of operations);
 // hand.red is free again when it returns.
 template <typename T, int W, bool MIN>
@@ -408,13 +422,7 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
         store_lane_step<T, K, NL>(dst + 3 * CW, dl_);
       }
       if (++slot == N) slot = 0;
-      if (W > 1) {
-        if (lane == 31) {
-          hand.R[t & 1][wg] = lastD;
-          hand.Q[t & 1][wg] = lastDQ;
-        }
-        __syncthreads();
-      }
+      hvpw_hand_right<T, W>(hand, t, wg, lane, lastD, lastDQ);
     }
     if constexpr (OM || GR) {  // the value, in natural units
 #pragma unroll
@@ -608,13 +616,7 @@ __device__ __forceinline__ void hvpw_pair(const T* __restrict__ C, const T* __re
         store_lane_step<T, K, NL>(dst + 3 * CW, dl_);
       }
       if (++slot == N) slot = 0;
-      if (W > 1) {
-        if (lane == 31) {
-          hand.R[t & 1][wg] = lastR;
-          hand.Q[t & 1][wg] = lastQ;
-        }
-        __syncthreads();
-      }
+      hvpw_hand_right<T, W>(hand, t, wg, lane, lastR, lastQ);
     }
     if constexpr (!XY) cp_async_wait<0>();
     if constexpr (OM || GR) {  // the value: R' of (n - 1, m - 1), in natural units
