@@ -73,30 +73,34 @@ __device__ __forceinline__ Map<T, SOFT> compose(const Map<T, SOFT>& x, const Map
   return r;
 }
 
-// m's fields through one warp shuffle: shfl maps a lane's value to the one it receives (A is H's copy without SOFT).
-template <typename T, bool SOFT, typename Shfl>
-__device__ __forceinline__ Map<T, SOFT> shfl_map(const Map<T, SOFT>& m, Shfl shfl) {
+template <typename T, bool SOFT>
+__device__ __forceinline__ Map<T, SOFT> shfl_up(const Map<T, SOFT>& m, int off) {
   Map<T, SOFT> r;
-  r.H = shfl(m.H);
-  r.S = shfl(m.S);
-  r.s = shfl(m.s);
-  r.A = SOFT ? shfl(m.A) : r.H;
+  r.H = __shfl_up_sync(FULL_MASK, m.H, off);
+  r.S = __shfl_up_sync(FULL_MASK, m.S, off);
+  r.s = __shfl_up_sync(FULL_MASK, m.s, off);
+  r.A = SOFT ? __shfl_up_sync(FULL_MASK, m.A, off) : r.H;
   return r;
 }
 
 template <typename T, bool SOFT>
-__device__ __forceinline__ Map<T, SOFT> shfl_up(const Map<T, SOFT>& m, int off) {
-  return shfl_map(m, [off](auto v) { return __shfl_up_sync(FULL_MASK, v, off); });
-}
-
-template <typename T, bool SOFT>
 __device__ __forceinline__ Map<T, SOFT> shfl_down(const Map<T, SOFT>& m, int off) {
-  return shfl_map(m, [off](auto v) { return __shfl_down_sync(FULL_MASK, v, off); });
+  Map<T, SOFT> r;
+  r.H = __shfl_down_sync(FULL_MASK, m.H, off);
+  r.S = __shfl_down_sync(FULL_MASK, m.S, off);
+  r.s = __shfl_down_sync(FULL_MASK, m.s, off);
+  r.A = SOFT ? __shfl_down_sync(FULL_MASK, m.A, off) : r.H;
+  return r;
 }
 
 template <typename T, bool SOFT>
 __device__ __forceinline__ Map<T, SOFT> shfl_idx(const Map<T, SOFT>& m, int src) {
-  return shfl_map(m, [src](auto v) { return __shfl_sync(FULL_MASK, v, src); });
+  Map<T, SOFT> r;
+  r.H = __shfl_sync(FULL_MASK, m.H, src);
+  r.S = __shfl_sync(FULL_MASK, m.S, src);
+  r.s = __shfl_sync(FULL_MASK, m.s, src);
+  r.A = SOFT ? __shfl_sync(FULL_MASK, m.A, src) : r.H;
+  return r;
 }
 
 // Inclusive scan over the lanes of a warp, in column order (lane 0 leftmost): lane l gets m_l after ... after m_0.
