@@ -695,10 +695,18 @@ _fused_grad_apply = super(torch.autograd.Function, _FusedGrad).apply
 _transforms_active = torch._C._are_functorch_transforms_active
 
 
-def fused_grad_for_launcher(grad, x, y, gamma, cost, x_lengths, y_lengths, value, saved):
-    """The create_graph=True backward of the cuda C++ launcher's node (fastpath.cpp, set_grad_fn): what _Fused's
-    takes, for the launcher's calls (no window, memory "store")."""
-    return _fused_grad_apply(grad, x, y, gamma, (cost, x_lengths, y_lengths, None, value, saved, "store", "cuda"))
+def fused_grad_for_launcher(grad, x, y, gamma, cost, x_lengths, y_lengths, value, saved, memory="store",
+                            need_x=True, need_y=True):
+    """The Python backward of the cuda C++ launcher's node (fastpath.cpp, set_grad_fn), for its calls (no window):
+    with create_graph=True what _Fused's takes (differentiable, the HVP behind it); otherwise the backend's backward,
+    as _Fused.backward runs it (an unused gradient None, its work skipped): a checkpointed call's (memory
+    "checkpoint"), or a stored one whose backward ran out of memory in C++ (it raises the MemoryError naming the
+    sizes, or fits now)."""
+    if torch.is_grad_enabled():
+        return _fused_grad_apply(grad, x, y, gamma, (cost, x_lengths, y_lengths, None, value, saved, memory, "cuda"))
+    dx, dy, _ = get_backend("cuda").backward(grad, x, y, gamma, cost, x_lengths, y_lengths, None, value, saved,
+                                             memory, needs=(need_x, need_y, False))
+    return (dx if need_x else None), (dy if need_y else None)
 
 
 def fused_value(x, y, gamma, cost, x_lengths, y_lengths, window, memory, backend, variant=None) -> Tensor:

@@ -298,7 +298,7 @@ def test_calls_it_does_not_take_run_on_the_python_path(built):
         dict(x=torch.randn(4, 20, 17, device="cuda", requires_grad=True), y=torch.randn(4, 22, 17, device="cuda"),
              gamma=0.1, cost="l1"),  # D > FUSED_D_MAX with l1: cdist, then the precomputed-cost kernels
         dict(x=torch.randn(4, 20, 17, device="cuda", requires_grad=True), y=torch.randn(4, 22, 17, device="cuda"),
-             gamma=0.1, memory="checkpoint"),  # large D, checkpointed: the row bands
+             gamma=0.1, memory="checkpoint", cost="l1"),  # large D, checkpointed, l1: the Python path's row bands
     ]
     for kw in cases:
         xi, yi = kw.pop("x"), kw.pop("y", y)
@@ -332,6 +332,79 @@ def test_large_tables_memory_auto_asks_per_call(built, monkeypatch):
     assert _taken(again[0])
     for a, b in zip(fast, again):
         assert torch.equal(a, b)
+
+
+CKPT_CASES = [  # (B, N, M, D, dtype): memory="checkpoint" with the "gram" cost, its forward one band of rows
+    (16, 1024, 1024, 64, torch.float32),
+    (2, 1024, 1100, 24, torch.float32),
+    (4, 700, 900, 20, torch.float64),
+    (3, 300, 200, 40, torch.float32),  # run as (y, x)
+]
+
+
+@pytest.mark.parametrize("B,N,M,D,dtype", CKPT_CASES)
+@pytest.mark.parametrize("needs,lengths", [((True, False), False), ((True, True), False), ((True, True), True)])
+def test_checkpoint_bitwise_the_python_path(built, B, N, M, D, dtype, needs, lengths):
+    """memory="checkpoint" at large D, where the Python path's forward is one band of rows: the launcher runs that
+    forward (the norms, x·yᵀ, the checkpointed chain kernel) and hands its backward to the Python path's
+    (_backward_rows). Values and gradients are bitwise the Python path's, with lengths too."""
+    g = torch.Generator(device="cuda").manual_seed(B + N + D)
+    x = torch.randn(B, N, D, device="cuda", dtype=dtype, generator=g)
+    y = torch.randn(B, M, D, device="cuda", dtype=dtype, generator=g)
+    kw = {"memory": "checkpoint"}
+    if lengths:
+        h = torch.Generator().manual_seed(B)
+        kw.update(x_lengths=torch.randint((N + 1) // 2, N + 1, (B,), generator=h).cuda(),
+                  y_lengths=torch.randint((M + 1) // 2, M + 1, (B,), generator=h).cuda())
+    fast, _ = _run(x, y, 0.5, True, needs=needs, **kw)
+    slow, _ = _run(x, y, 0.5, False, needs=needs, **kw)
+    assert _taken(fast[0]), _node(fast[0])
+    assert not _taken(slow[0]), _node(slow[0])
+    for a, b in zip(fast, slow):
+        if b is None:
+            assert a is None
+        else:
+            assert torch.equal(a, b), rel_err(a, b)
+
+
+def test_checkpoint_create_graph_has_the_python_paths_graph(built):
+    """A create_graph=True backward of a checkpointed launcher call: the Python path's _FusedGrad (memory
+    "checkpoint"), so the gradient and a second derivative through it are the Python path's."""
+    x, y = torch.randn(2, 300, 24, device="cuda", dtype=torch.float64), torch.randn(2, 280, 24, device="cuda",
+                                                                                   dtype=torch.float64)
+    out = []
+    for on in (True, False):
+        (v, dx, _), (xc, _) = _run(x, y, 0.5, on, needs=(True, False), create_graph=True, memory="checkpoint")
+        assert _taken(v) == on
+        (h,) = torch.autograd.grad(dx.square().sum(), xc)
+        out.append((v, dx, h))
+    for a, b in zip(*out):
+        assert torch.equal(a, b), rel_err(a, b)
+
+
+def test_checkpoint_in_several_bands_takes_the_python_path(built, monkeypatch):
+    """Where the checkpointed forward needs more than one band of rows (planned so, or memory short now: _fit_rows),
+    the call runs on the Python path."""
+    import softdtw.backends.cuda as be
+
+    f64 = dict(device="cuda", dtype=torch.float64)
+    x, y = torch.randn(2, 1200, 24, **f64), torch.randn(2, 1300, 24, **f64)  # one band of tiles of 256 rows
+    v, _ = _run(x, y, 0.5, True, memory="checkpoint")
+    assert _taken(v[0])
+    monkeypatch.setattr(be, "_fit_rows", lambda h, TH, row_bytes, device: TH)  # memory short: bands of TH rows
+    assert be._row_plan(2, 1200, 1300, torch.float64, torch.cuda.current_device())[0].TH < 1200
+    short, _ = _run(x, y, 0.5, True, memory="checkpoint")
+    assert not _taken(short[0])
+    # (each band's GEMM rounds its own way: float64, test_cuda_banded's test_row_bands_equal_one_band)
+    assert rel_err(short[0], v[0]) <= 1e-10 and rel_err(short[1], v[1]) <= 1e-9
+    monkeypatch.undo()
+    monkeypatch.setattr(be, "COST_BAND_BYTES", 1)  # planned in many bands (a shape not planned before; N < M: not
+    monkeypatch.setattr(be, "ROW_BANDS", 1000)      # run as (y, x))
+    plan, h = be._row_plan(2, 480, 500, torch.float32, torch.cuda.current_device())
+    assert be._forward_band_rows(plan, h, 2, 480, 500, torch.float32) < 480
+    many, _ = _run(torch.randn(2, 480, 24, device="cuda"), torch.randn(2, 500, 24, device="cuda"), 0.5, True,
+                   memory="checkpoint")
+    assert not _taken(many[0])
 
 
 @pytest.fixture

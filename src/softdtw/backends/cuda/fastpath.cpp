@@ -82,6 +82,10 @@ struct Plan {
   // buffers, sync_numel the forward's zeroed int32 [ticket, flags], ws_numel the backward's zeroed int64 words.
   bool chain = false;
   int64_t stagger = 0, sync_numel = 0, ws_numel = 0;
+  // A checkpointed large-D forward (set_checkpoint; backends/cuda/__init__.py's _forward_rows in one band of rows):
+  // fwd keeps R on chunk and tile boundaries (TH rows) in the saved buffer, of the data dtype: col_numel values of the
+  // chunks' columns, then the rows'. Its backward is the Python path's (_backward_rows: the table band by band).
+  int64_t TH = 0, col_numel = 0;
 };
 
 std::mutex g_lock;
@@ -160,6 +164,15 @@ std::pair<at::Tensor, at::Tensor> run_forward(const Plan& p, int64_t stream, int
   at::Tensor value = at::empty({p.B}, opts);
   at::Tensor saved = store ? at::empty({p.saved_numel}, opts.dtype(p.saved_dtype)) : at::empty({0}, opts);
   at::Tensor bnd = maybe_empty(p.fwd_bnd, opts);
+  if (p.TH > 0) {  // checkpointed, one band of all N rows: the column checkpoints, then the rows'
+    const at::Tensor sync = at::zeros({p.sync_numel}, opts.dtype(at::kInt));
+    launch(p.fwd, stream,
+           {a0, a1, C, ptr(gamma), ptr(xl), ptr(yl), 0, ptr(value), 0, ptr(saved), ptr(sync),
+            ptr(saved) + p.col_numel * (int64_t)saved.element_size(), p.B, p.N, p.M, p.nch, p.TH, 0, 0, p.N, 0, 0, 0,
+            0},
+           "forward_chain_kernel");
+    return {value, saved};
+  }
   if (p.chain) {
     const at::Tensor sync = at::zeros({p.sync_numel}, opts.dtype(at::kInt));
     launch(p.fwd, stream,
@@ -272,7 +285,7 @@ struct Fused : public torch::autograd::Function<Fused> {
       // The gram cost keeps its norms for the backward, and x·yᵀ in float64 only: float32 links hold the
       // normalised weights, so with gamma a constant the backward reads no cost (kernels/backward.cu, readc).
       torch::autograd::variable_list keep{x, y, gamma, xl, yl, value, saved};
-      if (p.gram) {
+      if (p.gram && p.TH == 0) {
         keep.push_back(xn);
         keep.push_back(yn);
         if (x.scalar_type() != at::kFloat) keep.push_back(G);
@@ -295,10 +308,12 @@ struct Fused : public torch::autograd::Function<Fused> {
     if (!grad.defined()) return out;
     if (grad.scalar_type() != x.scalar_type()) grad = grad.to(x.scalar_type());
     if (!grad.is_contiguous()) grad = grad.contiguous();
-    if (at::GradMode::is_enabled()) {
+    if (at::GradMode::is_enabled() || p.TH > 0) {
       // create_graph=True: softdtw._ops's _FusedGrad (a Python autograd.Function whose backward is the HVP), as
-      // the Python path's _Fused takes it: the op's dispatch and generated autograd wrapper cost ~0.3 ms each.
-      python_backward(s, p, grad, out);
+      // the Python path's _Fused takes it: the op's dispatch and generated autograd wrapper cost ~0.3 ms each. A
+      // checkpointed plan's backward is the Python path's too: the table band by band (_backward_rows), whose
+      // launches are queued while the GPU still runs the forward.
+      python_backward(ctx, s, p, grad, out);
       return out;
     }
     try {
@@ -307,20 +322,22 @@ struct Fused : public torch::autograd::Function<Fused> {
       // A large table's E or gradients did not fit: the Python path's backward (the same kernels, here without a
       // graph) runs it again, and raises its MemoryError naming the sizes if it cannot fit either.
       out = torch::autograd::variable_list(11);
-      python_backward(s, p, grad, out);
+      python_backward(ctx, s, p, grad, out);
     }
     return out;
   }
 
-  // The Python path's backward of this node into out[0], out[1]: softdtw._ops.fused_grad_for_launcher (set_grad_fn),
-  // differentiable under create_graph=True.
-  static void python_backward(const torch::autograd::variable_list& s, const Plan& p, const at::Tensor& grad,
-                              torch::autograd::variable_list& out) {
+  // The Python path's backward of this node into out[0], out[1] (None from Python, for a gradient nobody uses, stays
+  // undefined): softdtw._ops.fused_grad_for_launcher (set_grad_fn), differentiable under create_graph=True.
+  static void python_backward(torch::autograd::AutogradContext* ctx, const torch::autograd::variable_list& s,
+                              const Plan& p, const at::Tensor& grad, torch::autograd::variable_list& out) {
     TORCH_CHECK(g_grad_fn != nullptr, "softdtw fast path: no Python backward was set (a bug, please report it).");
+    const bool need_x = ctx->needs_input_grad(0), need_y = ctx->needs_input_grad(1);
     py::gil_scoped_acquire gil;
-    py::tuple r = (*g_grad_fn)(grad, s[0], s[1], s[2], p.cost, s[3], s[4], s[5], s[6]);
-    out[0] = r[0].cast<at::Tensor>();
-    out[1] = r[1].cast<at::Tensor>();
+    py::tuple r = (*g_grad_fn)(grad, s[0], s[1], s[2], p.cost, s[3], s[4], s[5], s[6],
+                               p.TH > 0 ? "checkpoint" : "store", need_x, need_y);
+    if (!r[0].is_none()) out[0] = r[0].cast<at::Tensor>();
+    if (!r[1].is_none()) out[1] = r[1].cast<at::Tensor>();
   }
 
   // The backward's kernels (gram: with its GEMMs) into out[0], out[1] where x and y need them.
@@ -876,6 +893,15 @@ void set_chain(int64_t id, int64_t stagger, int64_t sync_numel, int64_t ws_numel
   p.ws_numel = ws_numel;
 }
 
+// A checkpointed plan (fastpath.py; after set_chain): its tiles' rows TH and the column checkpoints' length.
+void set_checkpoint(int64_t id, int64_t TH, int64_t col_numel) {
+  std::lock_guard<std::mutex> guard(g_lock);
+  TORCH_CHECK(id >= 0 && id < (int64_t)g_plans.size(), "softdtw fast path: unknown plan ", id);
+  Plan& p = g_plans[id];
+  p.TH = TH;
+  p.col_numel = col_numel;
+}
+
 // A plan's lengths_kernel (check.cu, on the plan's device; fastpath.py): (CUfunction, block).
 void set_lengths(int64_t id, int64_t fn, int64_t block) {
   std::lock_guard<std::mutex> guard(g_lock);
@@ -903,6 +929,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_hvp", &set_hvp, "the hvp kernel of a DILATE plan");
   m.def("set_norms", &set_norms, "the norms kernel of a gram plan");
   m.def("set_chain", &set_chain, "make a plan chained (forward_chain_kernel, backward_chain_kernel)");
+  m.def("set_checkpoint", &set_checkpoint, "make a chained gram plan a checkpointed one (one band of rows)");
   m.def("set_lengths", &set_lengths, "the lengths kernel of a plan (calls with per-pair lengths)");
   m.def("set_dilate_xy", &set_dilate_xy, "a DILATE plan through dilate_xy_kernel");
   m.def("register_ops", &register_ops, "the CUDA kernels of softdtw::forward and softdtw::backward");

@@ -204,6 +204,7 @@ class _Entry(NamedTuple):
     gram: bool  # large D: torch GEMMs inside the op, which autocast would lower
     swap: bool  # the plan is for (y, x) (launch.transposes); xl, yl and span follow the plan
     big: int  # bytes storing takes (table and the large-D cost) where past _ops._SMALL_TABLE, else 0
+    fit: object  # a checkpointed plan's (h, TH, row bytes, N): its one band of rows must fit now (_lookup); else None
 
 
 _ENTRIES: dict = {}
@@ -232,18 +233,20 @@ def _entry(x, y, gamma: float, cost, memory: str, backend, grad: bool, pkey: tup
         p = _PLANS[pkey] = _plan(x, y, cost, memory, backend, grad, transposable=pkey[-1])
     if p is False:
         return False
-    plan, unbatched, span, gram, swap, big = p
+    plan, unbatched, span, gram, swap, big, fit = p
     device, B = x.device, (1 if unbatched else x.shape[0])
     return _Entry(plan, x.get_device(), _checks.as_gamma(gamma, device, x.dtype),
                   _checks.as_lengths(None, "x_lengths", B, span.N, device, "x"),
-                  _checks.as_lengths(None, "y_lengths", B, span.M, device, "y"), unbatched, span, gram, swap, big)
+                  _checks.as_lengths(None, "y_lengths", B, span.M, device, "y"), unbatched, span, gram, swap, big,
+                  fit)
 
 
 def _plan(x, y, cost, memory: str, backend, grad: bool, transposable: bool = False):
-    """(C++ plan id, unbatched, Span, gram, swap, big) for one plan key, or False (see :func:`_entry`). transposable:
-    the plan may be for (y, x) (swap True) where launch.transposes says so, as functional._run decides for the Python
-    path (a public call; the ops' kernels run the op's own x and y). big: what storing takes, where it is past
-    _ops._SMALL_TABLE (memory "auto" then asks per call whether it fits, :func:`_lookup`)."""
+    """(C++ plan id, unbatched, Span, gram, swap, big, fit) for one plan key, or False (see :func:`_entry`).
+    transposable: the plan may be for (y, x) (swap True) where launch.transposes says so, as functional._run decides
+    for the Python path (a public call; the ops' kernels run the op's own x and y). big: what storing takes, where it
+    is past _ops._SMALL_TABLE (memory "auto" then asks per call whether it fits, :func:`_lookup`). fit: see
+    :func:`_checkpoint_plan` (memory "checkpoint" with a gradient, the "gram" form only)."""
     from ... import _checks, _ops
     from .. import FUSED_COSTS
     from . import COST_WHOLE_MAX, FUSED_D_MAX
@@ -251,8 +254,9 @@ def _plan(x, y, cost, memory: str, backend, grad: bool, transposable: bool = Fal
     if x.dtype != y.dtype or x.dtype not in (torch.float32, torch.float64) or x.dim() != y.dim() \
             or x.dim() not in (2, 3):
         return False
-    if cost not in FUSED_COSTS or backend not in (None, "cuda") or memory not in ("auto", "store"):
+    if cost not in FUSED_COSTS or backend not in (None, "cuda") or memory not in ("auto", "store", "checkpoint"):
         return False
+    ckpt = memory == "checkpoint" and grad  # (without a gradient every mode is a value-only pass)
     unbatched = x.dim() == 2
     xs, ys = (x.unsqueeze(0), y.unsqueeze(0)) if unbatched else (x, y)
     B, N, D = xs.shape
@@ -262,24 +266,59 @@ def _plan(x, y, cost, memory: str, backend, grad: bool, transposable: bool = Fal
     gram = D > FUSED_D_MAX
     if gram and (cost != "sqeuclidean" or (not grad and B * N * M * x.element_size() > COST_WHOLE_MAX)):
         return False  # large D: l1's cost kernel is the Python path's (l1.py); a value-only pass bands a large x·yᵀ
+    if ckpt and not gram:
+        return False  # the chained checkpoint of a fused cost stays on the Python path
     dev = x.get_device()
     if y.get_device() != dev:
         return False
     swap = transposable and _launch.transposes(B, N, M, 0 if gram else D, x.dtype, dev)
     if swap:  # sdtw(x, y) = sdtw(y, x): the plan of (y, x)
         xs, ys, N, M = ys, xs, M, N
-    big = _ops._mode_bytes(_ops.get_backend("cuda"), "store", "fused", B, N, M, D, x.dtype) if grad else 0
+    big = _ops._mode_bytes(_ops.get_backend("cuda"), "checkpoint" if ckpt else "store", "fused", B, N, M, D,
+                           x.dtype) if grad else 0
     if big > _ops._SMALL_TABLE and big > _ops._total_bytes(x.device):
-        return False  # storing can never fit: the Python path checkpoints ("auto") or raises its MemoryError
-    kind, DK = ("gram", 0) if gram else (cost, D)
-    plan = _add_plan(_check_kernel(x.dtype, xs.numel() + ys.numel(), dev), kind, DK, B, N, M, x.dtype, dev, grad,
-                     grad, cost)
+        return False  # it can never fit: the Python path checkpoints ("auto") or raises its MemoryError
+    check = _check_kernel(x.dtype, xs.numel() + ys.numel(), dev)
+    fit = None
+    if ckpt:
+        got = _checkpoint_plan(check, B, N, M, x.dtype, dev)
+        if got is False:
+            return False
+        plan, fit = got
+        big = 0
+    else:
+        kind, DK = ("gram", 0) if gram else (cost, D)
+        plan = _add_plan(check, kind, DK, B, N, M, x.dtype, dev, grad, grad, cost)
     _set_lengths(plan, dev)
     if gram:  # |x_i|, |y_j| by kernels/norms.cu, as the Python path's _norms
         from . import NORMS_EXPR, _NORMS_THREADS
 
         _module.set_norms(plan, [_launch._launcher("norms", NORMS_EXPR[x.dtype], dev).fn, 0, _NORMS_THREADS])
-    return plan, unbatched, _checks.Span(cost, D, N, M), gram, swap, (big if big > _ops._SMALL_TABLE else 0)
+    return plan, unbatched, _checks.Span(cost, D, N, M), gram, swap, (big if big > _ops._SMALL_TABLE else 0), fit
+
+
+def _checkpoint_plan(check: list, B: int, N: int, M: int, dtype, dev: int):
+    """(plan id, fit) of memory="checkpoint" for the "gram" cost, or False: the Python path's forward
+    (backends/cuda/__init__.py, _forward_rows) where it runs in one band of rows (_forward_band_rows: at most the
+    backward's band and tile buffers, B = 32, N = M = 2048, D = 64 among them): the norms, x·yᵀ and the checkpointed
+    forward_chain_kernel over all N rows. fit = (h, TH, row bytes, N): _lookup asks _fit_rows per call, as the Python
+    path does, and leaves the call to it (more, shorter bands) where the band would not fit now. The backward is the
+    Python path's (fastpath.cpp runs softdtw._ops.fused_grad_for_launcher with memory "checkpoint")."""
+    from . import _chain_sync_numel, _forward_band_rows, _row_plan
+
+    plan, h = _row_plan(B, N, M, dtype, dev)
+    h = _forward_band_rows(plan, h, B, N, M, dtype)
+    if h < N:
+        return False
+    frames = _launch.chain_frames(dtype)
+    expr = _launch.expression("forward_chain_kernel", dtype, "gram", 0, plan, False, False, True)
+    _launch.ensure_context(dev)
+    pid = _module.add_plan(_context(), check, [_launch._launcher("forward", expr, dev).fn, B * plan.nch, plan.block()],
+                           [0, 0, 0], B * plan.checkpoint_numel(N, frames), dtype, [], [], B, N, M, plan.nch,
+                           "sqeuclidean", True)
+    _module.set_chain(pid, 0, _chain_sync_numel(B, plan), 0)
+    _module.set_checkpoint(pid, plan.TH, B * plan.column_numel(N, frames))
+    return pid, (h, plan.TH, B * M * dtype.itemsize, N)
 
 
 def _add_plan(check: list, kind: str, DK: int, B: int, N: int, M: int, dtype, dev: int, store: bool, grad: bool,
@@ -343,7 +382,7 @@ def _op_plan(x, y, cost: str, store: bool) -> int:
         if len(_PLANS) >= _PLANS_MAX:
             return -1
         p = _PLANS[pkey] = _plan(x, y, cost, "store" if store else "auto", "cuda", store)
-    return -1 if p is False or p[5] else p[0]
+    return -1 if p is False or p[5] or p[6] is not None else p[0]
 
 
 def _forced() -> bool:
@@ -447,6 +486,12 @@ def _lookup(x, y, gamma: float, cost, memory, backend, grad: bool):
         return None
     if e.big and memory == "auto" and e.big > _ops._free_bytes(x.device) // 2:
         return None  # "auto" checkpoints this call (_ops._resolve asks the same): the Python path runs it
+    if e.fit is not None:
+        from . import _fit_rows
+
+        h, TH, row_bytes, N = e.fit
+        if _fit_rows(h, TH, row_bytes, x.device) < N:
+            return None  # the forward's band would not fit now: the Python path cuts shorter ones
     return e
 
 
