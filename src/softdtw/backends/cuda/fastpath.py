@@ -17,7 +17,9 @@ plans alike: the long-pair kernels (forward_chain_kernel, backward_chain_kernel)
 path's _run_forward_chain and _run_backward_chain launch them. Large D at B = 32, N = M = 2048, D = 64 (chained, a
 table and an x·yᵀ of 512 MiB each) thus skips ~0.3-0.5 ms of host time before its first DP kernel
 (benchmarks/OPTIMIZATION_LOG.md, "The long and large-D calls through the C++ launcher"). Running out of memory there
-hands the call (forward or backward) to the Python path, which raises its MemoryError naming the sizes. Not under
+hands the call (forward or backward) to the Python path, which raises its MemoryError naming the sizes. A large-D
+memory="checkpoint" call whose forward is one band of rows runs that forward here (:func:`_checkpoint_plan`) and its
+backward on the Python path, called from the C++ node (6.95-7.03 -> 6.68-6.71 ms at 32 x 2048², D = 64; H200). Not under
 torch.compile, functorch transforms or a CUDA-graph capture, nor the "gram" form under autocast. Every other call,
 and the first call of each shape (a new gamma for a known shape is not a first call), take the Python path; so does
 any call whose value check fails (lengths out of range too) or whose inputs are past the kernels' exact range: the
