@@ -9,9 +9,9 @@ launches; tests/backends/test_cuda_fastpath.py).
 
 Which calls: :func:`softdtw.soft_dtw` (and :func:`softdtw.soft_dtw_divergence`, its three terms in one C++ call) on
 CUDA tensors with a float gamma, the cost "sqeuclidean" (any D; past FUSED_D_MAX its "gram" form) or "l1" (D <=
-FUSED_D_MAX), per-pair lengths as integer tensors or none, no band or alignment variant, float32 or float64 x and y of
-one dtype, contiguous, on the current device, with the table stored (memory "store", or "auto" where it would store:
-a table past 64 MiB asks per call whether it takes at most half the free memory, as _ops._resolve does) or no
+FUSED_D_MAX), per-pair lengths as integer tensors or none, no band or alignment variant, float32 or float64 x and y
+of one dtype, contiguous, on the current device, with the table stored (memory "store", or "auto" where it would
+store: a table past 64 MiB asks per call whether it takes at most half the free memory, as _ops._resolve does) or no
 gradient (a value-only "gram" cost of at most COST_WHOLE_MAX; larger ones are built band by band). Plain and chained
 plans alike: the long-pair kernels (forward_chain_kernel, backward_chain_kernel) run over all rows as the Python
 path's _run_forward_chain and _run_backward_chain launch them. Large D at B = 32, N = M = 2048, D = 64 (chained, a
@@ -19,13 +19,13 @@ table and an x·yᵀ of 512 MiB each) thus skips ~0.3-0.5 ms of host time before
 (benchmarks/OPTIMIZATION_LOG.md, "The long and large-D calls through the C++ launcher"). Running out of memory there
 hands the call (forward or backward) to the Python path, which raises its MemoryError naming the sizes. A large-D
 memory="checkpoint" call whose forward is one band of rows runs that forward here (:func:`_checkpoint_plan`) and its
-backward on the Python path, called from the C++ node (6.95-7.03 -> 6.68-6.71 ms at 32 x 2048², D = 64; H200). Not under
-torch.compile, functorch transforms or a CUDA-graph capture, nor the "gram" form under autocast. Every other call,
-and the first call of each shape (a new gamma for a known shape is not a first call), take the Python path; so does
-any call whose value check fails (lengths out of range too) or whose inputs are past the kernels' exact range: the
-launcher's value is then discarded and the Python path runs the call again and raises its error (or reruns on the
-reference backend), so errors and results never depend on the path. A call of N > M steps runs as (y, x) where launch.transposes says so
-(gamma > 0), as the Python path does (functional._run), its lengths swapped with it.
+backward on the Python path, called from the C++ node (6.95-7.03 -> 6.68-6.71 ms at 32 x 2048², D = 64; H200). Not
+under torch.compile, functorch transforms or a CUDA-graph capture, nor the "gram" form under autocast. Every other
+call, and the first call of each shape (a new gamma for a known shape is not a first call), take the Python path; so
+does any call whose value check fails (lengths out of range too) or whose inputs are past the kernels' exact range:
+the launcher's value is then discarded and the Python path runs the call again and raises its error (or reruns on the
+reference backend), so errors and results never depend on the path. A call of N > M steps runs as (y, x) where
+launch.transposes says so (gamma > 0), as the Python path does (functional._run), its lengths swapped with it.
 
 DILATE (:func:`softdtw.dilate_loss`, :func:`dilate_call`) takes the same route for its training call: a CUDA x and y
 needing a gradient, the squared Euclidean cost, the default Omega, a float gamma, no band, divergence or
