@@ -60,6 +60,20 @@ def _run(x, y, gamma, enabled, cost="sqeuclidean", needs=(True, False), create_g
     return out, (xc, yc)
 
 
+def _assert_bitwise(fast, slow, taken: bool = True):
+    """fast: _run's outputs with the launcher on, slow: with it off; each output is bitwise the other's (None alike).
+    taken: the values also say which path ran them (their autograd node)."""
+    if taken:
+        assert _taken(fast[0]), _node(fast[0])
+        assert not _taken(slow[0]), _node(slow[0])
+    for a, b in zip(fast, slow):
+        if b is None:
+            assert a is None
+        else:
+            assert a.dtype == b.dtype and a.shape == b.shape
+            assert torch.equal(a, b), rel_err(a, b)
+
+
 CASES = [  # (B, N, M, D, cost, dtype)
     (1, 16, 16, 1, "sqeuclidean", torch.float32),
     (16, 128, 128, 1, "sqeuclidean", torch.float32),
@@ -86,17 +100,9 @@ def test_bitwise_the_python_path(built, B, N, M, D, cost, dtype, needs):
     g = torch.Generator(device="cuda").manual_seed(B * N + D)
     x = torch.randn(B, N, D, device="cuda", dtype=dtype, generator=g)
     y = torch.randn(B, M, D, device="cuda", dtype=dtype, generator=g)
-    fast, (xc, _) = _run(x, y, 0.1, True, cost, needs)
-    slow, (xs, _) = _run(x, y, 0.1, False, cost, needs)
-    if any(needs):
-        assert _taken(fast[0]), _node(fast[0])
-        assert not _taken(slow[0]), _node(slow[0])
-    for a, b in zip(fast, slow):
-        if b is None:
-            assert a is None
-        else:
-            assert a.dtype == b.dtype and a.shape == b.shape
-            assert torch.equal(a, b), rel_err(a, b)
+    fast, _ = _run(x, y, 0.1, True, cost, needs)
+    slow, _ = _run(x, y, 0.1, False, cost, needs)
+    _assert_bitwise(fast, slow, taken=any(needs))  # (a value without a gradient has no node to tell by)
 
 
 LENGTH_CASES = [  # (B, N, M, D, cost, dtype)
@@ -358,13 +364,7 @@ def test_checkpoint_bitwise_the_python_path(built, B, N, M, D, dtype, needs, len
                   y_lengths=torch.randint((M + 1) // 2, M + 1, (B,), generator=h).cuda())
     fast, _ = _run(x, y, 0.5, True, needs=needs, **kw)
     slow, _ = _run(x, y, 0.5, False, needs=needs, **kw)
-    assert _taken(fast[0]), _node(fast[0])
-    assert not _taken(slow[0]), _node(slow[0])
-    for a, b in zip(fast, slow):
-        if b is None:
-            assert a is None
-        else:
-            assert torch.equal(a, b), rel_err(a, b)
+    _assert_bitwise(fast, slow)
 
 
 def test_checkpoint_create_graph_has_the_python_paths_graph(built):
