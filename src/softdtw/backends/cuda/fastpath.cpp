@@ -165,6 +165,7 @@ std::pair<at::Tensor, at::Tensor> run_forward(const Plan& p, int64_t stream, int
   at::Tensor saved = store ? at::empty({p.saved_numel}, opts.dtype(p.saved_dtype)) : at::empty({0}, opts);
   at::Tensor bnd = maybe_empty(p.fwd_bnd, opts);
   if (p.TH > 0) {  // checkpointed, one band of all N rows: the column checkpoints, then the rows'
+    TORCH_CHECK(store, "softdtw fast path: a checkpointed plan called without a gradient (a bug, please report it).");
     const at::Tensor sync = at::zeros({p.sync_numel}, opts.dtype(at::kInt));
     launch(p.fwd, stream,
            {a0, a1, C, ptr(gamma), ptr(xl), ptr(yl), 0, ptr(value), 0, ptr(saved), ptr(sync),
