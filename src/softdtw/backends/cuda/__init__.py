@@ -778,6 +778,16 @@ def _forward_band_rows(plan, h: int, B: int, N: int, M: int, dtype: torch.dtype)
     return min(N, max(h, (h * row + tiles) // row // plan.TH * plan.TH))
 
 
+def _forward_row_plan(B: int, N: int, M: int, dtype: torch.dtype, device_index: int, memory: str) -> tuple:
+    """(plan, rows per band) of :func:`_forward_rows` before :func:`_fit_rows` asks for the memory: the row plan's
+    bands, taller for a checkpointed forward (:func:`_forward_band_rows`). The C++ launcher takes a checkpointed
+    forward of one band (fastpath.py, _checkpoint_plan) by this same rule."""
+    plan, h = _row_plan(B, N, M, dtype, device_index)
+    if memory == "checkpoint":
+        h = _forward_band_rows(plan, h, B, N, M, dtype)
+    return plan, h
+
+
 def _fit_rows(h: int, TH: int, row_bytes: int, device) -> int:
     """h, or where a band of h rows (row_bytes each) would take more than half of the memory available now, the
     tallest multiple of TH (at least TH) that does not: memory="checkpoint" at large D then runs in more, shorter
@@ -844,9 +854,7 @@ def _forward_rows(x, y, gamma, cost, x_lengths, y_lengths, window, memory, var=N
     from the row checkpoint above the band that the previous launch wrote (kernels/forward.cu, row bands). A
     value-only pass keeps checkpoints only above each band (TH = h), in a buffer of its own."""
     B, N, M, dev = x.shape[0], x.shape[1], y.shape[1], x.device.index
-    plan, h = _row_plan(B, N, M, x.dtype, dev)
-    if memory == "checkpoint":
-        h = _forward_band_rows(plan, h, B, N, M, x.dtype)
+    plan, h = _forward_row_plan(B, N, M, x.dtype, dev, memory)
     h = _fit_rows(h, plan.TH, B * M * x.dtype.itemsize, x.device)
     if memory != "checkpoint":
         plan = _launch.Plan(plan.K, plan.W, plan.nch, True, h)
@@ -854,8 +862,8 @@ def _forward_rows(x, y, gamma, cost, x_lengths, y_lengths, window, memory, var=N
     value, saved, bufs = _forward_chain_buffers(x, B, N, M, plan, False, var, len(bands))
     gram = cost == "sqeuclidean"
     xn, yn = _norms(x, y) if gram else (None, None)
-    expr = _launch.expression("forward_chain_kernel", x.dtype, "gram" if gram else "precomputed", 0, plan,
-                              window is not None, False, True, var=var.code if var else 0)
+    expr = _forward_chain_expr(x.dtype, "gram" if gram else "precomputed", 0, plan, window is not None, False, B, dev,
+                               var)
     for k, (r0, r1) in enumerate(bands):
         C = _row_table(cost, x, y, r0, r1, N)
         _launch_forward_chain(expr, dev, plan, xn, yn, C, gamma, x_lengths, y_lengths, window, value, None,
@@ -886,9 +894,7 @@ def _backward_rows(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value,
     bufs = _backward_chain_buffers(x, B, N, M, 1 if gram else 0, plan, saved, var, regions)
     bands = _row_bands(N, _fit_rows(h, plan.TH, B * M * x.dtype.itemsize, x.device))  # (the tiles are out already)
     rowb = x.new_empty((B * M * 2,)) if len(bands) > 1 else None
-    split = _launch.split_links(x.dtype, plan, B, window is not None, dev)  # the recompute
-    expr = _launch.expression("backward_chain_kernel", x.dtype, "gram" if gram else "precomputed", 0, plan,
-                              window is not None, True, var=var.code if var else 0, split=split)
+    expr = _backward_chain_expr(x.dtype, "gram" if gram else "precomputed", 0, plan, window is not None, B, dev, var)
     grad = _like(grad, x)
     want_x, want_y = (True, True) if needs is None else (needs[0], needs[1])
     dx, dy = (torch.empty_like(x) if want_x else None), None

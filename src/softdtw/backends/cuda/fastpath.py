@@ -306,14 +306,13 @@ def _checkpoint_plan(check: list, B: int, N: int, M: int, dtype, dev: int):
     forward_chain_kernel over all N rows. fit = (h, TH, row bytes, N): _lookup asks _fit_rows per call, as the Python
     path does, and leaves the call to it (more, shorter bands) where the band would not fit now. The backward is the
     Python path's (fastpath.cpp runs softdtw._ops.fused_grad_for_launcher with memory "checkpoint")."""
-    from . import _chain_sync_numel, _forward_band_rows, _row_plan
+    from . import _chain_sync_numel, _forward_chain_expr, _forward_row_plan
 
-    plan, h = _row_plan(B, N, M, dtype, dev)
-    h = _forward_band_rows(plan, h, B, N, M, dtype)
+    plan, h = _forward_row_plan(B, N, M, dtype, dev, "checkpoint")
     if h < N:
         return False
     frames = _launch.chain_frames(dtype)
-    expr = _launch.expression("forward_chain_kernel", dtype, "gram", 0, plan, False, False, True)
+    expr = _forward_chain_expr(dtype, "gram", 0, plan, False, False, B, dev)
     _launch.ensure_context(dev)
     pid = _module.add_plan(_context(), check, [_launch._launcher("forward", expr, dev).fn, B * plan.nch, plan.block()],
                            [0, 0, 0], B * plan.checkpoint_numel(N, frames), dtype, [], [], B, N, M, plan.nch,
@@ -470,8 +469,6 @@ def _lookup(x, y, gamma: float, cost, memory, backend, grad: bool):
     """The entry of a call the launcher may take now, or None: a call it does not take, the first call of a shape
     (registered here, run by the Python path), another device current, non-contiguous inputs, a CUDA-graph capture,
     the "gram" form under autocast, a large table that memory "auto" would not store now."""
-    from ... import _ops
-
     key = (x.shape, y.shape, x.dtype, y.dtype, x.get_device(), y.get_device(), cost, memory, backend, gamma, grad)
     e = _ENTRIES.get(key)
     if e is None:
@@ -486,8 +483,11 @@ def _lookup(x, y, gamma: float, cost, memory, backend, grad: bool):
     if e is False or _get_device() != e.dev or not (x.is_contiguous() and y.is_contiguous()) \
             or torch.cuda.is_current_stream_capturing() or (e.gram and torch.is_autocast_enabled("cuda")):
         return None
-    if e.big and memory == "auto" and e.big > _ops._free_bytes(x.device) // 2:
-        return None  # "auto" checkpoints this call (_ops._resolve asks the same): the Python path runs it
+    if e.big and memory == "auto":
+        from ... import _ops  # (here, off the small calls' path)
+
+        if e.big > _ops._free_bytes(x.device) // 2:
+            return None  # "auto" checkpoints this call (_ops._resolve asks the same): the Python path runs it
     if e.fit is not None:
         from . import _fit_rows
 
