@@ -700,10 +700,12 @@ backward_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* C, co
 }
 
 // The recompute group of the checkpointed backward: tiles from the bottom up, each into buffer r & 1 once
-// the backward group has handed that buffer back (it held tile r + 2), then "tile r ready".
-template <typename T, int COST, int DT, int K, int W, bool WINDOW, bool HARD, int VAR = 0, bool SPLIT_LINKS = false>
+// the backward group has handed that buffer back (it held tile r + 2), then "tile r ready". A table (precomputed or
+// COST_GRAM's x·yᵀ) streams through fring, a cp.async ring of PR stages (PR = 0: plain loads).
+template <typename T, int COST, int DT, int K, int W, bool WINDOW, bool HARD, int PR, int VAR = 0,
+          bool SPLIT_LINKS = false>
 __device__ __forceinline__ void recompute_tiles(const ForwardArgs<T>& fa, const int b, const int c, const T scale,
-                                                const T xs, T (*fhand)[W], typename Link<T>::Word* tile) {
+                                                const T xs, T (*fhand)[W], T* fring, typename Link<T>::Word* tile) {
   constexpr int CW = 32 * W * K;
   const int n = int(fa.xlen[b]), m = int(fa.ylen[b]);
   const int nch_b = (m + CW - 1) / CW;
@@ -715,8 +717,8 @@ __device__ __forceinline__ void recompute_tiles(const ForwardArgs<T>& fa, const 
   const int bottom = tiles.of(r1 - 1);
   for (int r = bottom; r >= (ROWS ? tiles.of(r0) : 0); --r) {  // (none for a pair that ends above the band)
     if (r <= bottom - 2) bar_wait(BAR_FREE + (r & 1), 64 * W);
-    forward_pair<T, COST, DT, K, W, WINDOW, true, HARD, 0, MODE_RECOMP, BAR_RECOMP, false, false, VAR, SPLIT_LINKS>(
-        fa, b, scale, T(1), xs, fhand, nullptr, c, tiles.first(r), min(r1, tiles.first(r + 1)),
+    forward_pair<T, COST, DT, K, W, WINDOW, true, HARD, PR, MODE_RECOMP, BAR_RECOMP, false, false, VAR, SPLIT_LINKS>(
+        fa, b, scale, T(1), xs, fhand, fring, c, tiles.first(r), min(r1, tiles.first(r + 1)),
         tile + size_t(r & 1) * fa.TH * CW, r);
     __threadfence_block();  // the tile's stores before the backward group's reads (the barrier orders them too)
     bar_arrive(BAR_READY + (r & 1), 64 * W);
@@ -748,6 +750,14 @@ backward_chain_kernel(const T* __restrict__ x, const T* __restrict__ y, const T*
   static_assert(P * STAGE <= 40960, "ring too large: the planner limits K for this W (launch.k_max)");
   __shared__ T hand[2][W][Carry<COST, DT>::NB];
   __shared__ T fhand[3][W];  // the recompute group's warp hand-over (forward_pair)
+  // CKPT, a table: the recompute group's own C ring, in what the backward's rings leave of 44 KB (static shared
+  // memory stops at 48 KB a block). With plain loads the recompute's step waited on each row's load from DRAM, and
+  // the sweep on the recompute (benchmarks/OPTIMIZATION_LOG.md, "The checkpoint's recompute through a ring").
+  // Fewer than two stages would fit: plain loads (PR = 0).
+  constexpr int RSTAGE = CKPT && !fused_cost<COST>() ? THREADS * K * int(sizeof(T)) : 0;
+  constexpr int RFIT = RSTAGE > 0 ? (45056 - P * STAGE) / RSTAGE : 0;
+  constexpr int PR = RFIT >= 8 ? 8 : (RFIT >= 2 ? RFIT : 0);
+  __shared__ __align__(16) T fring[PR > 0 ? PR * THREADS * K : 1];
   __shared__ double red[W];
   __shared__ __align__(16) Word wring[P * THREADS * K];
   __shared__ __align__(16) T cring[fused_cost<COST>() ? 1 : P * THREADS * K];
@@ -775,9 +785,11 @@ backward_chain_kernel(const T* __restrict__ x, const T* __restrict__ y, const T*
     const ForwardArgs<T> fa{x, y, C, xlen, ylen, window, nullptr, nullptr, fbnd, nullptr, ckpt, N, M, nch, TH, stagger,
                             r0, rows, pen, pen_stride};
     if (g == T(0)) {
-      recompute_tiles<T, COST, DT, K, W, WINDOW, true, VAR, SPLIT_LINKS>(fa, b, c, scale, xs, fhand, tile);
+      recompute_tiles<T, COST, DT, K, W, WINDOW, true, PR, VAR, SPLIT_LINKS>(fa, b, c, scale, xs, fhand, fring,
+                                                                             tile);
     } else {
-      recompute_tiles<T, COST, DT, K, W, WINDOW, false, VAR, SPLIT_LINKS>(fa, b, c, scale, xs, fhand, tile);
+      recompute_tiles<T, COST, DT, K, W, WINDOW, false, PR, VAR, SPLIT_LINKS>(fa, b, c, scale, xs, fhand, fring,
+                                                                             tile);
     }
     return;
   }

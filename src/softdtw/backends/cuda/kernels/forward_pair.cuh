@@ -425,7 +425,7 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
             const T* src_c = my_ring + size_t(t % P) * nthreads * K;
 #pragma unroll
             for (int k = 0; k < K; ++k) cr[k] = src_c[k];
-          } else if constexpr (!FUSED) {  // RECOMP of a precomputed cost: plain loads (no ring in the backward)
+          } else if constexpr (!FUSED) {  // RECOMP of a table with no room for a ring (backward.cu, PR = 0): plain loads
             load_table_row<T, K>(cr, Cb + crow(i) * M + j0, live, j0, M, cgroups);
           }
           if (live) {
