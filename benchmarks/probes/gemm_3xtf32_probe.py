@@ -3,9 +3,9 @@
 
 x·yᵀ as one TF32 GEMM over the concatenated depth ([x_hi, x_hi, x_lo] · [y_hi, y_lo, y_hi]ᵀ, 3D = 192) against
 cuBLAS's float32 GEMM (the FFMA kernel at D = 64) and plain TF32; and E·y (the dx GEMM) as E_hi·[y_hi, y_lo] plus
-E_lo·y_hi against float32. Times in ms (CUDA events, median of 20, splits included), errors against float64: of
-x·yᵀ relative to |x||y|, of the Gram cost |x|² + |y|² - 2 x·y relative to the float64 cost, of E·y relative to
-|E||y| per row. B = 32, N = M = 2048, D = 64 by default.
+E_lo·y_hi against float32. Times in ms (gpu.median_ms: CUDA events, median of 20, splits included), errors against
+float64: of x·yᵀ relative to |x||y|, of the Gram cost |x|² + |y|² - 2 x·y relative to the float64 cost, of E·y
+relative to |E||y| per row. B = 32, N = M = 2048, D = 64 by default.
 
     python3 benchmarks/probes/gemm_3xtf32_probe.py [B,N,D]
 """
@@ -13,6 +13,9 @@ import json
 import sys
 
 import torch
+
+sys.path.insert(0, "benchmarks")
+from gpu import median_ms  # noqa: E402  (CUDA events, median)
 
 B, N, D = (int(v) for v in (sys.argv[1] if len(sys.argv) > 1 else "32,2048,64").split(","))
 g = torch.Generator(device="cuda").manual_seed(0)
@@ -25,20 +28,6 @@ def tf32_hi(t):
     """t rounded to TF32 (10 mantissa bits), so the tensor cores take it exactly."""
     i = t.view(torch.int32)
     return ((i + 0x1000) & ~0x1FFF).view(torch.float32)
-
-
-def timed(fn, reps=20):
-    fn()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        torch.cuda.synchronize()
-        out.append(a.elapsed_time(b))
-    return sorted(out)[reps // 2]
 
 
 def xy_fp32():
@@ -81,7 +70,7 @@ rows = []
 for name, fn in (("fp32", xy_fp32), ("tf32", xy_tf32), ("3xtf32", xy_3x)):
     C = fn().double()
     cost = (xn + yn).double() - 2 * C
-    rows.append({"gemm": "x·yT", "impl": name, "ms": round(timed(fn), 4),
+    rows.append({"gemm": "x·yT", "impl": name, "ms": round(median_ms(fn, reps=20), 4),
                  "max_rel_xy": float(((C - ref).abs() / scale).max()),
                  "max_rel_cost": float(((cost - cost_ref).abs() / cost_ref.clamp_min(1e-3)).max()),
                  "median_rel_cost": float(((cost - cost_ref).abs() / cost_ref.clamp_min(1e-3)).median())})
@@ -91,7 +80,7 @@ eref = torch.bmm(Ed, yd)
 escale = Ed.norm(dim=-1).unsqueeze(-1) * yd.norm(dim=1).unsqueeze(1)
 for name, fn in (("fp32", ey_fp32), ("3xtf32", ey_3x)):
     R = fn().double()
-    rows.append({"gemm": "E·y", "impl": name, "ms": round(timed(fn), 4),
+    rows.append({"gemm": "E·y", "impl": name, "ms": round(median_ms(fn, reps=20), 4),
                  "max_rel": float(((R - eref).abs() / escale).max())})
 torch.backends.cuda.matmul.allow_tf32 = False
 for r in rows:
