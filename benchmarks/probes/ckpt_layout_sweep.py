@@ -1,0 +1,53 @@
+"""Which chained layout (K columns per lane, W warps per chunk) serves the large-D checkpoint best now: the row-band
+layout was chosen (launch._row_band_k: K = 4, W = 1) when the recompute read its table with plain loads
+(OPTIMIZATION_LOG.md, "Row bands"; "The checkpoint's recompute through a ring"). Per layout, forced with
+launch.forced_plan (the tile height left to launch.tile_rows): the training call's time (median of 10 synced calls),
+its forward / backward / all kernel times and the peak above the inputs, two rounds in turn, beside store.
+
+    python3 benchmarks/probes/ckpt_layout_sweep.py [B,N,D] [K,W ...]     (JSON lines on stdout)
+"""
+import json
+import sys
+
+import torch
+
+sys.path.insert(0, "src")
+sys.path.insert(0, "benchmarks")
+import softdtw  # noqa: E402
+from softdtw.backends.cuda import launch  # noqa: E402
+from gpu import kernel_us, median_ms  # noqa: E402
+
+B, N, D = (int(v) for v in (sys.argv[1] if len(sys.argv) > 1 else "32,2048,64").split(","))
+layouts = [tuple(int(v) for v in a.split(",")) for a in sys.argv[2:]] or [(4, 1), (4, 2), (8, 1), (4, 4), (2, 2)]
+g = torch.Generator(device="cuda").manual_seed(0)
+x0 = torch.randn(B, N, D, device="cuda", generator=g)
+y0 = torch.randn(B, N, D, device="cuda", generator=g)
+
+
+def step(memory):
+    x = x0.clone().requires_grad_(True)
+    softdtw.soft_dtw(x, y0, 1.0, memory=memory).mean().backward()
+
+
+def measure(memory):
+    step(memory)
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    step(memory)
+    torch.cuda.synchronize()
+    ku = kernel_us(lambda: step(memory), reps=3)
+    return {"ms": round(median_ms(lambda: step(memory), reps=10), 3),
+            "fwd_ms": round(sum(v for k, v in ku.items() if "forward_chain" in k) / 1e3, 3),
+            "bwd_ms": round(sum(v for k, v in ku.items() if "backward_chain" in k) / 1e3, 3),
+            "gpu_ms": round(sum(ku.values()) / 1e3, 3),
+            "peak_mb": round((torch.cuda.max_memory_allocated() - base) / 2**20, 1)}
+
+
+for rnd in (1, 2):
+    print(json.dumps({"round": rnd, "layout": "store", **measure("store")}), flush=True)
+    print(json.dumps({"round": rnd, "layout": "planner", **measure("checkpoint")}), flush=True)
+    for K, W in layouts:
+        with launch.forced_plan(K, W):
+            r = measure("checkpoint")
+        print(json.dumps({"round": rnd, "layout": f"K{K} W{W}", **r}), flush=True)
