@@ -310,7 +310,9 @@ def _row_band_k(M: int, dtype: torch.dtype) -> int:
     # The widest K <= 4 (one warp per block) whose chunk is less than twice as wide as y. H100, B = 32, N = M = 2048,
     # D = 64, 4 bands: K = 4, W = 1 10.7 ms; K = 4, W = 2 10.0; K = 8, W = 1 10.0; K = 2 22.3; K = 1 39.7 (each
     # band refills one lag per chunk, so few wide chunks win); 2 bands: K = 4 8.1-8.6, K = 8 8.4-8.9, within noise
-    # (OPTIMIZATION_LOG.md, "Row bands"). The column bands' sweep had put K = 4, W = 1 first too.
+    # (OPTIMIZATION_LOG.md, "Row bands"). The column bands' sweep had put K = 4, W = 1 first too. All of these were
+    # measured while the recompute read its table with plain loads, before its ring ("The checkpoint's recompute
+    # through a ring"); benchmarks/probes/ckpt_layout_sweep.py asks again.
     for k in (4, 2):
         if k <= _krings(dtype, 0)[0] and 32 * k < 2 * M:
             return k
