@@ -756,10 +756,16 @@ def _backward_gram(grad, x, y, gamma, x_lengths, y_lengths, window, value, saved
         out = _run_backward(grad, xn, yn, G, G, "gram", 0, gamma, x_lengths, y_lengths, window, value, saved, False,
                             None, var)
     rs, cs = out[0], out[1]
-    dx = torch.baddbmm(x * rs.unsqueeze(-1), G, y, beta=2.0, alpha=-2.0) if needs is None or needs[0] else None
-    dy = torch.baddbmm(y * cs.unsqueeze(-1), G.transpose(1, 2), x, beta=2.0, alpha=-2.0) \
-        if needs is None or needs[1] else None
+    want_x, want_y = _wanted_xy(needs)
+    dx = torch.baddbmm(x * rs.unsqueeze(-1), G, y, beta=2.0, alpha=-2.0) if want_x else None
+    dy = torch.baddbmm(y * cs.unsqueeze(-1), G.transpose(1, 2), x, beta=2.0, alpha=-2.0) if want_y else None
     return (dx, dy) + tuple(out[2:])
+
+
+def _wanted_xy(needs) -> tuple:
+    """(dx wanted, dy wanted) of :func:`backward`'s needs (None: both): past FUSED_D_MAX an unwanted one is None and
+    its GEMMs are not run (:func:`_backward_gram`, :func:`_backward_rows`)."""
+    return (True, True) if needs is None else (bool(needs[0]), bool(needs[1]))
 
 
 def _row_bands(N: int, h: int):
@@ -896,7 +902,7 @@ def _backward_rows(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value,
     rowb = x.new_empty((B * M * 2,)) if len(bands) > 1 else None
     expr = _backward_chain_expr(x.dtype, "gram" if gram else "precomputed", 0, plan, window is not None, B, dev, var)
     grad = _like(grad, x)
-    want_x, want_y = (True, True) if needs is None else (needs[0], needs[1])
+    want_x, want_y = _wanted_xy(needs)
     dx, dy = (torch.empty_like(x) if want_x else None), None
     xn, yn = _norms(x, y) if gram else (None, None)
     rs, cs = (x.new_empty((B, N)), x.new_empty((B, M))) if gram else (None, None)  # E's row and column sums
