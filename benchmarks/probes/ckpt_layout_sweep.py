@@ -4,8 +4,10 @@ layout was chosen (launch._row_band_k: K = 4, W = 1) when the recompute read its
 launch.forced_plan (the tile height left to launch.tile_rows): the training call's time (median of 10 synced calls),
 its forward / backward / all kernel times and the peak above the inputs, two rounds in turn, beside store.
 
-    python3 benchmarks/probes/ckpt_layout_sweep.py [B,N,D] [K,W ...]     (JSON lines on stdout)
+    python3 benchmarks/probes/ckpt_layout_sweep.py [B,N,D] [K,W ...] [--M M] [--cost C] [--dtype T] [--rounds R]
+                                                                          (JSON lines on stdout)
 """
+import argparse
 import json
 import sys
 
@@ -17,16 +19,27 @@ import softdtw  # noqa: E402
 from softdtw.backends.cuda import launch  # noqa: E402
 from gpu import kernel_us, median_ms  # noqa: E402
 
-B, N, D = (int(v) for v in (sys.argv[1] if len(sys.argv) > 1 else "32,2048,64").split(","))
-layouts = [tuple(int(v) for v in a.split(",")) for a in sys.argv[2:]] or [(4, 1), (4, 2), (8, 1), (4, 4), (2, 2)]
+ap = argparse.ArgumentParser()
+ap.add_argument("shape", nargs="?", default="32,2048,64", help="B,N,D")
+ap.add_argument("layouts", nargs="*", help="K,W ...")
+ap.add_argument("--M", type=int, default=None, help="y's length (default N)")
+ap.add_argument("--cost", default="sqeuclidean")
+ap.add_argument("--dtype", default="float32")
+ap.add_argument("--rounds", type=int, default=2)
+args = ap.parse_args()
+B, N, D = (int(v) for v in args.shape.split(","))
+M = args.M or N
+layouts = [tuple(int(v) for v in a.split(",")) for a in args.layouts] or [(4, 1), (4, 2), (8, 1), (4, 4), (2, 2)]
+dtype = getattr(torch, args.dtype)
 g = torch.Generator(device="cuda").manual_seed(0)
-x0 = torch.randn(B, N, D, device="cuda", generator=g)
-y0 = torch.randn(B, N, D, device="cuda", generator=g)
+x0 = torch.randn(B, N, D, device="cuda", generator=g, dtype=dtype)
+y0 = torch.randn(B, M, D, device="cuda", generator=g, dtype=dtype)
+tag = {"B": B, "N": N, "M": M, "D": D, "cost": args.cost, "dtype": args.dtype}
 
 
 def step(memory):
     x = x0.clone().requires_grad_(True)
-    softdtw.soft_dtw(x, y0, 1.0, memory=memory).mean().backward()
+    softdtw.soft_dtw(x, y0, 1.0, memory=memory, cost=args.cost).mean().backward()
 
 
 def measure(memory):
@@ -44,10 +57,11 @@ def measure(memory):
             "peak_mb": round((torch.cuda.max_memory_allocated() - base) / 2**20, 1)}
 
 
-for rnd in (1, 2):
-    print(json.dumps({"round": rnd, "layout": "store", **measure("store")}), flush=True)
-    print(json.dumps({"round": rnd, "layout": "planner", **measure("checkpoint")}), flush=True)
+for rnd in range(1, args.rounds + 1):
+    print(json.dumps({**tag, "round": rnd, "layout": "store", **measure("store")}), flush=True)
+    print(json.dumps({**tag, "round": rnd, "layout": "planner", **measure("checkpoint")}), flush=True)
     for K, W in layouts:
         with launch.forced_plan(K, W):
             r = measure("checkpoint")
-        print(json.dumps({"round": rnd, "layout": f"K{K} W{W}", **r}), flush=True)
+        print(json.dumps({**tag, "round": rnd, "layout": f"K{K} W{W}", **r}), flush=True)
+    torch.cuda.empty_cache()

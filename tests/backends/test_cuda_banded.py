@@ -52,11 +52,24 @@ def test_row_band_plan_keeps_bands_within_budget(B, N, M, dtype):
 
 
 def test_row_plan_at_the_target_shape():
-    """B = 32, N = M = 2048, D = 64 float32: two bands of 1024 rows (half the table, 256 MiB each), tiles of 512."""
+    """B = 32, N = M = 2048, D = 64 float32: two bands of 1024 rows (half the table, 256 MiB each), tiles of 512,
+    chunks of two warps (launch.ROW_BAND_W2_GAIN)."""
     from softdtw.backends.cuda import _row_band_bytes
 
     plan, h = _launch().row_band_plan(32, 2048, 2048, torch.float32, 0, _row_band_bytes(32, 2048, 2048, torch.float32))
-    assert (plan.K, plan.W, plan.nch, plan.TH, h) == (4, 1, 16, 512, 1024)
+    assert (plan.K, plan.W, plan.nch, plan.TH, h) == (4, 2, 8, 512, 1024)
+
+
+@pytest.mark.parametrize("B,N,M,W", [(32, 2048, 2048, 2), (32, 1024, 1024, 2), (1, 16384, 16384, 2),
+                                     (8, 4096, 1024, 1), (64, 256, 256, 1), (16, 300, 400, 1)])
+def test_row_bands_take_two_warps_where_the_lags_dominate(B, N, M, W):
+    """Two warps per chunk where they shorten a band's modelled pass by more than ROW_BAND_W2_GAIN and a band has at
+    least ROW_BAND_W2_MIN_ROWS rows; one elsewhere (the shapes of ckpt_layout_sweep.py on an H200)."""
+    from softdtw.backends.cuda import _row_band_bytes
+
+    for dtype in (torch.float32, torch.float64):
+        plan, h = _launch().row_band_plan(B, N, M, dtype, 0, _row_band_bytes(B, N, M, dtype))
+        assert (plan.K, plan.W) == (4, W)
 
 
 @pytest.mark.parametrize("B,N,M", [(32, 2048, 2048), (1, 65536, 65536), (4, 3000, 70000), (3, 700, 500),
@@ -167,6 +180,27 @@ def test_banded_equals_unbanded(many_bands, dtype, gamma, tol):
     for p, q in zip(banded[:-1], whole[:-1]):
         assert rel_err(p, q) <= tol
     # dgamma = (value - <E, C>) / gamma: two terms of |value| / gamma nearly cancel (test_cuda._dgamma_err).
+    assert _dgamma_err(banded[-1], whole[-1], whole[0], gamma) <= tol
+
+
+@pytest.mark.cuda
+@needs_gpu
+@pytest.mark.parametrize("dtype,gamma,tol", [(torch.float64, 0.1, 1e-10), (torch.float32, 0.3, 1e-4)])
+def test_two_warp_row_bands_equal_store(dtype, gamma, tol):
+    """The planner's row bands of two warps per chunk (launch.ROW_BAND_W2_GAIN; 2 x 1024 x 2048: 16 chunks of one
+    warp would refill most of each band), lengths and a band: the checkpoint equals the store path to rounding."""
+    from softdtw.backends.cuda import _row_plan
+    from tests.backends.test_cuda import _dgamma_err, _gamma, _grad, _problem, cuda_fused
+
+    B, N, M = 2, 1024, 2048
+    x, y, xl, yl, w = _problem(B, N, M, 24, seed=13, lengths=True, band=700)
+    x, y, g, grad = x.to(dtype), y.to(dtype), _gamma(gamma, dtype), _grad(B, dtype)
+    plan, h = _row_plan(B, N, M, dtype, x.device.index)
+    assert plan.W == 2 and h >= 512
+    banded = cuda_fused(x, y, g, "sqeuclidean", xl, yl, w, grad, "checkpoint")
+    whole = cuda_fused(x, y, g, "sqeuclidean", xl, yl, w, grad, "store")
+    for p, q in zip(banded[:-1], whole[:-1]):
+        assert rel_err(p, q) <= tol
     assert _dgamma_err(banded[-1], whole[-1], whole[0], gamma) <= tol
 
 

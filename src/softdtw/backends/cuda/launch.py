@@ -297,22 +297,48 @@ def row_band_plan(B: int, N: int, M: int, dtype: torch.dtype, device_index: int,
     item = dtype.itemsize  # a C value and a link word alike: 4 bytes for float32, 8 for float64
     if _forced:
         plan = plan_for(B, N, M, 0, dtype, device_index, checkpoint=True)
-        K, W, TH = plan.K, plan.W, _forced[-1][3]
-    else:
-        K, W, TH = _row_band_k(M, dtype), 1, None
+        return _row_band(B, N, M, plan.K, plan.W, item, band_bytes, _forced[-1][3])
+    K = _row_band_k(M, dtype)
+    plan, h = _row_band(B, N, M, K, 1, item, band_bytes)
+    if h >= ROW_BAND_W2_MIN_ROWS and K <= _krings(dtype, 0)[1] and 64 * K < 2 * M:
+        plan2, h2 = _row_band(B, N, M, K, 2, item, band_bytes)
+        if _band_steps(plan, h) > ROW_BAND_W2_GAIN * _band_steps(plan2, h2):
+            return plan2, h2
+    return plan, h
+
+
+def _row_band(B: int, N: int, M: int, K: int, W: int, item: int, band_bytes: int, TH: int | None = None) -> tuple:
+    """(plan, rows per band) of row bands laid out K, W (row_band_plan)."""
     nch = -(-M // (32 * W * K))
     TH = tile_rows(B, N, K, W, nch, item, TH, band_bytes)
     h = max(TH, band_bytes // max(1, B * M * item) // TH * TH)
     return Plan(K, W, nch, True, TH), min(h, N)
 
 
+#: Two warps per chunk for row bands where the planner's model of a band's pass (_band_steps) shortens by more than
+#: this: half the chunks, so half the lags a band refills, at ~11-19 % more time per step (the block's barrier).
+#: H200, benchmarks/probes/ckpt_layout_sweep.py, backward kernels W = 1 -> 2 against the model's ratio: 32 x 2048²
+#: 2.62 -> 2.41 ms (1.258), 32 x 1024² 1.16 -> 1.09 (1.267), 1 x 16384² 16.9 -> 15.1 (1.251), float64 and l1 at
+#: 2048² -3 % and -7 % (1.258); slower where it is at most 1.2: 64 x 256² (1.20) +24 %, 8 x 4096 x 1024 (1.103)
+#: +3 %, 16 x 400 x 300 (1.054) +12 % (OPTIMIZATION_LOG.md, "Row bands of two warps"). Only for bands of at least
+#: ROW_BAND_W2_MIN_ROWS rows (W = 1's): every measured gain had 512 or more; shorter bands pay for W = 2's taller
+#: tiles in memory (64 x 256²: 49 -> 65 MB) and were not measured at a model ratio above 1.2.
+ROW_BAND_W2_GAIN, ROW_BAND_W2_MIN_ROWS = 1.22, 512
+
+
+def _band_steps(plan: Plan, h: int) -> int:
+    """Lane steps of one band's pass in the planner's chained model: its rows, then each further chunk
+    _CHAIN_LAG_ROWS + 32 W rows behind the one on its left (plan_estimate)."""
+    return h + (plan.nch - 1) * (32 * plan.W + _CHAIN_LAG_ROWS) + 32 * plan.W
+
+
 def _row_band_k(M: int, dtype: torch.dtype) -> int:
     # The widest K <= 4 (one warp per block) whose chunk is less than twice as wide as y. H100, B = 32, N = M = 2048,
     # D = 64, 4 bands: K = 4, W = 1 10.7 ms; K = 4, W = 2 10.0; K = 8, W = 1 10.0; K = 2 22.3; K = 1 39.7 (each
     # band refills one lag per chunk, so few wide chunks win); 2 bands: K = 4 8.1-8.6, K = 8 8.4-8.9, within noise
-    # (OPTIMIZATION_LOG.md, "Row bands"). The column bands' sweep had put K = 4, W = 1 first too. All of these were
-    # measured while the recompute read its table with plain loads, before its ring ("The checkpoint's recompute
-    # through a ring"); benchmarks/probes/ckpt_layout_sweep.py asks again.
+    # (OPTIMIZATION_LOG.md, "Row bands"). The column bands' sweep had put K = 4, W = 1 first too. Re-asked on an
+    # H200 after the recompute's ring (ckpt_layout_sweep.py over eight shapes): K = 4 stays; K = 8 or W = 4 win at
+    # one shape each by under 2 %, and lose elsewhere (W = 4 at 32 x 1024² +5 %, K = 8 at 8 x 4096 x 1024 +17 %).
     for k in (4, 2):
         if k <= _krings(dtype, 0)[0] and 32 * k < 2 * M:
             return k
