@@ -1,8 +1,9 @@
-"""Which chained layout (K columns per lane, W warps per chunk) serves the large-D checkpoint best now: the row-band
-layout was chosen (launch._row_band_k: K = 4, W = 1) when the recompute read its table with plain loads
-(OPTIMIZATION_LOG.md, "Row bands"; "The checkpoint's recompute through a ring"). Per layout, forced with
-launch.forced_plan (the tile height left to launch.tile_rows): the training call's time (median of 10 synced calls),
-its forward / backward / all kernel times and the peak above the inputs, two rounds in turn, beside store.
+"""Which chained layout (K columns per lane, W warps per chunk) serves the large-D checkpoint best: the row-band
+layout (launch.row_band_plan: K = 4, and W = 1 or 2 by ROW_BAND_W2_GAIN) was chosen from this sweep on an H200
+(OPTIMIZATION_LOG.md, "Row bands of two warps"). Per layout, forced with launch.forced_plan (the tile height left to
+launch.tile_rows): the training call's time (median of 10 synced calls; forced plans take the Python path, ~0.3 ms
+more host time than the planner's launcher calls), its forward / backward / all kernel times and the peak above the
+inputs, some rounds in turn, beside store.
 
     python3 benchmarks/probes/ckpt_layout_sweep.py [B,N,D] [K,W ...] [--M M] [--cost C] [--dtype T] [--rounds R]
                                                                           (JSON lines on stdout)
