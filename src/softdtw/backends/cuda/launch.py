@@ -226,8 +226,7 @@ def plan_estimate(B: int, N: int, M: int, kmax: int, sms: int, kring: tuple = ()
             if ctime < chain_time * 0.97:
                 # The sequential model's estimate of the same layout, to compare like with like below.
                 best_chain, chain_time = (K, W, nch), ctime
-                chain_seq_units = max(N + (nch - 1) * (32 * W + _CHAIN_LAG_ROWS) + 32 * W,
-                                      B * nch * W * (N + 32 * W) / resident) * step
+                chain_seq_units = max(_chain_steps(N, nch, W), B * nch * W * (N + 32 * W) / resident) * step
     # The chained model is optimistic (measured/modelled ~1.1 at N = 2048), hence a margin. float32 fused costs whose
     # chained blocks fill at most half of the GPU take a chained plan at a smaller modelled gain: H100, B = 8..64, N = M
     # = 2048, D = 1, the model's 0.77 was measured 0.85-0.92 forward + backward (value-only 0.72) against the
@@ -300,9 +299,9 @@ def row_band_plan(B: int, N: int, M: int, dtype: torch.dtype, device_index: int,
         return _row_band(B, N, M, plan.K, plan.W, item, band_bytes, _forced[-1][3])
     K = _row_band_k(M, dtype)
     plan, h = _row_band(B, N, M, K, 1, item, band_bytes)
-    if h >= ROW_BAND_W2_MIN_ROWS and K <= _krings(dtype, 0)[1] and 64 * K < 2 * M:
+    if h >= ROW_BAND_W2_MIN_ROWS and K <= _krings(dtype, 0)[W_CHOICES.index(2)] and 64 * K < 2 * M:
         plan2, h2 = _row_band(B, N, M, K, 2, item, band_bytes)
-        if _band_steps(plan, h) > ROW_BAND_W2_GAIN * _band_steps(plan2, h2):
+        if _chain_steps(h, plan.nch, 1) > ROW_BAND_W2_GAIN * _chain_steps(h2, plan2.nch, 2):
             return plan2, h2
     return plan, h
 
@@ -315,7 +314,7 @@ def _row_band(B: int, N: int, M: int, K: int, W: int, item: int, band_bytes: int
     return Plan(K, W, nch, True, TH), min(h, N)
 
 
-#: Two warps per chunk for row bands where the planner's model of a band's pass (_band_steps) shortens by more than
+#: Two warps per chunk for row bands where the planner's model of a band's pass (_chain_steps) shortens by more than
 #: this: half the chunks, so half the lags a band refills, at ~11-19 % more time per step (the block's barrier).
 #: H200, benchmarks/probes/ckpt_layout_sweep.py, backward kernels W = 1 -> 2 against the model's ratio: 32 x 2048²
 #: 2.62 -> 2.41 ms (1.258), 32 x 1024² 1.16 -> 1.09 (1.267), 1 x 16384² 16.9 -> 15.1 (1.251), float64 and l1 at
@@ -326,10 +325,10 @@ def _row_band(B: int, N: int, M: int, K: int, W: int, item: int, band_bytes: int
 ROW_BAND_W2_GAIN, ROW_BAND_W2_MIN_ROWS = 1.22, 512
 
 
-def _band_steps(plan: Plan, h: int) -> int:
-    """Lane steps of one band's pass in the planner's chained model: its rows, then each further chunk
-    _CHAIN_LAG_ROWS + 32 W rows behind the one on its left (plan_estimate)."""
-    return h + (plan.nch - 1) * (32 * plan.W + _CHAIN_LAG_ROWS) + 32 * plan.W
+def _chain_steps(rows: int, nch: int, W: int) -> int:
+    """Lane steps of a chained pass over `rows` rows in nch chunks of W warps, as the planner models it: the rows,
+    then each further chunk _CHAIN_LAG_ROWS + 32 W rows behind the one on its left (plan_estimate, row_band_plan)."""
+    return rows + (nch - 1) * (32 * W + _CHAIN_LAG_ROWS) + 32 * W
 
 
 def _row_band_k(M: int, dtype: torch.dtype) -> int:
