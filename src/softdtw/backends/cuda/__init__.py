@@ -19,7 +19,8 @@ instantiation of the same templates; float32 runs its DP in float32).
   kernels running every chunk of every pair over the band's rows, the forward top to bottom from the row
   checkpoint above the band, the backward bottom up from the (E, link) row below it, E written over the band and
   turned into the band's dx rows and its share of dy by GEMMs (``_forward_rows``, ``_backward_rows``).
-- memory="none": nothing saved, O(B·N) scratch at most. memory="store": the forward saves one 4-byte
+- memory="none": nothing saved, O(B·N) scratch at most. Few long pairs run from both ends (``two_ended.py``:
+  the halves of each pair's rows at once, about N / 2 steps shorter). memory="store": the forward saves one 4-byte
   (float32) or 8-byte (float64) word per cell, step-major: ``saved[b, (c·N + t mod N)·CW + offset(L, k)]``
   for chunk c, step t, lane L and column k of the lane (``StepLayout`` in common.cuh), shape
   ``(B · nch·N·CW,)`` (flat) with nch·CW >= M (padding below 2x, usually none). The word (``Link`` in common.cuh):
@@ -61,6 +62,7 @@ from ... import costs
 from .. import FUSED_COSTS, reference
 from . import launch as _launch
 from . import l1 as _l1
+from . import two_ended as _two_ended
 from .compile import STATS as COMPILE_STATS  # noqa: F401  (re-exported for benchmarks)
 
 #: Memory modes this backend implements (the ops layer reads this).
@@ -677,6 +679,10 @@ def forward(x, y, gamma, cost, x_lengths, y_lengths, window, memory, *, open_beg
     if D > FUSED_D_MAX:
         C = _cost_checked(cost, x, y)
         return _run_forward(None, None, C, "precomputed", 0, gamma, x_lengths, y_lengths, window, store, False, var)
+    if memory == "none" and var is None and window is None and _two_ended.applies(
+            x.shape[0], x.shape[1], y.shape[1], D, x.dtype, x.get_device()):
+        return (_two_ended.forward(x.contiguous(), y.contiguous(), gamma, cost, x_lengths, y_lengths),
+                x.new_empty((0,)))
     return _run_forward(x.contiguous(), y.contiguous(), None, cost, D, gamma, x_lengths, y_lengths, window, store,
                         memory == "checkpoint", var)
 

@@ -77,6 +77,7 @@ import torch
 
 from . import hvp as _hvp
 from . import launch as _launch
+from . import two_ended as _two_ended
 
 _log = logging.getLogger("softdtw")
 _SOURCE = Path(__file__).with_name("fastpath.cpp")
@@ -276,6 +277,8 @@ def _plan(x, y, cost, memory: str, backend, grad: bool, transposable: bool = Fal
     swap = transposable and _launch.transposes(B, N, M, 0 if gram else D, x.dtype, dev)
     if swap:  # sdtw(x, y) = sdtw(y, x): the plan of (y, x)
         xs, ys, N, M = ys, xs, M, N
+    if not grad and not gram and _two_ended.applies(B, N, M, D, x.dtype, dev):
+        return False  # the Python path runs it from both ends (two_ended.py)
     big = _ops._mode_bytes(_ops.get_backend("cuda"), "checkpoint" if ckpt else "store", "fused", B, N, M, D,
                            x.dtype) if grad else 0
     if big > _ops._SMALL_TABLE and big > _ops._total_bytes(x.device):
