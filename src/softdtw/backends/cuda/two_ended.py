@@ -62,27 +62,38 @@ def _applies(B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index: i
 _CACHE: dict = {}
 
 
-def forward(x: torch.Tensor, y: torch.Tensor, gamma: torch.Tensor, cost: str, x_lengths: torch.Tensor,
-            y_lengths: torch.Tensor) -> torch.Tensor:
-    """Values `(B,)` of x `(B, N, D)`, y `(B, M, D)` (contiguous, a fused cost), gamma a 0-d tensor of x's dtype,
-    lengths int64 `(B,)`, computed from both ends; nothing is saved."""
-    from . import _forward_chain_buffers, _forward_chain_expr, _launch_forward_chain, _variant
-
+def inputs(x: torch.Tensor, y: torch.Tensor, x_lengths: torch.Tensor, y_lengths: torch.Tensor) -> tuple:
+    """The 2B pairs of the two halves (kernels/two_ended.cu, two_ended_inputs_kernel): x2 `(2B, ceil(N / 2), D)`, y2
+    `(2B, M, D)`, and their lengths, int64 `(2B,)` each."""
     B, N, D = x.shape
     M = y.shape[1]
     H = (N + 1) // 2
     dev = x.device.index if x.device.index is not None else torch.cuda.current_device()
-    ctype = _CTYPE[x.dtype]
     # The halves' inputs and lengths in two buffers (one allocation each).
     data = x.new_empty((2 * B * (H + M) * D,))
     x2, y2 = data[:2 * B * H * D].view(2 * B, H, D), data[2 * B * H * D:].view(2 * B, M, D)
     lengths = torch.empty((4 * B,), dtype=torch.int64, device=x.device)
     xl2, yl2 = lengths[:2 * B], lengths[2 * B:]
     span = 2 * B * max(H, M)
-    _launch.launch("two_ended", f"sdtw::two_ended_inputs_kernel<{ctype}>", dev, -(-span // _THREADS), _THREADS,
-                   (x.data_ptr(), y.data_ptr(), x_lengths.data_ptr(), y_lengths.data_ptr(), _launch.i32(B),
-                    _launch.i32(N), _launch.i32(M), _launch.i32(D), x2.data_ptr(), y2.data_ptr(), xl2.data_ptr(),
-                    yl2.data_ptr()))
+    _launch.launch("two_ended", f"sdtw::two_ended_inputs_kernel<{_CTYPE[x.dtype]}>", dev, -(-span // _THREADS),
+                   _THREADS, (x.data_ptr(), y.data_ptr(), x_lengths.data_ptr(), y_lengths.data_ptr(), _launch.i32(B),
+                              _launch.i32(N), _launch.i32(M), _launch.i32(D), x2.data_ptr(), y2.data_ptr(),
+                              xl2.data_ptr(), yl2.data_ptr()))
+    return x2, y2, xl2, yl2
+
+
+def forward(x: torch.Tensor, y: torch.Tensor, gamma: torch.Tensor, cost: str, x_lengths: torch.Tensor,
+            y_lengths: torch.Tensor) -> torch.Tensor:
+    """Values `(B,)` of x `(B, N, D)`, y `(B, M, D)` (contiguous, a fused cost), gamma a 0-d tensor of x's dtype,
+    lengths int64 `(B,)`, computed from both ends; nothing is saved."""
+    from . import _forward_chain_buffers, _forward_chain_expr, _launch_forward_chain, _variant
+
+    x2, y2, xl2, yl2 = inputs(x, y, x_lengths, y_lengths)
+    B, N, D = x.shape
+    M = y.shape[1]
+    H = (N + 1) // 2
+    dev = x.device.index if x.device.index is not None else torch.cuda.current_device()
+    ctype = _CTYPE[x.dtype]
     var = _variant(x2, 2 * B, None, False, True, None)
     plan = _launch.plan_for(2 * B, H, M, D, x.dtype, dev)
     halves, _, bufs = _forward_chain_buffers(x2, 2 * B, H, M, plan, False, var)  # halves: their own values, unused
