@@ -80,6 +80,10 @@ def _run(p: Problem, cost, memory: str, variant=None, transposable: bool = False
                                     variant)
         mem = _ops.resolve_memory(memory, _needs_grad(p.x, p.y, p.gamma), p.backend, "fused", B, N, M, D,
                                   p.x.dtype, p.x.device)
+        if transposable and mem == "store" and p.window is None and _ops.two_ended_applies(p.x, p.y, cost, p.backend):
+            # few long pairs, a gradient, a float gamma > 0: from both ends (backends/cuda/two_ended.py), as the C++
+            # launcher's two-ended plans run them
+            return _ops.fused_two_ended(p.x, p.y, p.gamma, cost, p.x_lengths, p.y_lengths)
         return _ops.fused_value(p.x, p.y, p.gamma, cost, p.x_lengths, p.y_lengths, p.window, mem, p.backend)
     # Under autocast the cost may come back in half precision; the DP always runs in the compute dtype.
     # A callable's output is checked like a precomputed C: numbers or +inf (forbidden cells), no NaN; and
@@ -260,8 +264,9 @@ def soft_dtw_divergence(x, y, gamma: Union[float, torch.Tensor] = 1.0, *, cost="
     def run(q: Problem) -> torch.Tensor:
         qxx = q._replace(y=q.x, y_lengths=q.x_lengths, window=wxx)
         qyy = q._replace(x=q.y, x_lengths=q.y_lengths, window=wyy)
-        return (_run(q, cost, memory, variant, _transposable(gamma)) - 0.5 * _run(qxx, cost, memory, variant)
-                - 0.5 * _run(qyy, cost, memory, variant))
+        t = _transposable(gamma)  # (the self terms are square: no swap, but a float gamma > 0 for both ends)
+        return (_run(q, cost, memory, variant, t) - 0.5 * _run(qxx, cost, memory, variant, t)
+                - 0.5 * _run(qyy, cost, memory, variant, t))
 
     try:
         value = run_checked(p, run)

@@ -181,3 +181,137 @@ def test_cuda_graph_replay():
     torch.cuda.synchronize()
     want = be.forward(x, y, gam, "sqeuclidean", xl, xl, None, "none")[0]
     assert rel_err(out, want) <= 1e-6
+
+
+# --- the gradient from both ends (storing calls with a float gamma > 0) -------------------------------
+
+@pytest.mark.parametrize("B,N,M,want", [
+    (32, 512, 512, True),       # H200 prototype, GPU time 0.313 -> 0.281 ms
+    (16, 1024, 1024, True),     # 0.858 -> 0.559
+    (16, 2048, 2048, True),     # 1.72 -> 1.37
+    (1, 8192, 8192, True),      # 6.95 -> 4.46
+    (16, 128, 128, False),      # short pairs lose: 0.085 -> 0.126
+    (64, 96, 96, False),
+    (128, 64, 64, False),
+    (1, 16, 16, False),
+    (128, 512, 512, False),     # the doubled launch, 1024 warps: a training step 0.51 -> 0.53-0.71 ms
+    (1024, 512, 512, False),
+])
+def test_applies_grad_to_long_pairs(h200_sms, B, N, M, want):
+    assert te.applies_grad(B, N, M, 1, torch.float32, 0) is want
+
+
+def _one_ended(fn):
+    """fn() with the two-ended paths off (and the launcher's learnt plans forgotten, before and after)."""
+    from softdtw.backends.cuda import fastpath
+
+    te.set_enabled(False)
+    fastpath._PLANS.clear()
+    fastpath._ENTRIES.clear()
+    try:
+        return fn()
+    finally:
+        te.set_enabled(True)
+        fastpath._PLANS.clear()
+        fastpath._ENTRIES.clear()
+
+
+def _loss_grads(x, y, gamma, launcher, **kw):
+    """Value and (dx, dy) of soft_dtw(x, y).sum(), the second call of the shape (the launcher takes it when on)."""
+    import softdtw
+    from softdtw.backends.cuda import fastpath
+
+    fastpath.set_enabled(launcher)
+    try:
+        for _ in range(2):
+            xc, yc = x.clone().requires_grad_(True), y.clone().requires_grad_(True)
+            v = softdtw.soft_dtw(xc, yc, gamma, **kw)
+        dx, dy = torch.autograd.grad(v.sum(), (xc, yc))
+    finally:
+        fastpath.set_enabled(True)
+    return v.detach(), dx, dy, _node_name(v.grad_fn)
+
+
+def _node_name(fn) -> str:
+    """An autograd node's name (the Python path's _Fused, applied through Function's base apply, has no name())."""
+    try:
+        return fn.name()
+    except RuntimeError:
+        return type(fn).__name__
+
+
+GRAD_CASES = [  # B, N, M, D, cost, dtype, lengths
+    (3, 1024, 700, 2, "sqeuclidean", torch.float64, True),
+    (2, 1200, 1300, 1, "l1", torch.float64, False),
+    (4, 512, 512, 1, "sqeuclidean", torch.float32, True),
+    (1, 4100, 4096, 3, "sqeuclidean", torch.float32, False),  # chained halves
+]
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("B,N,M,D,cost,dtype,lengths", GRAD_CASES)
+def test_gradient_from_both_ends_matches_one_ended(B, N, M, D, cost, dtype, lengths):
+    """soft_dtw with a float gamma and x, y needing gradients: through the Python path (its node _FusedTwoEnded) and
+    the C++ launcher bitwise alike, and equal to the one-ended pass: float64 to 1e-11, float32 as close to float64's
+    one-ended value and gradients as the one-ended float32 pass (2x, at least 1e-5)."""
+    from softdtw.backends.cuda import fastpath
+
+    fastpath.build()
+    g = torch.Generator(device="cuda").manual_seed(N + M)
+    x = torch.randn(B, N, D, device="cuda", dtype=torch.float64, generator=g)
+    y = torch.randn(B, M, D, device="cuda", dtype=torch.float64, generator=g)
+    kw = {"cost": cost}
+    if lengths:
+        xl = torch.tensor([N, N // 2 + 3, 1, N // 3 + 1][:B], device="cuda")
+        yl = torch.tensor([M, 1, M - 7, M // 2][:B], device="cuda")
+        kw.update(x_lengths=xl, y_lengths=yl)
+    slow = _loss_grads(x.to(dtype), y.to(dtype), 0.3, False, **kw)
+    fast = _loss_grads(x.to(dtype), y.to(dtype), 0.3, True, **kw)
+    assert "TwoEnded" in slow[3], slow[3]
+    assert "CppNode" in fast[3], fast[3]
+    for a, b in zip(fast[:3], slow[:3]):
+        assert torch.equal(a, b), rel_err(a, b)
+    one = _one_ended(lambda: _loss_grads(x.to(dtype), y.to(dtype), 0.3, False, **kw))
+    assert "TwoEnded" not in one[3]
+    if dtype == torch.float64:
+        for a, b in zip(slow[:3], one[:3]):
+            assert rel_err(a, b) <= 1e-11
+    else:
+        f64 = _one_ended(lambda: _loss_grads(x, y, 0.3, False, **kw))
+        for a, b, c in zip(slow[:3], one[:3], f64[:3]):
+            assert rel_err(a, c) <= max(2 * rel_err(b, c), 1e-5)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gradient_from_both_ends_edges():
+    """Hard DTW, a tensor gamma, a band and memory="checkpoint" stay one-ended; create_graph=True takes the one-ended
+    differentiable backward from both paths; the divergence's three terms run from both ends alike in both paths."""
+    import softdtw
+    from softdtw.backends.cuda import fastpath
+
+    fastpath.build()
+    g = torch.Generator(device="cuda").manual_seed(11)
+    x = torch.randn(2, 1024, 1, device="cuda", dtype=torch.float64, generator=g)
+    y = torch.randn(2, 1000, 1, device="cuda", dtype=torch.float64, generator=g)
+    for gamma, kw in ((0.0, {}), (torch.tensor(0.3, device="cuda", dtype=torch.float64), {}), (0.3, {"bandwidth": 0.3}),
+                      (0.3, {"memory": "checkpoint"})):
+        v = softdtw.soft_dtw(x.clone().requires_grad_(True), y, gamma, **kw)
+        assert "TwoEnded" not in _node_name(v.grad_fn)
+    outs = {}
+    for launcher in (True, False):
+        fastpath.set_enabled(launcher)
+        for _ in range(2):
+            xc = x.clone().requires_grad_(True)
+            v = softdtw.soft_dtw(xc, y, 0.3)
+        (dx,) = torch.autograd.grad(v.sum(), xc, create_graph=True)
+        (ddx,) = torch.autograd.grad((dx ** 2).sum(), xc)
+        for _ in range(2):
+            xd = x.clone().requires_grad_(True)
+            d = softdtw.soft_dtw_divergence(xd, y, 0.3)
+        (gd,) = torch.autograd.grad(d.sum(), xd)
+        outs[launcher] = (v.detach(), dx.detach(), ddx, d.detach(), gd)
+    fastpath.set_enabled(True)
+    for a, b in zip(outs[True], outs[False]):
+        assert torch.equal(a, b), rel_err(a, b)

@@ -590,11 +590,12 @@ def _carried(cost: str, D: int) -> int:
 
 
 def _run_backward(grad, x, y, C, dC, cost: str, D: int, gamma, x_lengths, y_lengths, window, value, saved,
-                  checkpoint: bool = False, needs=None, var: "_Var | None" = None):
+                  checkpoint: bool = False, needs=None, var: "_Var | None" = None, endbuf: int | None = None):
     """Launch backward_kernel. Fused: returns (dx, dy, dgamma). Precomputed: fills dC, returns (None, None, dgamma).
     "gram" (x, y: the norms, C: x·yᵀ): fills dC and returns (E's row sums, column sums, dgamma), times grad.
     With var (the alignment variants) a fourth output: grad_b d value_b / d step_penalty `(B,)` (None without
-    a penalty); saved then holds the open end's values after the table (:func:`_with_end`).
+    a penalty); saved then holds the open end's values after the table (:func:`_with_end`), unless endbuf gives
+    their address (two_ended.py: the seeds of a gradient from both ends).
 
     The kernel writes every element of dx, dy, dC and dgamma (zeros past the lengths and outside the
     window, dgamma = 0 at gamma = 0); dC may be C itself (overwritten in place). C None with a table cost (float32
@@ -606,8 +607,7 @@ def _run_backward(grad, x, y, C, dC, cost: str, D: int, gamma, x_lengths, y_leng
     if var is None:
         tail, endbuf, dpen = _PLAIN_BWD, None, None
     else:
-        endbuf = None
-        if var.open_end:  # the table starts saved; the end's values follow it
+        if var.open_end and endbuf is None:  # the table starts saved; the end's values follow it
             endbuf = _end_in(saved, _table_numel(spec.plan, B, N, data.dtype, "checkpoint" if checkpoint else "store"))
         dpen = data.new_empty((B,)) if var.penalty else None
         tail = var.args + (_addr(endbuf), _launch.ptr(dpen))

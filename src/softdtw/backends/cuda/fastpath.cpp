@@ -86,6 +86,14 @@ struct Plan {
   // fwd keeps R on chunk and tile boundaries (TH rows) in the saved buffer, of the data dtype: col_numel values of the
   // chunks' columns, then the rows'. Its backward is the Python path's (_backward_rows: the table band by band).
   int64_t TH = 0, col_numel = 0;
+  // A two-ended plan (set_two_ended; backends/cuda/two_ended.py, kernels/two_ended.cu): the call's B1 pairs of N1
+  // rows run as this plan's B = 2 B1 pairs of N = ceil(N1 / 2) rows, the top half of each pair's rows and the bottom
+  // half reversed, fwd and bwd with the open end. te_in writes the halves' inputs, te_seed folds the forward's end
+  // values into the values and the backward's seeds, te_grads maps the halves' dx, dy back. end_off: bytes from
+  // saved's start (the link table) to the forward's end values (2B M + 2B float64, then the chunks' partials).
+  bool two = false;
+  Kernel te_in, te_seed, te_grads;
+  int64_t B1 = 0, N1 = 0, end_off = 0;
 };
 
 std::mutex g_lock;
@@ -261,8 +269,9 @@ bool own_lengths(const Plan& p, int64_t tx, int64_t ty, const at::Tensor& x, con
                  at::Tensor& yl) {
   if (!ux && !uy) return true;
   bind(p);
-  return call_lengths(p.lengths, p.B, tx, ty, x, ux.value_or(at::Tensor()), uy.value_or(at::Tensor()), stream, flag, ws,
-                      xl, yl);
+  // (a two-ended plan's B is the halves' 2 B1: the call has B1 pairs)
+  return call_lengths(p.lengths, p.two ? p.B1 : p.B, tx, ty, x, ux.value_or(at::Tensor()), uy.value_or(at::Tensor()),
+                      stream, flag, ws, xl, yl);
 }
 
 struct Fused : public torch::autograd::Function<Fused> {
@@ -278,6 +287,7 @@ struct Fused : public torch::autograd::Function<Fused> {
     if (flag != 0) {
       launch(p.check, stream, {ptr(x), x.numel(), ptr(y), y.numel(), 0, ptr(gamma), flag, ws, wmax}, "check_kernel");
     }
+    if (p.two) return forward_two(ctx, x, y, gamma, xl, yl, p, plan_id, stream, store);
     at::Tensor xn, yn, G;  // the gram cost's inputs (backends/cuda/__init__.py, _gram)
     if (p.gram) gram_inputs(p, stream, x, y, xn, yn, G);
     auto [value, saved] = run_forward(p, stream, p.gram ? ptr(xn) : ptr(x), p.gram ? ptr(yn) : ptr(y), ptr(G), gamma,
@@ -328,6 +338,87 @@ struct Fused : public torch::autograd::Function<Fused> {
     return out;
   }
 
+  // A two-ended plan's forward (p.two): the halves' inputs, the storing forward of the 2B pairs with the open end (its
+  // end values after the link table in saved), and the fold into the values (B1,) and the backward's seeds.
+  static at::Tensor forward_two(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& y,
+                                const at::Tensor& gamma, const at::Tensor& xl, const at::Tensor& yl, const Plan& p,
+                                int64_t plan_id, int64_t stream, bool store) {
+    TORCH_CHECK(store, "softdtw fast path: a two-ended plan called without a gradient (a bug, please report it).");
+    const auto opts = x.options();
+    const int64_t B2 = p.B, H = p.N, M = p.M, D = x.size(2);
+    const at::Tensor data = at::empty({B2 * (H + M) * D}, opts);  // x2 (2B, H, D), then y2 (2B, M, D)
+    const at::Tensor lens = at::empty({2 * B2}, opts.dtype(at::kLong));  // xl2, then yl2
+    const int64_t x2 = ptr(data), y2 = x2 + B2 * H * D * (int64_t)data.element_size();
+    const int64_t xl2 = ptr(lens), yl2 = xl2 + 8 * B2;
+    Kernel kin = p.te_in;
+    kin.grid = (unsigned)((B2 * std::max(H, M) + kin.block - 1) / kin.block);
+    launch(kin, stream, {ptr(x), ptr(y), ptr(xl), ptr(yl), p.B1, p.N1, M, D, x2, y2, xl2, yl2},
+           "two_ended_inputs_kernel");
+    const at::Tensor halves = at::empty({B2}, opts);  // the halves' own open-end values (unused)
+    const at::Tensor saved = at::empty({p.saved_numel}, opts.dtype(p.saved_dtype));
+    const int64_t end = ptr(saved) + p.end_off;
+    const at::Tensor bnd = maybe_empty(p.fwd_bnd, opts);
+    if (p.chain) {
+      const at::Tensor sync = at::zeros({p.sync_numel}, opts.dtype(at::kInt));  // [ticket, flags], then done (2B)
+      launch(p.fwd, stream,
+             {x2, y2, 0, ptr(gamma), xl2, yl2, 0, ptr(halves), ptr(saved), ptr(bnd), ptr(sync), 0, B2, H, M, p.nch, 1,
+              p.stagger, 0, kAllRows, 0, 0, end, ptr(sync) + 4 * (p.sync_numel - B2)},
+             "forward_chain_kernel");
+    } else {
+      launch(p.fwd, stream,
+             {x2, y2, 0, ptr(gamma), xl2, yl2, 0, ptr(halves), ptr(saved), ptr(bnd), B2, H, M, p.nch, 0, 0, end},
+             "forward_kernel");
+    }
+    const at::Tensor seeds = at::empty({B2 * M + 2 * B2}, opts.dtype(at::kDouble));
+    const at::Tensor value = at::empty({p.B1}, opts);
+    Kernel ks = p.te_seed;
+    ks.grid = (unsigned)p.B1;
+    launch(ks, stream, {end, ptr(gamma), ptr(xl), ptr(yl), p.B1, p.N1, M, ptr(seeds), ptr(value)},
+           "two_ended_seed_kernel");
+    ctx->save_for_backward({x, y, gamma, xl, yl, value, saved, data, lens, seeds});
+    ctx->saved_data["plan"] = plan_id;
+    ctx->saved_data["stream"] = stream;
+    return value;
+  }
+
+  // A two-ended plan's backward: the open end's backward of the 2B pairs from the seeds, then dx, dy mapped back.
+  static void launch_backward_two(torch::autograd::AutogradContext* ctx, const torch::autograd::variable_list& s,
+                                  const Plan& p, const at::Tensor& grad, torch::autograd::variable_list& out) {
+    const at::Tensor &x = s[0], &y = s[1], &gamma = s[2], &xl = s[3], &yl = s[4], &value = s[5], &saved = s[6];
+    const at::Tensor &data = s[7], &lens = s[8], &seeds = s[9];
+    const bool need_x = ctx->needs_input_grad(0), need_y = ctx->needs_input_grad(1);
+    bind(p);
+    const auto opts = x.options();
+    const int64_t stream = ctx->saved_data["stream"].toInt();
+    const int64_t B2 = p.B, H = p.N, M = p.M, D = x.size(2);
+    const int64_t x2 = ptr(data), y2 = x2 + B2 * H * D * (int64_t)data.element_size();
+    const int64_t xl2 = ptr(lens), yl2 = xl2 + 8 * B2;
+    const at::Tensor grad2 = at::cat({grad, grad}), value2 = at::cat({value, value});  // (dgamma: not asked for)
+    const at::Tensor dx2 = at::empty({B2, H, D}, opts), dy2 = at::empty({B2, M, D}, opts);
+    const at::Tensor dgamma2 = at::empty({B2}, opts);
+    const at::Tensor bnd = maybe_empty(p.bwd_bnd, opts);
+    if (p.chain) {
+      const at::Tensor ws = at::zeros({p.ws_numel}, opts.dtype(at::kLong));
+      launch(p.bwd, stream,
+             {x2, y2, 0, ptr(gamma), xl2, yl2, 0, ptr(grad2), ptr(saved), ptr(dx2), ptr(dy2), 0, ptr(value2),
+              ptr(dgamma2), ptr(bnd), ptr(ws) + 8 * B2, ptr(ws), 0, 0, 0, B2, H, M, p.nch, 1, p.stagger, 0, kAllRows,
+              0, 0, 0, ptr(seeds), 0, 0},
+             "backward_chain_kernel");
+    } else {
+      launch(p.bwd, stream,
+             {x2, y2, 0, ptr(gamma), xl2, yl2, 0, ptr(grad2), ptr(saved), ptr(dx2), ptr(dy2), 0, ptr(value2),
+              ptr(dgamma2), ptr(bnd), B2, H, M, p.nch, 0, 0, ptr(seeds), 0},
+             "backward_kernel");
+    }
+    const at::Tensor dx = at::empty_like(x), dy = at::empty_like(y);
+    Kernel kg = p.te_grads;
+    kg.grid = (unsigned)((p.B1 * std::max(p.N1, M) + kg.block - 1) / kg.block);
+    launch(kg, stream, {ptr(dx2), ptr(dy2), ptr(xl), ptr(yl), p.B1, p.N1, M, D, ptr(dx), ptr(dy)},
+           "two_ended_grads_kernel");
+    if (need_x) out[0] = dx;
+    if (need_y) out[1] = dy;
+  }
+
   // The Python path's backward of this node into out[0], out[1] (None from Python, for a gradient nobody uses, stays
   // undefined): softdtw._ops.fused_grad_for_launcher (set_grad_fn), differentiable under create_graph=True.
   static void python_backward(torch::autograd::AutogradContext* ctx, const torch::autograd::variable_list& s,
@@ -335,7 +426,9 @@ struct Fused : public torch::autograd::Function<Fused> {
     TORCH_CHECK(g_grad_fn != nullptr, "softdtw fast path: no Python backward was set (a bug, please report it).");
     const bool need_x = ctx->needs_input_grad(0), need_y = ctx->needs_input_grad(1);
     py::gil_scoped_acquire gil;
-    py::tuple r = (*g_grad_fn)(grad, s[0], s[1], s[2], p.cost, s[3], s[4], s[5], s[6],
+    // A two-ended plan's table is the halves': the Python path gets none and runs its own storing forward again.
+    const at::Tensor saved = p.two ? at::empty({0}, s[0].options()) : s[6];
+    py::tuple r = (*g_grad_fn)(grad, s[0], s[1], s[2], p.cost, s[3], s[4], s[5], saved,
                                p.TH > 0 ? "checkpoint" : "store", need_x, need_y);
     if (!r[0].is_none()) out[0] = r[0].cast<at::Tensor>();
     if (!r[1].is_none()) out[1] = r[1].cast<at::Tensor>();
@@ -344,6 +437,7 @@ struct Fused : public torch::autograd::Function<Fused> {
   // The backward's kernels (gram: with its GEMMs) into out[0], out[1] where x and y need them.
   static void launch_backward(torch::autograd::AutogradContext* ctx, const torch::autograd::variable_list& s,
                               const Plan& p, const at::Tensor& grad, torch::autograd::variable_list& out) {
+    if (p.two) return launch_backward_two(ctx, s, p, grad, out);
     const at::Tensor &x = s[0], &y = s[1], &gamma = s[2], &xl = s[3], &yl = s[4], &value = s[5], &saved = s[6];
     const bool need_x = ctx->needs_input_grad(0), need_y = ctx->needs_input_grad(1);
     bind(p);
@@ -514,7 +608,7 @@ at::Tensor fused(const at::Tensor& x, const at::Tensor& y, const at::Tensor& gam
   at::Tensor cxl = xl, cyl = yl;
   if (ux || uy) {
     const Plan& p = plan_of(plan_id);
-    if (!own_lengths(p, p.N, p.M, x, ux, uy, stream, flag, ws, cxl, cyl)) return at::Tensor();
+    if (!own_lengths(p, p.two ? p.N1 : p.N, p.M, x, ux, uy, stream, flag, ws, cxl, cyl)) return at::Tensor();
   }
   return Fused::apply(x, y, gamma, cxl, cyl, plan_id, stream, store, flag, ws, wmax);
 }
@@ -841,22 +935,24 @@ void set_grad_fn(py::object fn) {
 
 std::vector<int64_t> op_counts() { return {g_ops_taken.load(), g_ops_passed.load()}; }
 
+// A kernel as fastpath.py passes it: (CUfunction, grid, block).
+Kernel kernel_of(const std::vector<int64_t>& k) {
+  TORCH_CHECK(k.size() == 3, "softdtw fast path: a kernel is (CUfunction, grid, block)");
+  Kernel out;
+  out.fn = (void*)(uintptr_t)k[0];
+  out.grid = (unsigned)k[1];
+  out.block = (unsigned)k[2];
+  return out;
+}
+
 int64_t add_plan(int64_t context, std::vector<int64_t> check, std::vector<int64_t> fwd, std::vector<int64_t> bwd, int64_t saved_numel,
                  c10::ScalarType saved_dtype, std::vector<int64_t> fwd_bnd, std::vector<int64_t> bwd_bnd, int64_t B,
                  int64_t N, int64_t M, int64_t nch, std::string cost, bool gram) {
-  auto kernel = [](const std::vector<int64_t>& k) {
-    TORCH_CHECK(k.size() == 3, "softdtw fast path: a kernel is (CUfunction, grid, block)");
-    Kernel out;
-    out.fn = (void*)(uintptr_t)k[0];
-    out.grid = (unsigned)k[1];
-    out.block = (unsigned)k[2];
-    return out;
-  };
   Plan p;
   p.ctx = (void*)(uintptr_t)context;
-  p.check = kernel(check);
-  p.fwd = kernel(fwd);
-  p.bwd = kernel(bwd);
+  p.check = kernel_of(check);
+  p.fwd = kernel_of(fwd);
+  p.bwd = kernel_of(bwd);
   p.saved_numel = saved_numel;
   p.saved_dtype = saved_dtype;
   p.fwd_bnd = std::move(fwd_bnd);
@@ -892,6 +988,22 @@ void set_chain(int64_t id, int64_t stagger, int64_t sync_numel, int64_t ws_numel
   p.stagger = stagger;
   p.sync_numel = sync_numel;
   p.ws_numel = ws_numel;
+}
+
+// A two-ended plan (fastpath.py, after add_plan and, chained, set_chain): its three kernels (CUfunction, grid (unused:
+// set per launch), block), the call's pairs and rows, and where the forward's end values start in saved (bytes).
+void set_two_ended(int64_t id, std::vector<int64_t> in, std::vector<int64_t> seed, std::vector<int64_t> grads,
+                   int64_t B1, int64_t N1, int64_t end_off) {
+  std::lock_guard<std::mutex> guard(g_lock);
+  TORCH_CHECK(id >= 0 && id < (int64_t)g_plans.size(), "softdtw fast path: unknown plan ", id);
+  Plan& p = g_plans[id];
+  p.two = true;
+  p.te_in = kernel_of(in);
+  p.te_seed = kernel_of(seed);
+  p.te_grads = kernel_of(grads);
+  p.B1 = B1;
+  p.N1 = N1;
+  p.end_off = end_off;
 }
 
 // A checkpointed plan (fastpath.py; after set_chain): its tiles' rows TH and the column checkpoints' length.
@@ -931,6 +1043,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_norms", &set_norms, "the norms kernel of a gram plan");
   m.def("set_chain", &set_chain, "make a plan chained (forward_chain_kernel, backward_chain_kernel)");
   m.def("set_checkpoint", &set_checkpoint, "make a chained gram plan a checkpointed one (one band of rows)");
+  m.def("set_two_ended", &set_two_ended, "make a plan a two-ended one (the halves of each pair's rows)");
   m.def("set_lengths", &set_lengths, "the lengths kernel of a plan (calls with per-pair lengths)");
   m.def("set_dilate_xy", &set_dilate_xy, "a DILATE plan through dilate_xy_kernel");
   m.def("register_ops", &register_ops, "the CUDA kernels of softdtw::forward and softdtw::backward");

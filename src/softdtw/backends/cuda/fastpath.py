@@ -5,7 +5,10 @@ A small cuda ``soft_dtw`` call in a training step costs host time, not GPU time:
 made the loss step 1.8-2.0x an MSE step (issue 27, benchmarks/OPTIMIZATION_LOG.md). The C++ launcher queues the
 same kernels with the same arguments from a C++ autograd Function, so the step's soft-DTW part is one Python
 call into C++ forwards and no Python at all backwards. Results are bitwise those of the Python path (the same
-launches; tests/backends/test_cuda_fastpath.py).
+launches; tests/backends/test_cuda_fastpath.py). That holds for the gradient from both ends too (two_ended.py): a
+storing call with a float gamma > 0 whose shape two_ended.applies_grad takes gets a two-ended plan
+(:func:`_add_two_ended_plan`; fastpath.cpp, Fused::forward_two), and the Python path runs the same launches
+(softdtw._ops._FusedTwoEnded). Value-only calls that two_ended.applies takes stay on the Python path.
 
 Which calls: :func:`softdtw.soft_dtw` (and :func:`softdtw.soft_dtw_divergence`, its three terms in one C++ call) on
 CUDA tensors with a float gamma, the cost "sqeuclidean" (any D; past FUSED_D_MAX its "gram" form) or "l1" (D <=
@@ -291,6 +294,8 @@ def _plan(x, y, cost, memory: str, backend, grad: bool, transposable: bool = Fal
             return False
         plan, fit = got
         big = 0
+    elif grad and not gram and transposable and _two_ended.applies_grad(B, N, M, D, x.dtype, dev):
+        plan = _add_two_ended_plan(check, B, N, M, D, x.dtype, dev, cost)  # gamma > 0 (transposable): soft-DTW
     else:
         kind, DK = ("gram", 0) if gram else (cost, D)
         plan = _add_plan(check, kind, DK, B, N, M, x.dtype, dev, grad, grad, cost)
@@ -356,6 +361,46 @@ def _add_plan(check: list, kind: str, DK: int, B: int, N: int, M: int, dtype, de
     pid = _module.add_plan(_context(), check, fk, bk, B * plan.saved_numel(N), saved_dtype, [fbnd] if fbnd else [],
                            [bbnd] if bbnd else [], B, N, M, plan.nch, cost, kind == "gram")
     _module.set_chain(pid, _launch.tile_stagger(plan.W), _chain_sync_numel(B, plan), nws)
+    return pid
+
+
+def _add_two_ended_plan(check: list, B: int, N: int, M: int, D: int, dtype, dev: int, cost: str) -> int:
+    """Register a two-ended plan (fastpath.cpp, Fused::forward_two; backends/cuda/two_ended.py): the storing forward
+    and the backward of the 2B pairs of ceil(N / 2) rows with the open end (_seq's layout of that shape, var 2), their
+    saved table followed by the forward's end values (as _with_end places them), and two_ended.cu's three kernels."""
+    from . import (_NO_PENALTY, _Var, _backward_chain_expr, _backward_chain_sizes, _carried, _chain_sync_numel,
+                   _end_numel, _end_offset, _forward_chain_expr, _saved_dtype, _seq)
+
+    B2, H = 2 * B, (N + 1) // 2
+    var = _Var(2, None, _NO_PENALTY)  # the open end
+    fwd = _seq("forward", B2, H, M, D, dtype, dev, cost, False, True, False, 2)
+    bwd = _seq("backward", B2, H, M, D, dtype, dev, cost, False, True, False, 2)
+    plan = fwd.plan
+    _launch.ensure_context(dev)
+    saved_dtype = _saved_dtype(dtype)
+    table = B2 * plan.saved_numel(H)
+    off = _end_offset(table, saved_dtype)
+    saved_numel = off + _end_numel(B2, M, plan.nch) * 8 // saved_dtype.itemsize
+    if plan.chain:
+        grid, block = B2 * plan.nch, plan.block()
+        fk = [_launch._launcher("forward", _forward_chain_expr(dtype, cost, D, plan, False, True, B2, dev, var),
+                                dev).fn, grid, block]
+        bk = [_launch._launcher("backward", _backward_chain_expr(dtype, cost, D, plan, False, B2, dev, var),
+                                dev).fn, grid, block]
+        fbnd = [B2 * plan.column_numel(H, _launch.chain_frames(dtype))] if plan.nch > 1 else []
+        nbnd, nws = _backward_chain_sizes(B2, H, _carried(cost, D), plan)
+        pid = _module.add_plan(_context(), check, fk, bk, saved_numel, saved_dtype, fbnd, [nbnd] if nbnd else [], B2,
+                               H, M, plan.nch, cost, False)
+        _module.set_chain(pid, _launch.tile_stagger(plan.W), _chain_sync_numel(B2, plan) + B2, nws)
+    else:
+        pid = _module.add_plan(_context(), check, _kernel("forward", fwd, dev), _kernel("backward", bwd, dev),
+                               saved_numel, saved_dtype, list(fwd.bnd), list(bwd.bnd), B2, H, M, plan.nch, cost, False)
+    ctype = _launch._CTYPE[dtype]
+    kernels = [[_launch._launcher("two_ended", f"sdtw::{k}<{ctype}>", dev).fn, 0, t]
+               for k, t in (("two_ended_inputs_kernel", _two_ended._THREADS),
+                            ("two_ended_seed_kernel", _two_ended._THREADS),
+                            ("two_ended_grads_kernel", _two_ended._THREADS))]
+    _module.set_two_ended(pid, *kernels, B, N, off * saved_dtype.itemsize)
     return pid
 
 

@@ -1,4 +1,4 @@
-"""The value-only forward of few long pairs from both ends (kernels/two_ended.cu).
+"""Soft-DTW of few long pairs from both ends: the value-only forward, and gradients (kernels/two_ended.cu).
 
 A chained value-only pass of a long pair takes about N + nch·(32 W + lag) lane steps: where the batch is small, that
 one pair's critical path, not the GPU's throughput, sets the time (B = 16, N = M = 8192: 2.9 ms of kernel, 365 GCUPS,
@@ -8,13 +8,24 @@ is a soft-min over the columns of R[h - 1, :] (the forward DP of rows [0, h)) ag
 their last rows. Three launches: the halves' inputs (reversed copies), forward_chain_kernel with the open end (which
 keeps each pair's last row in float64), and the fold.
 
-It is taken where it pays (:func:`applies`): a value-only call (no gradient) of a fused cost, no band or alignment
-variant, whose pass is chained and whose doubled launch keeps at most :data:`WARPS_PER_SM` warps per SM (past that
+Gradients too (:func:`forward_store`, :func:`backward`): the open end's backward seeds each pair's last row with
+2^(v - endr[j]), so kernels/two_ended.cu's seed kernel rewrites the halves' end values into d value / d R[h - 1, j]
+(top) and d value / d S[h, j] (bottom), and the halves' dx, dy map back. Only for a float gamma > 0 (hard DTW breaks
+ties in the bottom rows by R, which the halves never form), a storing call (not "checkpoint"), no band or variant,
+pairs of at least GRAD_MIN_ROWS rows and a doubled launch of at most GRAD_WARPS_PER_SM warps per SM
+(:func:`applies_grad`): the C++ launcher's two-ended plans (fastpath.py) and the Python path (softdtw._ops.
+_FusedTwoEnded) launch the same kernels, so the two agree bitwise; torch.compile's graphs hold the ops and run
+one-ended; a create_graph=True backward is the one-ended differentiable one (its storing forward run again).
+
+The value-only path is taken where it pays (:func:`applies`): a value-only call (no gradient) of a fused cost, no band
+or alignment variant, whose pass is chained and whose doubled launch keeps at most :data:`WARPS_PER_SM` warps per SM (past that
 the GPU is full, and halving the path buys nothing: B = 64, N = M = 8192 ran 15 % slower). The values equal the
 one-ended pass's up to rounding (float64: 1e-15; float32: a few ulp, both within the one-ended pass's own distance
 to float64; tests/backends/test_cuda_two_ended.py). benchmarks/OPTIMIZATION_LOG.md, "Two-ended value-only forward".
 """
 from __future__ import annotations
+
+import os
 
 import torch
 
@@ -24,7 +35,7 @@ from . import launch as _launch
 WARPS_PER_SM = 16
 _THREADS = 256  # kernels/two_ended.cu: TWO_ENDED_THREADS, and the inputs kernel's block
 _CTYPE = {torch.float32: "float", torch.float64: "double"}
-_enabled = [True]
+_enabled = [os.environ.get("SOFTDTW_TWO_ENDED", "1") != "0"]  # SOFTDTW_TWO_ENDED=0: one-ended everywhere (A/B runs)
 
 
 def set_enabled(on: bool) -> None:
@@ -60,6 +71,25 @@ def _applies(B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index: i
 
 
 _CACHE: dict = {}
+
+#: The gradient from both ends (storing calls with a float gamma > 0, in the C++ launcher and on the Python path alike:
+#: fastpath.py's _add_two_ended_plan, softdtw._ops._FusedTwoEnded): pairs of at least GRAD_MIN_ROWS rows whose doubled
+#: launch keeps at most GRAD_WARPS_PER_SM warps per SM. Shorter pairs lose (the halves' inputs, the fold and the mapping
+#: are three more launches; H200 prototype, 16 x 128², 64 x 96², 128 x 64²: 1.5-2.2x the one-ended GPU time), as does
+#: a fuller GPU (128 x 512², 1024 warps: 0.51 -> 0.53-0.71 ms a training step). OPTIMIZATION_LOG.md, "A gradient from
+#: both ends".
+GRAD_MIN_ROWS = 512
+GRAD_WARPS_PER_SM = 4
+
+
+def applies_grad(B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index: int) -> bool:
+    """Whether a storing call (a gradient) of B pairs of N x M runs from both ends in the C++ launcher (fused cost of D
+    features, no band or variant, gamma > 0: the caller's part)."""
+    if not _enabled[0] or N < GRAD_MIN_ROWS:
+        return False
+    half = _launch.plan_for(2 * B, (N + 1) // 2, M, D, dtype, device_index)
+    warps = 2 * B * half.W * (half.nch if half.chain else 1)
+    return warps <= GRAD_WARPS_PER_SM * _launch.sm_count(device_index)
 
 
 def inputs(x: torch.Tensor, y: torch.Tensor, x_lengths: torch.Tensor, y_lengths: torch.Tensor) -> tuple:
@@ -104,3 +134,49 @@ def forward(x: torch.Tensor, y: torch.Tensor, gamma: torch.Tensor, cost: str, x_
                    (bufs[3].data_ptr(), gamma.data_ptr(), x_lengths.data_ptr(), y_lengths.data_ptr(), _launch.i32(B),
                     _launch.i32(N), _launch.i32(M), value.data_ptr()))
     return value
+
+
+def forward_store(x: torch.Tensor, y: torch.Tensor, gamma: torch.Tensor, cost: str, x_lengths: torch.Tensor,
+                  y_lengths: torch.Tensor) -> tuple:
+    """The storing forward from both ends (the Python path's twin of fastpath.cpp's Fused::forward_two, the same
+    launches): values `(B,)` and what :func:`backward` needs (the halves' link table with the end values after it,
+    their inputs and lengths, the backward's seeds). x, y contiguous, a fused cost, gamma > 0 (the caller's part)."""
+    from . import _NO_PENALTY, _Var, _end_in, _run_forward, _table_numel
+
+    B, N, D = x.shape
+    M = y.shape[1]
+    H = (N + 1) // 2
+    dev = x.device.index if x.device.index is not None else torch.cuda.current_device()
+    x2, y2, xl2, yl2 = inputs(x, y, x_lengths, y_lengths)
+    _, saved = _run_forward(x2, y2, None, cost, D, gamma, xl2, yl2, None, True, False, _Var(2, None, _NO_PENALTY))
+    plan = _launch.plan_for(2 * B, H, M, D, x.dtype, dev)
+    end = _end_in(saved, _table_numel(plan, 2 * B, H, x.dtype, "store"))
+    seeds = torch.empty((2 * B * M + 4 * B,), dtype=torch.float64, device=x.device)
+    value = x.new_empty((B,))
+    _launch.launch("two_ended", f"sdtw::two_ended_seed_kernel<{_CTYPE[x.dtype]}>", dev, B, _THREADS,
+                   (end, gamma.data_ptr(), x_lengths.data_ptr(), y_lengths.data_ptr(), _launch.i32(B), _launch.i32(N),
+                    _launch.i32(M), seeds.data_ptr(), value.data_ptr()))
+    return value, (saved, x2, y2, xl2, yl2, seeds)
+
+
+def backward(grad: torch.Tensor, x: torch.Tensor, y: torch.Tensor, gamma: torch.Tensor, cost: str,
+             x_lengths: torch.Tensor, y_lengths: torch.Tensor, value: torch.Tensor, kept: tuple) -> tuple:
+    """(dx, dy) of sum_b grad_b value_b from :func:`forward_store`'s kept tensors: the open end's backward of the 2B
+    pairs from the seeds, then the halves' dx, dy mapped back (fastpath.cpp's launch_backward_two, the same
+    launches)."""
+    from . import _NO_PENALTY, _Var, _run_backward
+
+    saved, x2, y2, xl2, yl2, seeds = kept
+    B, N, D = x.shape
+    M = y.shape[1]
+    dev = x.device.index if x.device.index is not None else torch.cuda.current_device()
+    grad2, value2 = torch.cat([grad, grad]), torch.cat([value, value])  # (dgamma: not asked for)
+    dx2, dy2, _, _ = _run_backward(grad2, x2, y2, None, None, cost, D, gamma, xl2, yl2, None, value2, saved, False,
+                                   None, _Var(2, None, _NO_PENALTY), seeds.data_ptr())
+    dx, dy = torch.empty_like(x), torch.empty_like(y)
+    span = B * max(N, M)
+    _launch.launch("two_ended", f"sdtw::two_ended_grads_kernel<{_CTYPE[x.dtype]}>", dev, -(-span // _THREADS),
+                   _THREADS, (dx2.data_ptr(), dy2.data_ptr(), x_lengths.data_ptr(), y_lengths.data_ptr(),
+                              _launch.i32(B), _launch.i32(N), _launch.i32(M), _launch.i32(D), dx.data_ptr(),
+                              dy.data_ptr()))
+    return dx, dy

@@ -53,6 +53,25 @@ __global__ void __launch_bounds__(256) two_ended_inputs_kernel(const T* __restri
 
 constexpr int TWO_ENDED_THREADS = 256;
 
+// The block's soft-min (EndAcc) of every thread's acc: each warp's merged, then the warps' by thread 0 through shared
+// memory. The result is valid in thread 0 only.
+template <typename Acc>
+__device__ __forceinline__ Acc block_merge(Acc acc) {
+  __shared__ double sm[TWO_ENDED_THREADS / 32];
+  __shared__ typename Acc::S ss[TWO_ENDED_THREADS / 32];
+  acc.warp_merge();
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  if (lane == 0) {
+    sm[w] = acc.m;
+    ss[w] = acc.s;
+  }
+  __syncthreads();
+  Acc all;
+  if (threadIdx.x == 0)
+    for (int q = 0; q < TWO_ENDED_THREADS / 32; ++q) all.merge(sm[q], ss[q]);
+  return all;
+}
+
 // value[b] from end (2B, M): R of each half's last row, float64, in log2 units (natural for gamma = 0) as
 // forward_chain_kernel's open end keeps them. One block of TWO_ENDED_THREADS per pair; the soft-min over j as
 // EndAcc's running (min, sum), in float64.
@@ -67,19 +86,8 @@ __device__ __forceinline__ void two_ended_fold(const double* __restrict__ top, c
     const double lo = fmin(s0, s1), hi = fmax(s0, s1);
     acc.add(top[j] + (HARD ? lo : lo - log2(1.0 + exp2(lo - hi))), j);
   }
-  acc.warp_merge();
-  __shared__ double sm[TWO_ENDED_THREADS / 32], ss[TWO_ENDED_THREADS / 32];
-  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-  if (lane == 0) {
-    sm[w] = acc.m;
-    ss[w] = acc.s;
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    Acc all;
-    for (int q = 0; q < TWO_ENDED_THREADS / 32; ++q) all.merge(sm[q], ss[q]);
-    *out = T(all.value() * unit);
-  }
+  const Acc all = block_merge(acc);
+  if (threadIdx.x == 0) *out = T(all.value() * unit);
 }
 
 template <typename T>
@@ -103,6 +111,126 @@ __global__ void __launch_bounds__(TWO_ENDED_THREADS) two_ended_value_kernel(cons
     two_ended_fold<T, true>(top, bot, m, unit, value + b);
   } else {
     two_ended_fold<T, false>(top, bot, m, unit, value + b);
+  }
+}
+
+}  // namespace sdtw
+
+namespace sdtw {
+
+// The gradient from both ends (fastpath.cpp, a two-ended plan). The open end's backward seeds each pair's last row with
+// 2^(v - endr[j]) (hard: one-hot on endv's column; kernels/backward.cu), so seeds written as
+//     top:    endr[j] = t_j = R[h - 1, j] + smin(S[h, j], S[h, j + 1])
+//     bottom: endr[j'] = u_j = S[h, j] + smin(R[h - 1, j], R[h - 1, j - 1]),  j = m - 1 - j' (reversed)
+//     both:   endv = (v, first argmin), v = smin_j t_j = smin_j u_j
+// make it seed d value / d R[h - 1, j] and d value / d S[h, j]: every path through (h - 1, j) crosses down or
+// diagonally, and 2^(v - t_j) is the share of the paths crossing from column j (2^(v - u_j) of those crossing into j).
+// end: the forward's (2B, M) last rows then (2B, 2) end values, float64; seeds: the same layout, written here (the
+// backward's endbuf); value[b] (B,) in natural units. A one-row pair (no bottom half): the top seeds its last cell
+// alone, the dummy bottom half nothing. Columns past m_b stay unseeded (+FAR).
+template <typename T, bool HARD>
+__device__ __forceinline__ void two_ended_seed_pair(const double* __restrict__ top, const double* __restrict__ bot,
+                                                    double* __restrict__ st, double* __restrict__ sb,
+                                                    double* __restrict__ vt, double* __restrict__ vb, int n, int m,
+                                                    int M, double unit, T* out) {
+  using Acc = EndAcc<double, HARD>;
+  constexpr double FAR = 1e300;
+  auto smin2 = [](double a, double b) {
+    const double lo = fmin(a, b), hi = fmax(a, b);
+    return HARD ? lo : lo - log2(1.0 + exp2(lo - hi));
+  };
+  Acc acc;
+  for (int j = threadIdx.x; j < M; j += TWO_ENDED_THREADS) {
+    double t = FAR, u = FAR;
+    if (n == 1) {
+      t = j == m - 1 ? top[j] : FAR;
+    } else if (j < m) {
+      const double s0 = bot[m - 1 - j], s1 = j + 1 < m ? bot[m - 2 - j] : FAR;
+      const double r0 = top[j], r1 = j > 0 ? top[j - 1] : FAR;
+      t = r0 + smin2(s0, s1);
+      u = s0 + smin2(r0, r1);
+      sb[m - 1 - j] = u;
+    }
+    if (j >= m || n == 1) sb[j] = FAR;  // (n > 1: columns past m - 1 of the reversed row)
+    st[j] = t;
+    if (j < m) acc.add(t, j);
+  }
+  const Acc all = block_merge(acc);
+  if (threadIdx.x == 0) {
+    const double v = all.value();
+    vt[0] = v;
+    vb[0] = n == 1 ? 0.0 : v;
+    vt[1] = vb[1] = -1.0;
+    if (HARD) {
+      // One path: the top's first argmin column j, then down (S[h, j]) unless the diagonal (S[h, j + 1]) is
+      // strictly smaller; the bottom's column reversed.
+      const int j = int(all.s);
+      vt[1] = double(j);
+      if (n > 1) {
+        const double s0 = bot[m - 1 - j], s1 = j + 1 < m ? bot[m - 2 - j] : FAR;
+        vb[1] = double(m - 1 - (s1 < s0 ? j + 1 : j));
+      }
+    }
+    *out = T(v * unit);
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(TWO_ENDED_THREADS) two_ended_seed_kernel(const double* __restrict__ end,
+                                                                           const T* __restrict__ gamma,
+                                                                           const long long* __restrict__ xlen,
+                                                                           const long long* __restrict__ ylen,
+                                                                           int B, int N, int M,
+                                                                           double* __restrict__ seeds,
+                                                                           T* __restrict__ value) {
+  const int b = blockIdx.x;
+  const int n = length_in(xlen, b, N), m = length_in(ylen, b, M);
+  const size_t B2 = 2 * size_t(B);
+  const double* er = end;
+  double* sr = seeds;
+  double* sv = seeds + B2 * M;
+  const T g = *gamma;
+  const double unit = g == T(0) ? 1.0 : double(g) * LN2;
+  if (g == T(0)) {
+    two_ended_seed_pair<T, true>(er + size_t(b) * M, er + (B + size_t(b)) * M, sr + size_t(b) * M,
+                                 sr + (B + size_t(b)) * M, sv + 2 * size_t(b), sv + 2 * (B + size_t(b)), n, m, M,
+                                 unit, value + b);
+  } else {
+    two_ended_seed_pair<T, false>(er + size_t(b) * M, er + (B + size_t(b)) * M, sr + size_t(b) * M,
+                                  sr + (B + size_t(b)) * M, sv + 2 * size_t(b), sv + 2 * (B + size_t(b)), n, m, M,
+                                  unit, value + b);
+  }
+}
+
+// dx, dy of the B pairs from the halves' dx2 (2B, H, DT) and dy2 (2B, M, DT): rows [0, h_b) from the top half, rows
+// [h_b, n_b) from the bottom half reversed; dy the top's plus the bottom's reversed (none from a one-row pair's dummy
+// half); zero past the lengths. One thread per (pair, index < max(N, M)).
+template <typename T>
+__global__ void __launch_bounds__(256) two_ended_grads_kernel(const T* __restrict__ dx2, const T* __restrict__ dy2,
+                                                              const long long* __restrict__ xlen,
+                                                              const long long* __restrict__ ylen, int B, int N,
+                                                              int M, int DT, T* __restrict__ dx,
+                                                              T* __restrict__ dy) {
+  const int H = (N + 1) / 2, span = max(N, M);
+  const long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= (long long)B * span) return;
+  const int b = int(r / span), i = int(r % span);
+  const int n = length_in(xlen, b, N), m = length_in(ylen, b, M);
+  const int h = (n + 1) / 2;
+  if (i < N) {
+    const T* src = i < h ? dx2 + (size_t(b) * H + i) * DT
+                         : dx2 + ((size_t(B) + b) * H + (n - 1 - i)) * DT;  // read only for h <= i < n
+    for (int d = 0; d < DT; ++d) dx[(size_t(b) * N + i) * DT + d] = i < n ? src[d] : T(0);
+  }
+  if (i < M) {
+    for (int d = 0; d < DT; ++d) {
+      T v = T(0);
+      if (i < m) {
+        v = dy2[(size_t(b) * M + i) * DT + d];
+        if (n > 1) v += dy2[((size_t(B) + b) * M + (m - 1 - i)) * DT + d];
+      }
+      dy[(size_t(b) * M + i) * DT + d] = v;
+    }
   }
 }
 

@@ -1,0 +1,75 @@
+"""A/B of the gradient from both ends in the training step (clone, soft_dtw, .mean(), .backward(), synchronise), as a
+user runs it through the C++ launcher: run twice in separate processes, SOFTDTW_TWO_ENDED=1 and =0, and compare the
+medians (one JSON line per shape; the MSE step on the same tensors beside them).
+
+    SOFTDTW_TWO_ENDED=0 python3 benchmarks/probes/two_ended_grad_ab.py --label off
+"""
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "src"))
+
+import softdtw  # noqa: E402
+from softdtw.backends.cuda import fastpath  # noqa: E402
+
+SHAPES = [(32, 512, 512, 1), (64, 512, 512, 1), (128, 512, 512, 1), (16, 1024, 1024, 1), (16, 2048, 2048, 1),
+          (1, 8192, 8192, 1), (64, 96, 96, 7), (16, 128, 128, 1)]
+
+
+def median_step_ms(step, reps):
+    for _ in range(5):
+        step()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        step()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--label", default=os.environ.get("SOFTDTW_TWO_ENDED", "1"))
+    ap.add_argument("--reps", type=int, default=60)
+    args = ap.parse_args()
+    fastpath.build()
+    for B, N, M, D in SHAPES:
+        g = torch.Generator(device="cuda").manual_seed(B + N)
+        x = torch.randn(B, N, D, device="cuda", generator=g)
+        y = torch.randn(B, M, D, device="cuda", generator=g)
+
+        def step():
+            xc = x.clone().requires_grad_(True)
+            softdtw.soft_dtw(xc, y, 0.1).mean().backward()
+            torch.cuda.synchronize()
+
+        def mse():
+            xc = x.clone().requires_grad_(True)
+            F.mse_loss(xc, y if N == M else x).backward()
+            torch.cuda.synchronize()
+
+        xc = x.clone().requires_grad_(True)
+        fn = softdtw.soft_dtw(xc, y, 0.1).grad_fn
+        try:
+            node = fn.name()
+        except RuntimeError:  # the Python path's _Fused (Function's base apply) has no name()
+            node = type(fn).__name__
+        ms = median_step_ms(step, args.reps)
+        print(json.dumps({"label": args.label, "B": B, "N": N, "M": M, "D": D, "step_ms": round(ms, 4),
+                          "mse_ms": round(median_step_ms(mse, args.reps), 4), "node": node}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
