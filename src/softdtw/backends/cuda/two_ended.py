@@ -36,14 +36,18 @@ WARPS_PER_SM = 16
 _THREADS = 256  # kernels/two_ended.cu: TWO_ENDED_THREADS, and the inputs kernel's block
 _CTYPE = {torch.float32: "float", torch.float64: "double"}
 _enabled = [os.environ.get("SOFTDTW_TWO_ENDED", "1") != "0"]  # SOFTDTW_TWO_ENDED=0: one-ended everywhere (A/B runs)
+_CACHE: dict = {}  # applies' answers per (B, N, M, D, dtype, device)
 
 
 def set_enabled(on: bool) -> None:
-    """Switch the two-ended path on or off (benchmarks and tests compare it with the one-ended pass)."""
+    """Switch the two-ended paths on or off (benchmarks and tests compare them with the one-ended pass). Plans the C++
+    launcher learnt before keep their kind: switch before a shape's first call (or set SOFTDTW_TWO_ENDED=0)."""
     _enabled[0] = bool(on)
+    _CACHE.clear()
 
 
 def enabled() -> bool:
+    """Whether the two-ended paths are on."""
     return _enabled[0]
 
 
@@ -70,8 +74,6 @@ def _applies(B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index: i
     return ok
 
 
-_CACHE: dict = {}
-
 #: The gradient from both ends (storing calls with a float gamma > 0, in the C++ launcher and on the Python path alike:
 #: fastpath.py's _add_two_ended_plan, softdtw._ops._FusedTwoEnded): pairs of at least GRAD_MIN_ROWS rows whose doubled
 #: launch keeps at most GRAD_WARPS_PER_SM warps per SM. Shorter pairs lose (the halves' inputs, the fold and the mapping
@@ -83,8 +85,8 @@ GRAD_WARPS_PER_SM = 4
 
 
 def applies_grad(B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index: int) -> bool:
-    """Whether a storing call (a gradient) of B pairs of N x M runs from both ends in the C++ launcher (fused cost of D
-    features, no band or variant, gamma > 0: the caller's part)."""
+    """Whether a storing call (a gradient) of B pairs of N x M runs from both ends, in the C++ launcher and on the
+    Python path alike (fused cost of D features, no band or variant, a float gamma > 0: the caller's part)."""
     if not _enabled[0] or N < GRAD_MIN_ROWS:
         return False
     half = _launch.plan_for(2 * B, (N + 1) // 2, M, D, dtype, device_index)
