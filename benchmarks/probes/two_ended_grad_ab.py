@@ -15,28 +15,14 @@ import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import softdtw  # noqa: E402
+from gpu import median_ms  # noqa: E402  (CUDA events, one call each, median after warm-up)
 from softdtw.backends.cuda import fastpath  # noqa: E402
 
 SHAPES = [(32, 512, 512, 1), (64, 512, 512, 1), (128, 512, 512, 1), (16, 1024, 1024, 1), (16, 2048, 2048, 1),
           (1, 8192, 8192, 1), (64, 96, 96, 7), (16, 128, 128, 1)]
-
-
-def median_step_ms(step, reps):
-    for _ in range(5):
-        step()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        step()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e))
-    times.sort()
-    return times[len(times) // 2]
 
 
 def main():
@@ -66,9 +52,9 @@ def main():
             node = fn.name()
         except RuntimeError:  # the Python path's _Fused (Function's base apply) has no name()
             node = type(fn).__name__
-        ms = median_step_ms(step, args.reps)
+        ms = median_ms(step, args.reps, warmup=5)
         print(json.dumps({"label": args.label, "B": B, "N": N, "M": M, "D": D, "step_ms": round(ms, 4),
-                          "mse_ms": round(median_step_ms(mse, args.reps), 4), "node": node}), flush=True)
+                          "mse_ms": round(median_ms(mse, args.reps, warmup=5), 4), "node": node}), flush=True)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,9 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from gpu import graphed  # noqa: E402  (a CUDA graph of fn after a warm-up on a side stream)
 from softdtw.backends import cuda as be  # noqa: E402
 from softdtw.backends.cuda import launch  # noqa: E402
 from softdtw.backends.cuda import two_ended as te  # noqa: E402
@@ -75,24 +77,17 @@ def one_ended_fb(x, y, gamma, xl, yl, grad, memory):
 
 
 def graph_ms(fn, reps=20):
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    g.replay()
+    """GPU time per call of fn, captured once in a CUDA graph (gpu.graphed) and replayed: median of five runs of
+    `reps` replays."""
+    replay = graphed(fn)
+    replay()
     torch.cuda.synchronize()
     e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     times = []
     for _ in range(5):
         e0.record()
         for _ in range(reps):
-            g.replay()
+            replay()
         e1.record()
         e1.synchronize()
         times.append(e0.elapsed_time(e1) / reps)

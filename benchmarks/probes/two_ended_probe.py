@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from bench_variants import queued_ms  # noqa: E402  (calls queued back to back, one synchronisation)
 from gpu import median_ms  # noqa: E402  (CUDA events, one call each, median after warm-up)
 from softdtw.backends import cuda as be  # noqa: E402
 from softdtw.backends.cuda import launch  # noqa: E402
@@ -27,18 +28,8 @@ from softdtw.backends.cuda import two_ended as te  # noqa: E402
 
 
 def back_to_back_ms(fn, calls, reps=5):
-    fn()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        for _ in range(calls):
-            fn()
-        e.record()
-        e.synchronize()
-        out.append(s.elapsed_time(e) / calls)
-    return sorted(out)[len(out) // 2]
+    """Median over `reps` runs of bench_variants.queued_ms: ms per call of `calls` calls queued back to back."""
+    return sorted(queued_ms(fn, calls) for _ in range(reps))[reps // 2]
 
 
 SHAPES = [(1, 2048, 2048), (16, 2048, 2048), (1, 4096, 4096), (16, 4096, 4096), (64, 4096, 4096),

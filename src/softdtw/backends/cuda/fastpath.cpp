@@ -165,13 +165,16 @@ constexpr int64_t kAllRows = int64_t(1) << 30;
 
 // forward_kernel (or a chained plan's forward_chain_kernel, as _launch_forward_chain launches it over all rows) of
 // plan p on (a0, a1, C): the features x and y (fused costs), the gram cost's norms and x·yᵀ, or 0, 0 and a
-// precomputed C. Returns the values (B,) and, storing, the link table (else an empty tensor).
+// precomputed C. Returns the values (B,) and, storing, the link table (else an empty tensor). open_end (a two-ended
+// plan's halves, storing): the forward's end values go after the table, at saved + p.end_off, and a chained forward's
+// done counters after its [ticket, flags] (p.sync_numel counts them).
 std::pair<at::Tensor, at::Tensor> run_forward(const Plan& p, int64_t stream, int64_t a0, int64_t a1, int64_t C,
                                               const at::Tensor& gamma, const at::Tensor& xl, const at::Tensor& yl,
-                                              bool store, const at::TensorOptions& opts) {
+                                              bool store, const at::TensorOptions& opts, bool open_end = false) {
   at::Tensor value = at::empty({p.B}, opts);
   at::Tensor saved = store ? at::empty({p.saved_numel}, opts.dtype(p.saved_dtype)) : at::empty({0}, opts);
   at::Tensor bnd = maybe_empty(p.fwd_bnd, opts);
+  const int64_t end = open_end ? ptr(saved) + p.end_off : 0;
   if (p.TH > 0) {  // checkpointed, one band of all N rows: the column checkpoints, then the rows'
     TORCH_CHECK(store, "softdtw fast path: a checkpointed plan called without a gradient (a bug, please report it).");
     const at::Tensor sync = at::zeros({p.sync_numel}, opts.dtype(at::kInt));
@@ -184,39 +187,41 @@ std::pair<at::Tensor, at::Tensor> run_forward(const Plan& p, int64_t stream, int
   }
   if (p.chain) {
     const at::Tensor sync = at::zeros({p.sync_numel}, opts.dtype(at::kInt));
+    const int64_t done = open_end ? ptr(sync) + 4 * (p.sync_numel - p.B) : 0;
     launch(p.fwd, stream,
            {a0, a1, C, ptr(gamma), ptr(xl), ptr(yl), 0, ptr(value), store ? ptr(saved) : 0, ptr(bnd), ptr(sync), 0,
-            p.B, p.N, p.M, p.nch, 1, p.stagger, 0, kAllRows, 0, 0, 0, 0},
+            p.B, p.N, p.M, p.nch, 1, p.stagger, 0, kAllRows, 0, 0, end, done},
            "forward_chain_kernel");
     return {value, saved};
   }
   launch(p.fwd, stream,
          {a0, a1, C, ptr(gamma), ptr(xl), ptr(yl), 0, ptr(value), store ? ptr(saved) : 0, ptr(bnd), p.B, p.N, p.M,
-          p.nch, 0, 0, 0},
+          p.nch, 0, 0, end},
          "forward_kernel");
   return {value, saved};
 }
 
 // backward_kernel (or a chained plan's backward_chain_kernel over all rows, as _launch_backward_chain) of plan p on
 // (a0, a1, C) as run_forward, reading the stored table: writes dx, dy (fused; the gram cost's row and column sums of
-// E), dC (E for a precomputed or gram cost) and dgamma (B,).
+// E), dC (E for a precomputed or gram cost) and dgamma (B,). endbuf: the open end's seeds (a two-ended plan's halves),
+// else 0.
 void run_backward(const Plan& p, int64_t stream, int64_t a0, int64_t a1, int64_t C, const at::Tensor& gamma,
                   const at::Tensor& xl, const at::Tensor& yl, const at::Tensor& grad, const at::Tensor& saved,
                   const at::Tensor& value, int64_t dx, int64_t dy, int64_t dC, const at::Tensor& dgamma,
-                  const at::TensorOptions& opts) {
+                  const at::TensorOptions& opts, int64_t endbuf = 0) {
   const at::Tensor bnd = maybe_empty(p.bwd_bnd, opts);
   if (p.chain) {
     const at::Tensor ws = at::zeros({p.ws_numel}, opts.dtype(at::kLong));
     launch(p.bwd, stream,
            {a0, a1, C, ptr(gamma), ptr(xl), ptr(yl), 0, ptr(grad), ptr(saved), dx, dy, dC, ptr(value), ptr(dgamma),
-            ptr(bnd), ptr(ws) + 8 * p.B, ptr(ws), 0, 0, 0, p.B, p.N, p.M, p.nch, 1, p.stagger, 0, kAllRows, 0, 0, 0, 0,
-            0, 0},
+            ptr(bnd), ptr(ws) + 8 * p.B, ptr(ws), 0, 0, 0, p.B, p.N, p.M, p.nch, 1, p.stagger, 0, kAllRows, 0, 0, 0,
+            endbuf, 0, 0},
            "backward_chain_kernel");
     return;
   }
   launch(p.bwd, stream,
          {a0, a1, C, ptr(gamma), ptr(xl), ptr(yl), 0, ptr(grad), ptr(saved), dx, dy, dC, ptr(value), ptr(dgamma),
-          ptr(bnd), p.B, p.N, p.M, p.nch, 0, 0, 0, 0},
+          ptr(bnd), p.B, p.N, p.M, p.nch, 0, 0, endbuf, 0},
          "backward_kernel");
 }
 
@@ -348,32 +353,19 @@ struct Fused : public torch::autograd::Function<Fused> {
     const int64_t B2 = p.B, H = p.N, M = p.M, D = x.size(2);
     const at::Tensor data = at::empty({B2 * (H + M) * D}, opts);  // x2 (2B, H, D), then y2 (2B, M, D)
     const at::Tensor lens = at::empty({2 * B2}, opts.dtype(at::kLong));  // xl2, then yl2
+    const at::Tensor xl2 = lens.narrow(0, 0, B2), yl2 = lens.narrow(0, B2, B2);
     const int64_t x2 = ptr(data), y2 = x2 + B2 * H * D * (int64_t)data.element_size();
-    const int64_t xl2 = ptr(lens), yl2 = xl2 + 8 * B2;
     Kernel kin = p.te_in;
     kin.grid = (unsigned)((B2 * std::max(H, M) + kin.block - 1) / kin.block);
-    launch(kin, stream, {ptr(x), ptr(y), ptr(xl), ptr(yl), p.B1, p.N1, M, D, x2, y2, xl2, yl2},
+    launch(kin, stream, {ptr(x), ptr(y), ptr(xl), ptr(yl), p.B1, p.N1, M, D, x2, y2, ptr(xl2), ptr(yl2)},
            "two_ended_inputs_kernel");
-    const at::Tensor halves = at::empty({B2}, opts);  // the halves' own open-end values (unused)
-    const at::Tensor saved = at::empty({p.saved_numel}, opts.dtype(p.saved_dtype));
-    const int64_t end = ptr(saved) + p.end_off;
-    const at::Tensor bnd = maybe_empty(p.fwd_bnd, opts);
-    if (p.chain) {
-      const at::Tensor sync = at::zeros({p.sync_numel}, opts.dtype(at::kInt));  // [ticket, flags], then done (2B)
-      launch(p.fwd, stream,
-             {x2, y2, 0, ptr(gamma), xl2, yl2, 0, ptr(halves), ptr(saved), ptr(bnd), ptr(sync), 0, B2, H, M, p.nch, 1,
-              p.stagger, 0, kAllRows, 0, 0, end, ptr(sync) + 4 * (p.sync_numel - B2)},
-             "forward_chain_kernel");
-    } else {
-      launch(p.fwd, stream,
-             {x2, y2, 0, ptr(gamma), xl2, yl2, 0, ptr(halves), ptr(saved), ptr(bnd), B2, H, M, p.nch, 0, 0, end},
-             "forward_kernel");
-    }
+    // (its values are the halves' own open-end values, unused)
+    const at::Tensor saved = run_forward(p, stream, x2, y2, 0, gamma, xl2, yl2, true, opts, true).second;
     const at::Tensor seeds = at::empty({B2 * M + 2 * B2}, opts.dtype(at::kDouble));
     const at::Tensor value = at::empty({p.B1}, opts);
     Kernel ks = p.te_seed;
     ks.grid = (unsigned)p.B1;
-    launch(ks, stream, {end, ptr(gamma), ptr(xl), ptr(yl), p.B1, p.N1, M, ptr(seeds), ptr(value)},
+    launch(ks, stream, {ptr(saved) + p.end_off, ptr(gamma), ptr(xl), ptr(yl), p.B1, p.N1, M, ptr(seeds), ptr(value)},
            "two_ended_seed_kernel");
     ctx->save_for_backward({x, y, gamma, xl, yl, value, saved, data, lens, seeds});
     ctx->saved_data["plan"] = plan_id;
@@ -392,24 +384,11 @@ struct Fused : public torch::autograd::Function<Fused> {
     const int64_t stream = ctx->saved_data["stream"].toInt();
     const int64_t B2 = p.B, H = p.N, M = p.M, D = x.size(2);
     const int64_t x2 = ptr(data), y2 = x2 + B2 * H * D * (int64_t)data.element_size();
-    const int64_t xl2 = ptr(lens), yl2 = xl2 + 8 * B2;
     const at::Tensor grad2 = at::cat({grad, grad}), value2 = at::cat({value, value});  // (dgamma: not asked for)
     const at::Tensor dx2 = at::empty({B2, H, D}, opts), dy2 = at::empty({B2, M, D}, opts);
     const at::Tensor dgamma2 = at::empty({B2}, opts);
-    const at::Tensor bnd = maybe_empty(p.bwd_bnd, opts);
-    if (p.chain) {
-      const at::Tensor ws = at::zeros({p.ws_numel}, opts.dtype(at::kLong));
-      launch(p.bwd, stream,
-             {x2, y2, 0, ptr(gamma), xl2, yl2, 0, ptr(grad2), ptr(saved), ptr(dx2), ptr(dy2), 0, ptr(value2),
-              ptr(dgamma2), ptr(bnd), ptr(ws) + 8 * B2, ptr(ws), 0, 0, 0, B2, H, M, p.nch, 1, p.stagger, 0, kAllRows,
-              0, 0, 0, ptr(seeds), 0, 0},
-             "backward_chain_kernel");
-    } else {
-      launch(p.bwd, stream,
-             {x2, y2, 0, ptr(gamma), xl2, yl2, 0, ptr(grad2), ptr(saved), ptr(dx2), ptr(dy2), 0, ptr(value2),
-              ptr(dgamma2), ptr(bnd), B2, H, M, p.nch, 0, 0, ptr(seeds), 0},
-             "backward_kernel");
-    }
+    run_backward(p, stream, x2, y2, 0, gamma, lens.narrow(0, 0, B2), lens.narrow(0, B2, B2), grad2, saved, value2,
+                 ptr(dx2), ptr(dy2), 0, dgamma2, opts, ptr(seeds));
     const at::Tensor dx = at::empty_like(x), dy = at::empty_like(y);
     Kernel kg = p.te_grads;
     kg.grid = (unsigned)((p.B1 * std::max(p.N1, M) + kg.block - 1) / kg.block);

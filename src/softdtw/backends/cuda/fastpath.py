@@ -331,76 +331,59 @@ def _checkpoint_plan(check: list, B: int, N: int, M: int, dtype, dev: int):
 
 
 def _add_plan(check: list, kind: str, DK: int, B: int, N: int, M: int, dtype, dev: int, store: bool, grad: bool,
-              cost: str) -> int:
+              cost: str, var=None) -> int:
     """Register one shape's launches with the C++ side; returns the plan id. The forward (storing its table when
     store) and, with grad, the backward of the DP of cost kind `kind` ("gram", "precomputed" or a fused cost of DK
     features), in the Python path's layout: forward_kernel and backward_kernel (_seq), or, for a chained plan,
     forward_chain_kernel and backward_chain_kernel over all rows with their buffers' sizes (_run_forward_chain,
-    _run_backward_chain). cost: the call's cost, for the create_graph backward (set_grad_fn)."""
-    from . import (_backward_chain_expr, _backward_chain_sizes, _carried, _chain_sync_numel, _forward_chain_expr,
-                   _saved_dtype, _seq)
+    _run_backward_chain). cost: the call's cost, for the create_graph backward (set_grad_fn). var: the alignment
+    variants' _Var (None: the plain DP); with an open end the saved buffer holds the forward's end values after the
+    table (as _with_end places them) and the chained forward's sync its done counters (_forward_chain_buffers)."""
+    from . import (_backward_chain_expr, _backward_chain_sizes, _carried, _chain_sync_numel, _end_numel, _end_offset,
+                   _forward_chain_expr, _saved_dtype, _seq)
 
-    fwd = _seq("forward", B, N, M, DK, dtype, dev, kind, False, store, False)
-    bwd = _seq("backward", B, N, M, DK, dtype, dev, kind, False, True, False) if grad else None
+    code = var.code if var is not None else 0
+    oe = var is not None and var.open_end
+    fwd = _seq("forward", B, N, M, DK, dtype, dev, kind, False, store, False, code)
+    bwd = _seq("backward", B, N, M, DK, dtype, dev, kind, False, True, False, code) if grad else None
     plan = fwd.plan
     _launch.ensure_context(dev)
     saved_dtype = _saved_dtype(dtype)
+    saved_numel = B * plan.saved_numel(N)
+    if oe:
+        saved_numel = _end_offset(saved_numel, saved_dtype) + _end_numel(B, M, plan.nch) * 8 // saved_dtype.itemsize
     if not plan.chain:
         return _module.add_plan(_context(), check, _kernel("forward", fwd, dev), _kernel("backward", bwd, dev),
-                                fwd.saved_numel, saved_dtype, list(fwd.bnd), list(bwd.bnd) if bwd is not None else [],
+                                saved_numel, saved_dtype, list(fwd.bnd), list(bwd.bnd) if bwd is not None else [],
                                 B, N, M, plan.nch, cost, kind == "gram")
     grid, block = B * plan.nch, plan.block()
-    fk = [_launch._launcher("forward", _forward_chain_expr(dtype, kind, DK, plan, False, store, B, dev), dev).fn,
+    fk = [_launch._launcher("forward", _forward_chain_expr(dtype, kind, DK, plan, False, store, B, dev, var), dev).fn,
           grid, block]
     fbnd = B * plan.column_numel(N, _launch.chain_frames(dtype)) if plan.nch > 1 else 0
     bk, bbnd, nws = [0, 0, 0], 0, 0
     if grad:
-        bk = [_launch._launcher("backward", _backward_chain_expr(dtype, kind, DK, plan, False, B, dev), dev).fn,
+        bk = [_launch._launcher("backward", _backward_chain_expr(dtype, kind, DK, plan, False, B, dev, var), dev).fn,
               grid, block]
         bbnd, nws = _backward_chain_sizes(B, N, _carried(kind, DK), plan)
-    pid = _module.add_plan(_context(), check, fk, bk, B * plan.saved_numel(N), saved_dtype, [fbnd] if fbnd else [],
+    pid = _module.add_plan(_context(), check, fk, bk, saved_numel, saved_dtype, [fbnd] if fbnd else [],
                            [bbnd] if bbnd else [], B, N, M, plan.nch, cost, kind == "gram")
-    _module.set_chain(pid, _launch.tile_stagger(plan.W), _chain_sync_numel(B, plan), nws)
+    _module.set_chain(pid, _launch.tile_stagger(plan.W), _chain_sync_numel(B, plan) + (B if oe else 0), nws)
     return pid
 
 
 def _add_two_ended_plan(check: list, B: int, N: int, M: int, D: int, dtype, dev: int, cost: str) -> int:
     """Register a two-ended plan (fastpath.cpp, Fused::forward_two; backends/cuda/two_ended.py): the storing forward
-    and the backward of the 2B pairs of ceil(N / 2) rows with the open end (_seq's layout of that shape, var 2), their
-    saved table followed by the forward's end values (as _with_end places them), and two_ended.cu's three kernels."""
-    from . import (_NO_PENALTY, _Var, _backward_chain_expr, _backward_chain_sizes, _carried, _chain_sync_numel,
-                   _end_numel, _end_offset, _forward_chain_expr, _saved_dtype, _seq)
+    and the backward of the 2B pairs of ceil(N / 2) rows with the open end (:func:`_add_plan`), and two_ended.cu's
+    three kernels, with where the forward's end values start in the saved buffer."""
+    from . import _NO_PENALTY, _Var, _end_offset, _saved_dtype
 
     B2, H = 2 * B, (N + 1) // 2
-    var = _Var(2, None, _NO_PENALTY)  # the open end
-    fwd = _seq("forward", B2, H, M, D, dtype, dev, cost, False, True, False, 2)
-    bwd = _seq("backward", B2, H, M, D, dtype, dev, cost, False, True, False, 2)
-    plan = fwd.plan
-    _launch.ensure_context(dev)
+    pid = _add_plan(check, cost, D, B2, H, M, dtype, dev, True, True, cost, _Var(2, None, _NO_PENALTY))
     saved_dtype = _saved_dtype(dtype)
-    table = B2 * plan.saved_numel(H)
-    off = _end_offset(table, saved_dtype)
-    saved_numel = off + _end_numel(B2, M, plan.nch) * 8 // saved_dtype.itemsize
-    if plan.chain:
-        grid, block = B2 * plan.nch, plan.block()
-        fk = [_launch._launcher("forward", _forward_chain_expr(dtype, cost, D, plan, False, True, B2, dev, var),
-                                dev).fn, grid, block]
-        bk = [_launch._launcher("backward", _backward_chain_expr(dtype, cost, D, plan, False, B2, dev, var),
-                                dev).fn, grid, block]
-        fbnd = [B2 * plan.column_numel(H, _launch.chain_frames(dtype))] if plan.nch > 1 else []
-        nbnd, nws = _backward_chain_sizes(B2, H, _carried(cost, D), plan)
-        pid = _module.add_plan(_context(), check, fk, bk, saved_numel, saved_dtype, fbnd, [nbnd] if nbnd else [], B2,
-                               H, M, plan.nch, cost, False)
-        _module.set_chain(pid, _launch.tile_stagger(plan.W), _chain_sync_numel(B2, plan) + B2, nws)
-    else:
-        pid = _module.add_plan(_context(), check, _kernel("forward", fwd, dev), _kernel("backward", bwd, dev),
-                               saved_numel, saved_dtype, list(fwd.bnd), list(bwd.bnd), B2, H, M, plan.nch, cost, False)
-    ctype = _launch._CTYPE[dtype]
-    kernels = [[_launch._launcher("two_ended", f"sdtw::{k}<{ctype}>", dev).fn, 0, t]
-               for k, t in (("two_ended_inputs_kernel", _two_ended._THREADS),
-                            ("two_ended_seed_kernel", _two_ended._THREADS),
-                            ("two_ended_grads_kernel", _two_ended._THREADS))]
-    _module.set_two_ended(pid, *kernels, B, N, off * saved_dtype.itemsize)
+    table = B2 * _launch.plan_for(B2, H, M, D, dtype, dev).saved_numel(H)  # (_seq's plan of the halves)
+    kernels = [[_launch._launcher("two_ended", _two_ended._kernel(k, dtype), dev).fn, 0, _two_ended._THREADS]
+               for k in ("two_ended_inputs_kernel", "two_ended_seed_kernel", "two_ended_grads_kernel")]
+    _module.set_two_ended(pid, *kernels, B, N, _end_offset(table, saved_dtype) * saved_dtype.itemsize)
     return pid
 
 

@@ -18,10 +18,10 @@ _FusedTwoEnded) launch the same kernels, so the two agree bitwise; torch.compile
 one-ended; a create_graph=True backward is the one-ended differentiable one (its storing forward run again).
 
 The value-only path is taken where it pays (:func:`applies`): a value-only call (no gradient) of a fused cost, no band
-or alignment variant, whose pass is chained and whose doubled launch keeps at most :data:`WARPS_PER_SM` warps per SM (past that
-the GPU is full, and halving the path buys nothing: B = 64, N = M = 8192 ran 15 % slower). The values equal the
-one-ended pass's up to rounding (float64: 1e-15; float32: a few ulp, both within the one-ended pass's own distance
-to float64; tests/backends/test_cuda_two_ended.py). benchmarks/OPTIMIZATION_LOG.md, "Two-ended value-only forward".
+or alignment variant, whose pass is chained and whose doubled launch keeps at most :data:`WARPS_PER_SM` warps per SM
+(past that the GPU is full, and halving the path buys nothing: B = 64, N = M = 8192 ran 15 % slower). The values
+equal the one-ended pass's up to rounding (float64: 1e-15; float32: a few ulp, both within the one-ended pass's own
+distance to float64; tests/backends/test_cuda_two_ended.py). benchmarks/OPTIMIZATION_LOG.md, "Two-ended value-only forward".
 """
 from __future__ import annotations
 
@@ -34,7 +34,6 @@ from . import launch as _launch
 #: Warps per SM the doubled launch may keep (2B·nch·W <= WARPS_PER_SM · SMs).
 WARPS_PER_SM = 16
 _THREADS = 256  # kernels/two_ended.cu: TWO_ENDED_THREADS, and the inputs kernel's block
-_CTYPE = {torch.float32: "float", torch.float64: "double"}
 _enabled = [os.environ.get("SOFTDTW_TWO_ENDED", "1") != "0"]  # SOFTDTW_TWO_ENDED=0: one-ended everywhere (A/B runs)
 _CACHE: dict = {}  # applies' answers per (B, N, M, D, dtype, device)
 
@@ -94,23 +93,35 @@ def applies_grad(B: int, N: int, M: int, D: int, dtype: torch.dtype, device_inde
     return warps <= GRAD_WARPS_PER_SM * _launch.sm_count(device_index)
 
 
+def _kernel(name: str, dtype: torch.dtype) -> str:
+    """The instantiation of one of kernels/two_ended.cu's kernels for the data dtype."""
+    return f"sdtw::{name}<{_launch._CTYPE[dtype]}>"
+
+
+def _open_end():
+    """The halves' alignment variant: the open end (backends/cuda/__init__.py, _Var), nothing else."""
+    from . import _NO_PENALTY, _Var
+
+    return _Var(2, None, _NO_PENALTY)
+
+
 def inputs(x: torch.Tensor, y: torch.Tensor, x_lengths: torch.Tensor, y_lengths: torch.Tensor) -> tuple:
     """The 2B pairs of the two halves (kernels/two_ended.cu, two_ended_inputs_kernel): x2 `(2B, ceil(N / 2), D)`, y2
     `(2B, M, D)`, and their lengths, int64 `(2B,)` each."""
     B, N, D = x.shape
     M = y.shape[1]
     H = (N + 1) // 2
-    dev = x.device.index if x.device.index is not None else torch.cuda.current_device()
+    dev = x.get_device()
     # The halves' inputs and lengths in two buffers (one allocation each).
     data = x.new_empty((2 * B * (H + M) * D,))
     x2, y2 = data[:2 * B * H * D].view(2 * B, H, D), data[2 * B * H * D:].view(2 * B, M, D)
     lengths = torch.empty((4 * B,), dtype=torch.int64, device=x.device)
     xl2, yl2 = lengths[:2 * B], lengths[2 * B:]
     span = 2 * B * max(H, M)
-    _launch.launch("two_ended", f"sdtw::two_ended_inputs_kernel<{_CTYPE[x.dtype]}>", dev, -(-span // _THREADS),
-                   _THREADS, (x.data_ptr(), y.data_ptr(), x_lengths.data_ptr(), y_lengths.data_ptr(), _launch.i32(B),
-                              _launch.i32(N), _launch.i32(M), _launch.i32(D), x2.data_ptr(), y2.data_ptr(),
-                              xl2.data_ptr(), yl2.data_ptr()))
+    _launch.launch("two_ended", _kernel("two_ended_inputs_kernel", x.dtype), dev, -(-span // _THREADS), _THREADS,
+                   (x.data_ptr(), y.data_ptr(), x_lengths.data_ptr(), y_lengths.data_ptr(), _launch.i32(B),
+                    _launch.i32(N), _launch.i32(M), _launch.i32(D), x2.data_ptr(), y2.data_ptr(), xl2.data_ptr(),
+                    yl2.data_ptr()))
     return x2, y2, xl2, yl2
 
 
@@ -118,21 +129,20 @@ def forward(x: torch.Tensor, y: torch.Tensor, gamma: torch.Tensor, cost: str, x_
             y_lengths: torch.Tensor) -> torch.Tensor:
     """Values `(B,)` of x `(B, N, D)`, y `(B, M, D)` (contiguous, a fused cost), gamma a 0-d tensor of x's dtype,
     lengths int64 `(B,)`, computed from both ends; nothing is saved."""
-    from . import _forward_chain_buffers, _forward_chain_expr, _launch_forward_chain, _variant
+    from . import _forward_chain_buffers, _forward_chain_expr, _launch_forward_chain
 
     x2, y2, xl2, yl2 = inputs(x, y, x_lengths, y_lengths)
     B, N, D = x.shape
     M = y.shape[1]
     H = (N + 1) // 2
-    dev = x.device.index if x.device.index is not None else torch.cuda.current_device()
-    ctype = _CTYPE[x.dtype]
-    var = _variant(x2, 2 * B, None, False, True, None)
+    dev = x.get_device()
+    var = _open_end()
     plan = _launch.plan_for(2 * B, H, M, D, x.dtype, dev)
     halves, _, bufs = _forward_chain_buffers(x2, 2 * B, H, M, plan, False, var)  # halves: their own values, unused
     expr = _forward_chain_expr(x.dtype, cost, D, plan, False, False, 2 * B, dev, var)
     _launch_forward_chain(expr, dev, plan, x2, y2, None, gamma, xl2, yl2, None, halves, None, bufs, 2 * B, H, M, var)
     value = x.new_empty((B,))
-    _launch.launch("two_ended", f"sdtw::two_ended_value_kernel<{ctype}>", dev, B, _THREADS,
+    _launch.launch("two_ended", _kernel("two_ended_value_kernel", x.dtype), dev, B, _THREADS,
                    (bufs[3].data_ptr(), gamma.data_ptr(), x_lengths.data_ptr(), y_lengths.data_ptr(), _launch.i32(B),
                     _launch.i32(N), _launch.i32(M), value.data_ptr()))
     return value
@@ -143,19 +153,19 @@ def forward_store(x: torch.Tensor, y: torch.Tensor, gamma: torch.Tensor, cost: s
     """The storing forward from both ends (the Python path's twin of fastpath.cpp's Fused::forward_two, the same
     launches): values `(B,)` and what :func:`backward` needs (the halves' link table with the end values after it,
     their inputs and lengths, the backward's seeds). x, y contiguous, a fused cost, gamma > 0 (the caller's part)."""
-    from . import _NO_PENALTY, _Var, _end_in, _run_forward, _table_numel
+    from . import _end_in, _run_forward, _table_numel
 
     B, N, D = x.shape
     M = y.shape[1]
     H = (N + 1) // 2
-    dev = x.device.index if x.device.index is not None else torch.cuda.current_device()
+    dev = x.get_device()
     x2, y2, xl2, yl2 = inputs(x, y, x_lengths, y_lengths)
-    _, saved = _run_forward(x2, y2, None, cost, D, gamma, xl2, yl2, None, True, False, _Var(2, None, _NO_PENALTY))
+    _, saved = _run_forward(x2, y2, None, cost, D, gamma, xl2, yl2, None, True, False, _open_end())
     plan = _launch.plan_for(2 * B, H, M, D, x.dtype, dev)
     end = _end_in(saved, _table_numel(plan, 2 * B, H, x.dtype, "store"))
     seeds = torch.empty((2 * B * M + 4 * B,), dtype=torch.float64, device=x.device)
     value = x.new_empty((B,))
-    _launch.launch("two_ended", f"sdtw::two_ended_seed_kernel<{_CTYPE[x.dtype]}>", dev, B, _THREADS,
+    _launch.launch("two_ended", _kernel("two_ended_seed_kernel", x.dtype), dev, B, _THREADS,
                    (end, gamma.data_ptr(), x_lengths.data_ptr(), y_lengths.data_ptr(), _launch.i32(B), _launch.i32(N),
                     _launch.i32(M), seeds.data_ptr(), value.data_ptr()))
     return value, (saved, x2, y2, xl2, yl2, seeds)
@@ -166,19 +176,18 @@ def backward(grad: torch.Tensor, x: torch.Tensor, y: torch.Tensor, gamma: torch.
     """(dx, dy) of sum_b grad_b value_b from :func:`forward_store`'s kept tensors: the open end's backward of the 2B
     pairs from the seeds, then the halves' dx, dy mapped back (fastpath.cpp's launch_backward_two, the same
     launches)."""
-    from . import _NO_PENALTY, _Var, _run_backward
+    from . import _run_backward
 
     saved, x2, y2, xl2, yl2, seeds = kept
     B, N, D = x.shape
     M = y.shape[1]
-    dev = x.device.index if x.device.index is not None else torch.cuda.current_device()
+    dev = x.get_device()
     grad2, value2 = torch.cat([grad, grad]), torch.cat([value, value])  # (dgamma: not asked for)
     dx2, dy2, _, _ = _run_backward(grad2, x2, y2, None, None, cost, D, gamma, xl2, yl2, None, value2, saved, False,
-                                   None, _Var(2, None, _NO_PENALTY), seeds.data_ptr())
+                                   None, _open_end(), seeds.data_ptr())
     dx, dy = torch.empty_like(x), torch.empty_like(y)
     span = B * max(N, M)
-    _launch.launch("two_ended", f"sdtw::two_ended_grads_kernel<{_CTYPE[x.dtype]}>", dev, -(-span // _THREADS),
-                   _THREADS, (dx2.data_ptr(), dy2.data_ptr(), x_lengths.data_ptr(), y_lengths.data_ptr(),
-                              _launch.i32(B), _launch.i32(N), _launch.i32(M), _launch.i32(D), dx.data_ptr(),
-                              dy.data_ptr()))
+    _launch.launch("two_ended", _kernel("two_ended_grads_kernel", x.dtype), dev, -(-span // _THREADS), _THREADS,
+                   (dx2.data_ptr(), dy2.data_ptr(), x_lengths.data_ptr(), y_lengths.data_ptr(), _launch.i32(B),
+                    _launch.i32(N), _launch.i32(M), _launch.i32(D), dx.data_ptr(), dy.data_ptr()))
     return dx, dy

@@ -1,5 +1,5 @@
-// The value-only forward of few long pairs from both ends (backends/cuda/two_ended.py): the two halves' inputs, and
-// the value from their last rows.
+// Few long pairs from both ends (backends/cuda/two_ended.py): the two halves' inputs, the value from their last rows,
+// and for a gradient the open end's seeds and the halves' dx, dy mapped back.
 //
 // A chained value-only pass takes about N + nch (32 W + lag) lane steps: one pair's critical path, where few long
 // pairs leave most of the GPU idle. Every monotone path crosses from row h - 1 to row h exactly once, down (column j
@@ -52,6 +52,18 @@ __global__ void __launch_bounds__(256) two_ended_inputs_kernel(const T* __restri
 }
 
 constexpr int TWO_ENDED_THREADS = 256;
+constexpr double TWO_ENDED_FAR = 1e300;  // S past column m - 1, R before column 0: no path
+
+// S[h, j] from the bottom half's last row (reversed), +FAR past column m - 1.
+__device__ __forceinline__ double bottom_at(const double* bot, int m, int j) {
+  return j < m ? bot[m - 1 - j] : TWO_ENDED_FAR;
+}
+
+// The soft-min of two values in log2 units (common.cuh, soft_min2), their min for hard DTW.
+template <bool HARD>
+__device__ __forceinline__ double smin_or_min(double a, double b) {
+  return HARD ? fmin(a, b) : soft_min2(a, b);
+}
 
 // The block's soft-min (EndAcc) of every thread's acc: each warp's merged, then the warps' by thread 0 through shared
 // memory. The result is valid in thread 0 only.
@@ -79,13 +91,9 @@ template <typename T, bool HARD>
 __device__ __forceinline__ void two_ended_fold(const double* __restrict__ top, const double* __restrict__ bot, int m,
                                                double unit, T* out) {
   using Acc = EndAcc<double, HARD>;
-  constexpr double FAR = 1e300;  // S past column m - 1: no path
   Acc acc;
-  for (int j = threadIdx.x; j < m; j += TWO_ENDED_THREADS) {
-    const double s0 = bot[m - 1 - j], s1 = j + 1 < m ? bot[m - 2 - j] : FAR;
-    const double lo = fmin(s0, s1), hi = fmax(s0, s1);
-    acc.add(top[j] + (HARD ? lo : lo - log2(1.0 + exp2(lo - hi))), j);
-  }
+  for (int j = threadIdx.x; j < m; j += TWO_ENDED_THREADS)
+    acc.add(top[j] + smin_or_min<HARD>(bottom_at(bot, m, j), bottom_at(bot, m, j + 1)), j);
   const Acc all = block_merge(acc);
   if (threadIdx.x == 0) *out = T(all.value() * unit);
 }
@@ -114,9 +122,6 @@ __global__ void __launch_bounds__(TWO_ENDED_THREADS) two_ended_value_kernel(cons
   }
 }
 
-}  // namespace sdtw
-
-namespace sdtw {
 
 // The gradient from both ends (fastpath.cpp, a two-ended plan). The open end's backward seeds each pair's last row with
 // 2^(v - endr[j]) (hard: one-hot on endv's column; kernels/backward.cu), so seeds written as
@@ -134,21 +139,17 @@ __device__ __forceinline__ void two_ended_seed_pair(const double* __restrict__ t
                                                     double* __restrict__ vt, double* __restrict__ vb, int n, int m,
                                                     int M, double unit, T* out) {
   using Acc = EndAcc<double, HARD>;
-  constexpr double FAR = 1e300;
-  auto smin2 = [](double a, double b) {
-    const double lo = fmin(a, b), hi = fmax(a, b);
-    return HARD ? lo : lo - log2(1.0 + exp2(lo - hi));
-  };
+  constexpr double FAR = TWO_ENDED_FAR;
   Acc acc;
   for (int j = threadIdx.x; j < M; j += TWO_ENDED_THREADS) {
     double t = FAR, u = FAR;
     if (n == 1) {
       t = j == m - 1 ? top[j] : FAR;
     } else if (j < m) {
-      const double s0 = bot[m - 1 - j], s1 = j + 1 < m ? bot[m - 2 - j] : FAR;
+      const double s0 = bottom_at(bot, m, j), s1 = bottom_at(bot, m, j + 1);
       const double r0 = top[j], r1 = j > 0 ? top[j - 1] : FAR;
-      t = r0 + smin2(s0, s1);
-      u = s0 + smin2(r0, r1);
+      t = r0 + smin_or_min<HARD>(s0, s1);
+      u = s0 + smin_or_min<HARD>(r0, r1);
       sb[m - 1 - j] = u;
     }
     if (j >= m || n == 1) sb[j] = FAR;  // (n > 1: columns past m - 1 of the reversed row)
@@ -167,7 +168,7 @@ __device__ __forceinline__ void two_ended_seed_pair(const double* __restrict__ t
       const int j = int(all.s);
       vt[1] = double(j);
       if (n > 1) {
-        const double s0 = bot[m - 1 - j], s1 = j + 1 < m ? bot[m - 2 - j] : FAR;
+        const double s0 = bottom_at(bot, m, j), s1 = bottom_at(bot, m, j + 1);
         vb[1] = double(m - 1 - (s1 < s0 ? j + 1 : j));
       }
     }
