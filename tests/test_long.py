@@ -356,4 +356,6 @@ def test_auto_picks_checkpoint_when_the_table_does_not_fit(monkeypatch):
     peak = torch.cuda.max_memory_allocated() - base
     ckpt = _value_and_grads(x, y, GAMMA, memory="checkpoint")
     assert all(torch.equal(a, b) for a, b in zip(auto, ckpt)), "auto did not run the checkpointing path"
-    assert peak < table / 2, f"peak {peak / 1e6:.1f} MB with memory='auto' vs a stored table of {table / 1e6:.1f} MB"
+    # (the checkpoints and tile buffers: ~70 MB one-ended, ~138 MB from both ends, whose halves' 2B·nch blocks each
+    # keep two tiles; backends/cuda/two_ended.py, CKPT_WARPS_PER_SM)
+    assert peak < 0.6 * table, f"peak {peak / 1e6:.1f} MB with memory='auto' vs a stored table of {table / 1e6:.1f} MB"

@@ -710,18 +710,18 @@ def fused_grad_for_launcher(grad, x, y, gamma, cost, x_lengths, y_lengths, value
 
 
 class _FusedTwoEnded(torch.autograd.Function):
-    """_Fused for the cuda backend's storing calls run from both ends (backends/cuda/two_ended.py: a float gamma > 0,
-    no band or variant, pairs long enough; the C++ launcher's two-ended plans launch the same kernels, so the two
-    paths agree bitwise). A create_graph=True backward takes _Fused's differentiable one (one-ended, its storing
-    forward run again)."""
+    """_Fused for the cuda backend's calls with a gradient run from both ends (backends/cuda/two_ended.py: a float
+    gamma > 0, no band or variant, pairs long enough; memory "store" or "checkpoint"; the C++ launcher's two-ended
+    plans launch the same kernels as a storing call here, so the two paths agree bitwise). A create_graph=True backward
+    takes _Fused's differentiable one (one-ended, its forward run again in the call's memory mode)."""
 
     @staticmethod
     def forward(ctx, x, y, gamma, meta):
         from .backends.cuda import two_ended
 
-        cost, x_lengths, y_lengths = meta
-        value, kept = two_ended.forward_store(x, y, gamma, cost, x_lengths, y_lengths)
-        ctx.cost = cost
+        cost, x_lengths, y_lengths, memory = meta
+        value, kept = two_ended.forward_saving(x, y, gamma, cost, x_lengths, y_lengths, memory)
+        ctx.cost, ctx.memory = cost, memory
         ctx.save_for_backward(x, y, gamma, x_lengths, y_lengths, value, *kept)
         return value
 
@@ -734,16 +734,22 @@ class _FusedTwoEnded(torch.autograd.Function):
         need = ctx.needs_input_grad
         if torch.is_grad_enabled():  # create_graph=True
             _check_create_graph("cuda")
+            # the one-ended forward's saved buffer: none for "store" (the backward stores again), its own checkpoints
+            # for "checkpoint" (a stored table is what checkpointing avoids)
+            saved = x.new_empty((0,)) if ctx.memory == "store" else get_backend("cuda").forward(
+                x, y, gamma, ctx.cost, x_lengths, y_lengths, None, ctx.memory)[1]
             dx, dy, _ = _fused_grad_apply(grad_value, x, y, gamma, (ctx.cost, x_lengths, y_lengths, None, value,
-                                                                    x.new_empty((0,)), "store", "cuda"))
+                                                                    saved, ctx.memory, "cuda"))
         else:
-            dx, dy = two_ended.backward(grad_value, x, y, gamma, ctx.cost, x_lengths, y_lengths, value, tuple(kept))
+            dx, dy = two_ended.backward(grad_value, x, y, gamma, ctx.cost, x_lengths, y_lengths, value, tuple(kept),
+                                        ctx.memory)
         return (dx if need[0] else None), (dy if need[1] else None), None, None
 
 
-def two_ended_applies(x, y, cost, backend) -> bool:
-    """Whether a storing call with a float gamma > 0, no band and no alignment variant runs from both ends (the cuda
-    backend's two_ended.applies_grad; not under torch.compile or a functorch transform, whose graphs hold the ops)."""
+def two_ended_applies(x, y, cost, backend, memory: str = "store") -> bool:
+    """Whether a call with a gradient (memory "store" or "checkpoint"), a float gamma > 0, no band and no alignment
+    variant runs from both ends (the cuda backend's two_ended.applies_grad; not under torch.compile or a functorch
+    transform, whose graphs hold the ops)."""
     if backend != "cuda" or not x.is_cuda or x.dim() != 3 or torch.compiler.is_compiling() or _transforms_active():
         return False
     from .backends.cuda import FUSED_D_MAX, two_ended
@@ -751,17 +757,17 @@ def two_ended_applies(x, y, cost, backend) -> bool:
     B, N, D = x.shape
     if D > FUSED_D_MAX or x.dtype not in (torch.float32, torch.float64) or y.dtype != x.dtype:
         return False
-    return two_ended.applies_grad(B, N, y.shape[1], D, x.dtype, x.get_device())
+    return two_ended.applies_grad(B, N, y.shape[1], D, x.dtype, x.get_device(), memory)
 
 
-def fused_two_ended(x, y, gamma, cost, x_lengths, y_lengths) -> Tensor:
+def fused_two_ended(x, y, gamma, cost, x_lengths, y_lengths, memory: str = "store") -> Tensor:
     """Soft-DTW values `(B,)` from both ends, differentiable in x and y (:class:`_FusedTwoEnded`). Where the halves'
-    table does not fit, the one-ended call runs instead: it fits, or raises the MemoryError naming the call's own
-    sizes (the halves' would name 2B pairs of half the rows)."""
+    table (or checkpoints) does not fit, the one-ended call runs instead: it fits, or raises the MemoryError naming
+    the call's own sizes (the halves' would name 2B pairs of half the rows)."""
     try:
-        return _FusedTwoEnded.apply(x.contiguous(), y.contiguous(), gamma, (cost, x_lengths, y_lengths))
+        return _FusedTwoEnded.apply(x.contiguous(), y.contiguous(), gamma, (cost, x_lengths, y_lengths, memory))
     except MemoryError:
-        return fused_value(x, y, gamma, cost, x_lengths, y_lengths, None, "store", "cuda")
+        return fused_value(x, y, gamma, cost, x_lengths, y_lengths, None, memory, "cuda")
 
 
 def fused_value(x, y, gamma, cost, x_lengths, y_lengths, window, memory, backend, variant=None) -> Tensor:

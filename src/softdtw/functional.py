@@ -80,10 +80,11 @@ def _run(p: Problem, cost, memory: str, variant=None, transposable: bool = False
                                     variant)
         mem = _ops.resolve_memory(memory, _needs_grad(p.x, p.y, p.gamma), p.backend, "fused", B, N, M, D,
                                   p.x.dtype, p.x.device)
-        if transposable and mem == "store" and p.window is None and _ops.two_ended_applies(p.x, p.y, cost, p.backend):
+        if transposable and mem in ("store", "checkpoint") and p.window is None and _ops.two_ended_applies(
+                p.x, p.y, cost, p.backend, mem):
             # few long pairs, a gradient, a float gamma > 0: from both ends (backends/cuda/two_ended.py), as the C++
-            # launcher's two-ended plans run them
-            return _ops.fused_two_ended(p.x, p.y, p.gamma, cost, p.x_lengths, p.y_lengths)
+            # launcher's two-ended plans run the storing ones
+            return _ops.fused_two_ended(p.x, p.y, p.gamma, cost, p.x_lengths, p.y_lengths, mem)
         return _ops.fused_value(p.x, p.y, p.gamma, cost, p.x_lengths, p.y_lengths, p.window, mem, p.backend)
     # Under autocast the cost may come back in half precision; the DP always runs in the compute dtype.
     # A callable's output is checked like a precomputed C: numbers or +inf (forbidden cells), no NaN; and

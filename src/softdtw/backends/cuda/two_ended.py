@@ -8,14 +8,16 @@ is a soft-min over the columns of R[h - 1, :] (the forward DP of rows [0, h)) ag
 their last rows. Three launches: the halves' inputs (reversed copies), forward_chain_kernel with the open end (which
 keeps each pair's last row in float64), and the fold.
 
-Gradients too (:func:`forward_store`, :func:`backward`): the open end's backward seeds each pair's last row with
+Gradients too (:func:`forward_saving`, :func:`backward`): the open end's backward seeds each pair's last row with
 2^(v - endr[j]), so kernels/two_ended.cu's seed kernel rewrites the halves' end values into d value / d R[h - 1, j]
 (top) and d value / d S[h, j] (bottom), and the halves' dx, dy map back. Only for a float gamma > 0 (hard DTW breaks
-ties in the bottom rows by R, which the halves never form), a storing call (not "checkpoint"), no band or variant,
-pairs of at least GRAD_MIN_ROWS rows and a doubled launch of at most GRAD_WARPS_PER_SM warps per SM
-(:func:`applies_grad`): the C++ launcher's two-ended plans (fastpath.py) and the Python path (softdtw._ops.
-_FusedTwoEnded) launch the same kernels, so the two agree bitwise; torch.compile's graphs hold the ops and run
-one-ended; a create_graph=True backward is the one-ended differentiable one (its storing forward run again).
+ties in the bottom rows by R, which the halves never form), no band or variant, pairs of at least GRAD_MIN_ROWS rows
+and a doubled launch of at most GRAD_WARPS_PER_SM warps per SM (CKPT_WARPS_PER_SM with memory="checkpoint";
+:func:`applies_grad`). Storing calls: the C++ launcher's two-ended plans (fastpath.py) and the Python path
+(softdtw._ops._FusedTwoEnded) launch the same kernels, so the two agree bitwise. Checkpointed calls (the halves keep
+their checkpoints, the backward recomputes their tiles) run on the Python path, where the launcher leaves every
+checkpointed call of a fused cost. torch.compile's graphs hold the ops and run one-ended; a create_graph=True backward
+is the one-ended differentiable one (its forward run again in the call's memory mode).
 
 The value-only path is taken where it pays (:func:`applies`): a value-only call (no gradient) of a fused cost, no band
 or alignment variant, whose pass is chained and whose doubled launch keeps at most :data:`WARPS_PER_SM` warps per SM
@@ -77,20 +79,31 @@ def _applies(B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index: i
 #: fastpath.py's _add_two_ended_plan, softdtw._ops._FusedTwoEnded): pairs of at least GRAD_MIN_ROWS rows whose doubled
 #: launch keeps at most GRAD_WARPS_PER_SM warps per SM. Shorter pairs lose (the halves' inputs, the fold and the mapping
 #: are three more launches; H200 prototype, 16 x 128², 64 x 96², 128 x 64²: 1.5-2.2x the one-ended GPU time), as does
-#: a fuller GPU (128 x 512², 1024 warps: 0.51 -> 0.53-0.71 ms a training step). OPTIMIZATION_LOG.md, "A gradient from
-#: both ends".
-GRAD_MIN_ROWS = 512
+#: a fuller GPU (128 x 512², 1024 warps: 0.51 -> 0.53-0.71 ms a training step). Pairs of 512 rows saved ~10 % of GPU
+#: time in CUDA-graph replays but no training step showed it (32 x 512²: 0.46-0.54 against 0.43-0.57 ms on one VM,
+#: 0.50-0.54 against 0.42-0.43 on another), so the bound is 1024 (16 x 1024²: 0.67-0.82 against 0.94-1.03 ms).
+#: OPTIMIZATION_LOG.md, "A gradient from both ends" and "Checkpointed gradients from both ends".
+GRAD_MIN_ROWS = 1024
 GRAD_WARPS_PER_SM = 4
+#: The same bound for memory="checkpoint" (whose backward runs twice the warps, half of them recomputing tiles): H200,
+#: a forward + backward step 0.69-0.82x the one-ended one up to 7.8 warps per SM (1 x 4096² to 1 x 65536², 32 x
+#: 2048²: 0.90), 1.15x at 15.5 (2 x 65536²). The halves' tile buffers are twice the one-ended call's (2B·nch blocks),
+#: within the same launch.TILE_BYTES: one 65536² pair peaks at 1.27 GB instead of 0.73 (tiles of 512 rows would keep
+#: 0.75 GB but give back most of the gain there, 0.92x).
+CKPT_WARPS_PER_SM = 8
 
 
-def applies_grad(B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index: int) -> bool:
-    """Whether a storing call (a gradient) of B pairs of N x M runs from both ends, in the C++ launcher and on the
-    Python path alike (fused cost of D features, no band or variant, a float gamma > 0: the caller's part)."""
-    if not _enabled[0] or N < GRAD_MIN_ROWS:
+def applies_grad(B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index: int,
+                 memory: str = "store") -> bool:
+    """Whether a call with a gradient of B pairs of N x M runs from both ends (fused cost of D features, no band or
+    variant, a float gamma > 0: the caller's part). memory: "store" (the C++ launcher and the Python path alike) or
+    "checkpoint" (the Python path)."""
+    if not _enabled[0] or N < GRAD_MIN_ROWS or memory not in ("store", "checkpoint"):
         return False
-    half = _launch.plan_for(2 * B, (N + 1) // 2, M, D, dtype, device_index)
+    ckpt = memory == "checkpoint"
+    half = _launch.plan_for(2 * B, (N + 1) // 2, M, D, dtype, device_index, ckpt)
     warps = 2 * B * half.W * (half.nch if half.chain else 1)
-    return warps <= GRAD_WARPS_PER_SM * _launch.sm_count(device_index)
+    return warps <= (CKPT_WARPS_PER_SM if ckpt else GRAD_WARPS_PER_SM) * _launch.sm_count(device_index)
 
 
 def _kernel(name: str, dtype: torch.dtype) -> str:
@@ -148,21 +161,23 @@ def forward(x: torch.Tensor, y: torch.Tensor, gamma: torch.Tensor, cost: str, x_
     return value
 
 
-def forward_store(x: torch.Tensor, y: torch.Tensor, gamma: torch.Tensor, cost: str, x_lengths: torch.Tensor,
-                  y_lengths: torch.Tensor) -> tuple:
-    """The storing forward from both ends (the Python path's twin of fastpath.cpp's Fused::forward_two, the same
-    launches): values `(B,)` and what :func:`backward` needs (the halves' link table with the end values after it,
-    their inputs and lengths, the backward's seeds). x, y contiguous, a fused cost, gamma > 0 (the caller's part)."""
+def forward_saving(x: torch.Tensor, y: torch.Tensor, gamma: torch.Tensor, cost: str, x_lengths: torch.Tensor,
+                   y_lengths: torch.Tensor, memory: str = "store") -> tuple:
+    """The forward from both ends that keeps what a gradient needs (storing: the Python path's twin of fastpath.cpp's
+    Fused::forward_two, the same launches): values `(B,)` and what :func:`backward` needs (the halves' link table, or
+    with memory="checkpoint" their checkpoints, with the end values after it; their inputs and lengths; the backward's
+    seeds). x, y contiguous, a fused cost, gamma > 0 (the caller's part)."""
     from . import _end_in, _run_forward, _table_numel
 
     B, N, D = x.shape
     M = y.shape[1]
     H = (N + 1) // 2
     dev = x.get_device()
+    ckpt = memory == "checkpoint"
     x2, y2, xl2, yl2 = inputs(x, y, x_lengths, y_lengths)
-    _, saved = _run_forward(x2, y2, None, cost, D, gamma, xl2, yl2, None, True, False, _open_end())
-    plan = _launch.plan_for(2 * B, H, M, D, x.dtype, dev)
-    end = _end_in(saved, _table_numel(plan, 2 * B, H, x.dtype, "store"))
+    _, saved = _run_forward(x2, y2, None, cost, D, gamma, xl2, yl2, None, not ckpt, ckpt, _open_end())
+    plan = _launch.plan_for(2 * B, H, M, D, x.dtype, dev, ckpt)
+    end = _end_in(saved, _table_numel(plan, 2 * B, H, x.dtype, memory))
     seeds = torch.empty((2 * B * M + 4 * B,), dtype=torch.float64, device=x.device)
     value = x.new_empty((B,))
     _launch.launch("two_ended", _kernel("two_ended_seed_kernel", x.dtype), dev, B, _THREADS,
@@ -172,10 +187,11 @@ def forward_store(x: torch.Tensor, y: torch.Tensor, gamma: torch.Tensor, cost: s
 
 
 def backward(grad: torch.Tensor, x: torch.Tensor, y: torch.Tensor, gamma: torch.Tensor, cost: str,
-             x_lengths: torch.Tensor, y_lengths: torch.Tensor, value: torch.Tensor, kept: tuple) -> tuple:
-    """(dx, dy) of sum_b grad_b value_b from :func:`forward_store`'s kept tensors: the open end's backward of the 2B
-    pairs from the seeds, then the halves' dx, dy mapped back (fastpath.cpp's launch_backward_two, the same
-    launches)."""
+             x_lengths: torch.Tensor, y_lengths: torch.Tensor, value: torch.Tensor, kept: tuple,
+             memory: str = "store") -> tuple:
+    """(dx, dy) of sum_b grad_b value_b from :func:`forward_saving`'s kept tensors (of the same memory mode): the open
+    end's backward of the 2B pairs from the seeds, then the halves' dx, dy mapped back (fastpath.cpp's
+    launch_backward_two, the same launches)."""
     from . import _run_backward
 
     saved, x2, y2, xl2, yl2, seeds = kept
@@ -183,8 +199,8 @@ def backward(grad: torch.Tensor, x: torch.Tensor, y: torch.Tensor, gamma: torch.
     M = y.shape[1]
     dev = x.get_device()
     grad2, value2 = torch.cat([grad, grad]), torch.cat([value, value])  # (dgamma: not asked for)
-    dx2, dy2, _, _ = _run_backward(grad2, x2, y2, None, None, cost, D, gamma, xl2, yl2, None, value2, saved, False,
-                                   None, _open_end(), seeds.data_ptr())
+    dx2, dy2, _, _ = _run_backward(grad2, x2, y2, None, None, cost, D, gamma, xl2, yl2, None, value2, saved,
+                                   memory == "checkpoint", None, _open_end(), seeds.data_ptr())
     dx, dy = torch.empty_like(x), torch.empty_like(y)
     span = B * max(N, M)
     _launch.launch("two_ended", _kernel("two_ended_grads_kernel", x.dtype), dev, -(-span // _THREADS), _THREADS,
