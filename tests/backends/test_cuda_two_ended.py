@@ -258,10 +258,10 @@ def _node_name(fn) -> str:
         return type(fn).__name__
 
 
-GRAD_CASES = [  # B, N, M, D, cost, dtype, lengths
-    (3, 1024, 700, 2, "sqeuclidean", torch.float64, True),
+GRAD_CASES = [  # B, N, M, D, cost, dtype, lengths (N <= M: a call runs as (y, x) where N > M, with M rows)
+    (3, 1024, 1100, 2, "sqeuclidean", torch.float64, True),
     (2, 1200, 1300, 1, "l1", torch.float64, False),
-    (4, 1024, 960, 1, "sqeuclidean", torch.float32, True),
+    (4, 1024, 1030, 1, "sqeuclidean", torch.float32, True),
     (1, 4100, 4096, 3, "sqeuclidean", torch.float32, False),  # chained halves
 ]
 
@@ -302,7 +302,7 @@ def test_gradient_from_both_ends_matches_one_ended(B, N, M, D, cost, dtype, leng
 
 
 CKPT_CASES = [  # B, N, M, D, cost, dtype, lengths
-    (3, 1024, 700, 2, "sqeuclidean", torch.float64, True),
+    (3, 1024, 1100, 2, "sqeuclidean", torch.float64, True),
     (2, 1200, 1300, 1, "l1", torch.float64, False),
     (2, 4100, 4096, 3, "sqeuclidean", torch.float32, True),
 ]
@@ -368,7 +368,7 @@ def test_gradient_from_both_ends_edges():
     fastpath.build()
     g = torch.Generator(device="cuda").manual_seed(11)
     x = torch.randn(2, 1024, 1, device="cuda", dtype=torch.float64, generator=g)
-    y = torch.randn(2, 1000, 1, device="cuda", dtype=torch.float64, generator=g)
+    y = torch.randn(2, 1100, 1, device="cuda", dtype=torch.float64, generator=g)
     for gamma, kw in ((0.0, {}), (torch.tensor(0.3, device="cuda", dtype=torch.float64), {}), (0.3, {"bandwidth": 0.3}),
                       (0.0, {"memory": "checkpoint"})):
         v = softdtw.soft_dtw(x.clone().requires_grad_(True), y, gamma, **kw)
