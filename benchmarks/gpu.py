@@ -61,6 +61,14 @@ def median_ms(fn, reps: int, warmup: int = 2) -> float:
     return float(np.median(times))
 
 
+def node_name(fn) -> str:
+    """An autograd node's name (the Python path's _Fused, applied through Function's base apply, has no name())."""
+    try:
+        return fn.name()
+    except RuntimeError:
+        return type(fn).__name__
+
+
 def peak_mb(fn) -> float:
     """Peak CUDA memory above what was allocated before the call, MB (10^6 bytes)."""
     torch.cuda.synchronize()

@@ -23,19 +23,12 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import softdtw  # noqa: E402
-from gpu import median_ms, peak_mb  # noqa: E402
+from gpu import median_ms, node_name, peak_mb  # noqa: E402
 from softdtw.backends.cuda import launch  # noqa: E402
 from softdtw.backends.cuda import two_ended as te  # noqa: E402
 
 SHAPES = [(1, 4096), (8, 4096), (16, 4096), (1, 8192), (4, 8192), (8, 8192), (16, 2048), (32, 2048), (1, 16384),
           (2, 16384), (4, 16384), (1, 32768), (2, 32768), (1, 65536), (2, 65536)]
-
-
-def node_name(fn) -> str:
-    try:
-        return fn.name()
-    except RuntimeError:
-        return type(fn).__name__
 
 
 def main():
@@ -67,15 +60,13 @@ def main():
         for rnd in range(2):
             for on in (True, False):
                 te.set_enabled(on)
-                forced = launch.forced_plan(4, 4, True, args.th) if on and args.th else contextlib.nullcontext()
-                forced.__enter__()
-                xc = x.clone().requires_grad_(True)
-                node = node_name(softdtw.soft_dtw(xc, y, 0.1, memory="checkpoint").grad_fn)
-                ms = median_ms(step, reps, warmup=2)
-                mb = peak_mb(step)
-                if rnd == 0:
-                    dx[on] = grad()
-                forced.__exit__(None, None, None)
+                with launch.forced_plan(4, 4, True, args.th) if on and args.th else contextlib.nullcontext():
+                    xc = x.clone().requires_grad_(True)
+                    node = node_name(softdtw.soft_dtw(xc, y, 0.1, memory="checkpoint").grad_fn)
+                    ms = median_ms(step, reps, warmup=2)
+                    mb = peak_mb(step)
+                    if rnd == 0:
+                        dx[on] = grad()
                 print(json.dumps({"B": B, "N": N, "round": rnd, "two_ended": on, "th": args.th, "node": node,
                                   "step_ms": round(ms, 3),
                                   "peak_mb": round(mb, 1), "half_plan": str(half), "warps": warps,

@@ -18,7 +18,7 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import softdtw  # noqa: E402
-from gpu import median_ms  # noqa: E402  (CUDA events, one call each, median after warm-up)
+from gpu import median_ms, node_name  # noqa: E402  (CUDA events, one call each, median after warm-up)
 from softdtw.backends.cuda import fastpath  # noqa: E402
 
 SHAPES = [(32, 512, 512, 1), (64, 512, 512, 1), (128, 512, 512, 1), (16, 1024, 1024, 1), (16, 2048, 2048, 1),
@@ -47,11 +47,7 @@ def main():
             torch.cuda.synchronize()
 
         xc = x.clone().requires_grad_(True)
-        fn = softdtw.soft_dtw(xc, y, 0.1).grad_fn
-        try:
-            node = fn.name()
-        except RuntimeError:  # the Python path's _Fused (Function's base apply) has no name()
-            node = type(fn).__name__
+        node = node_name(softdtw.soft_dtw(xc, y, 0.1).grad_fn)
         ms = median_ms(step, args.reps, warmup=5)
         print(json.dumps({"label": args.label, "B": B, "N": N, "M": M, "D": D, "step_ms": round(ms, 4),
                           "mse_ms": round(median_ms(mse, args.reps, warmup=5), 4), "node": node}), flush=True)
