@@ -42,6 +42,50 @@ def test_opcheck_backward_ops(backend):
     torch.library.opcheck(_ops.backward_cost, (grad, C, gamma, xl, yl, window, value, saved, "store", backend))
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("needs", [1, 2, 4, 5, 6])
+def test_backward_op_computes_only_the_gradients_it_is_asked_for(backend, needs):
+    """needs (bits: 1 dx, 2 dy, 4 dgamma; the autograd formula sets them from needs_input_grad): each output asked
+    for equals the full call's, the others come back empty (0,), and opcheck (fake shapes included) holds. Bitwise
+    on the reference backend; the cpu one takes its exact weights without dgamma (backends/cpu.py, backward), the
+    same gradient to rounding."""
+    x, y, gamma, xl, yl, window = _args()
+    value, saved = _ops.forward(x, y, gamma, "sqeuclidean", xl, yl, window, "store", backend)
+    grad = torch.rand(2, dtype=torch.float64)
+    args = (grad, x, y, gamma, "sqeuclidean", xl, yl, window, value, saved, "store", backend)
+    full = _ops.backward(*args)
+    part = _ops.backward(*args, False, False, None, needs)
+    for k in range(3):
+        if needs >> k & 1:
+            tol = 0 if backend == "reference" else 1e-12
+            torch.testing.assert_close(part[k], full[k], rtol=tol, atol=tol)
+        else:
+            assert part[k].shape == (0,)
+    assert part[3].shape == (0,)
+    torch.library.opcheck(_ops.backward, args + (False, False, None, needs))
+
+
+def test_autograd_asks_the_backward_op_for_what_it_needs(monkeypatch):
+    """The forward op's autograd formula asks for dx alone when only x requires grad (a target y, a constant
+    gamma), and for all three with create_graph=True (the backward op's own autograd reads them)."""
+    x, y, gamma, xl, yl, window = _args()
+    x.requires_grad_()
+    seen = []
+    real = _ops.backward
+
+    def spy(*a):
+        seen.append(a[15] if len(a) > 15 else 7)
+        return real(*a)
+
+    monkeypatch.setattr(_ops, "backward", spy)
+    value, _ = _ops.forward(x, y, gamma, "sqeuclidean", xl, yl, window, "store", "cpu")
+    (dx,) = torch.autograd.grad(value.sum(), x)
+    value2, _ = _ops.forward(x, y, gamma, "sqeuclidean", xl, yl, window, "store", "cpu")
+    (dx2,) = torch.autograd.grad(value2.sum(), x, create_graph=True)
+    assert seen == [1, 7]
+    torch.testing.assert_close(dx, dx2.detach(), rtol=1e-12, atol=1e-12)  # cpu: exact weights without dgamma
+
+
 class _Forecaster(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -103,3 +147,4 @@ def test_torch_compile_dynamic_shapes_on_cpu():
         (ge,) = torch.autograd.grad(loss(x, y), x)
         (gc,) = torch.autograd.grad(compiled(x, y), x)
         assert torch.allclose(ge, gc, rtol=1e-5, atol=1e-6)
+

@@ -60,7 +60,8 @@ _LIB.define("forward(Tensor x, Tensor y, Tensor gamma, str cost, Tensor x_length
             "Tensor? window, str memory, str backend, bool open_begin=False, bool open_end=False, Tensor? step_penalty=None) -> (Tensor, Tensor)")
 _LIB.define("backward(Tensor grad, Tensor x, Tensor y, Tensor gamma, str cost, Tensor x_lengths, "
             "Tensor y_lengths, Tensor? window, Tensor value, Tensor saved, str memory, str backend, "
-            "bool open_begin=False, bool open_end=False, Tensor? step_penalty=None) -> (Tensor, Tensor, Tensor, Tensor)")
+            "bool open_begin=False, bool open_end=False, Tensor? step_penalty=None, int needs=7) "
+            "-> (Tensor, Tensor, Tensor, Tensor)")
 _LIB.define("forward_cost(Tensor C, Tensor gamma, Tensor x_lengths, Tensor y_lengths, Tensor? window, "
             "str memory, str backend, bool open_begin=False, bool open_end=False, Tensor? step_penalty=None) -> (Tensor, Tensor)")
 _LIB.define("backward_cost(Tensor grad, Tensor C, Tensor gamma, Tensor x_lengths, Tensor y_lengths, "
@@ -129,24 +130,42 @@ def _(x, y, gamma, cost, x_lengths, y_lengths, window, memory, backend, open_beg
 def _backward_kernel(grad: Tensor, x: Tensor, y: Tensor, gamma: Tensor, cost: str, x_lengths: Tensor,
                      y_lengths: Tensor, window: Optional[Tensor], value: Tensor, saved: Tensor, memory: str,
                      backend: str, open_begin: bool = False, open_end: bool = False,
-                     step_penalty: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+                     step_penalty: Optional[Tensor] = None, needs: int = 7) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """(dx, dy, dgamma `(B,)`, dpenalty): dpenalty is grad_b d value_b / d step_penalty `(B,)`, or an empty `(0,)`
-    tensor without a step penalty."""
+    tensor without a step penalty. needs: which of dx, dy, dgamma the caller uses (bits 1, 2, 4; the autograd formula
+    sets them from needs_input_grad); one left out comes back as an empty `(0,)` tensor, and the backends skip its
+    work where they can (past FUSED_D_MAX, its GEMMs)."""
     if open_begin or open_end or step_penalty is not None:
-        out = variant_backend(backend, open_begin, open_end, step_penalty).backward(
+        out = tuple(variant_backend(backend, open_begin, open_end, step_penalty).backward(
             grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved, memory, open_begin=open_begin,
-            open_end=open_end, step_penalty=step_penalty)
-        return tuple(out) if step_penalty is not None else tuple(out) + (x.new_empty((0,)),)
-    dx, dy, dgamma = get_backend(backend).backward(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value,
-                                                   saved, memory)
-    return dx, dy, dgamma, x.new_empty((0,))
+            open_end=open_end, step_penalty=step_penalty))
+        out = out if step_penalty is not None else out + (x.new_empty((0,)),)
+    else:
+        kw = {"needs": _needs_flags(needs)} if needs != 7 and backend in ("cuda", "cpu") else {}
+        out = tuple(get_backend(backend).backward(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value,
+                                                  saved, memory, **kw)) + (x.new_empty((0,)),)
+    if needs == 7:
+        return out
+    return tuple(t if k == 3 or needs >> k & 1 else x.new_empty((0,)) for k, t in enumerate(out))
+
+
+def _needs_flags(needs: int) -> tuple:
+    """The backward op's needs bits (1 dx, 2 dy, 4 dgamma) as the backends' (dx, dy, dgamma) flags."""
+    return bool(needs & 1), bool(needs & 2), bool(needs & 4)
+
+
+def _needs_bits(need) -> int:
+    """needs_input_grad's (x, y, gamma) entries as the backward op's needs bits."""
+    return int(bool(need[0])) | int(bool(need[1])) << 1 | int(bool(need[2])) << 2
 
 
 @_fake("backward")
 def _(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved, memory, backend, open_begin=False,
-      open_end=False, step_penalty=None):
+      open_end=False, step_penalty=None, needs=7):
     B = x.shape[0]
-    return (torch.empty_like(x), torch.empty_like(y), x.new_empty((B,)),
+    return (torch.empty_like(x) if needs & 1 else x.new_empty((0,)),
+            torch.empty_like(y) if needs & 2 else x.new_empty((0,)),
+            x.new_empty((B,)) if needs & 4 else x.new_empty((0,)),
             x.new_empty((B,) if step_penalty is not None else (0,)))
 
 
@@ -253,10 +272,16 @@ def _forward_backward(ctx, grad_value, _grad_saved):
     _check_create_graph(ctx.backend, variant)
     if ctx.memory == "none":
         raise _no_saved_error()
+    need = ctx.needs_input_grad
+    # Only gradients someone uses (a target y, a constant gamma: no GEMMs for them past FUSED_D_MAX); with
+    # create_graph=True all three, as the backward op's own autograd (the HVP) reads them.
+    needs = 7 if torch.is_grad_enabled() else _needs_bits(need)
     dx, dy, dgamma, dpen = backward(grad_value.contiguous(), x, y, gamma, ctx.cost, x_lengths, y_lengths,
-                                    window, value, saved, ctx.memory, ctx.backend, *variant)
+                                    window, value, saved, ctx.memory, ctx.backend, *variant, needs)
     dpen = None if step_penalty is None else dpen.sum().reshape(step_penalty.shape)
-    return dx, dy, dgamma.sum().reshape(gamma.shape), None, None, None, None, None, None, None, None, dpen
+    return (dx if needs & 1 else None, dy if needs & 2 else None,
+            dgamma.sum().reshape(gamma.shape) if needs & 4 else None, None, None, None, None, None, None, None, None,
+            dpen)
 
 
 torch.library.register_autograd("softdtw::forward", _forward_backward, setup_context=_forward_setup, lib=_LIB)
@@ -430,7 +455,7 @@ torch.library.register_autograd("softdtw::backward_cost", _backward_cost_backwar
 
 def _backward_setup(ctx, inputs, output):
     (grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved, memory, backend, open_begin, open_end,
-     pen) = inputs
+     pen) = inputs[:15]
     ctx.cost, ctx.backend = cost, backend
     ctx.open_begin, ctx.open_end = open_begin, open_end
     ctx.save_for_backward(grad, x, y, gamma, x_lengths, y_lengths, window, value, pen)
@@ -451,7 +476,7 @@ def _backward_backward(ctx, Gx, Gy, h, gp):
     # defaulted arguments left out).
     dgrad, dx, dy, dgamma, dpen = _double_backward(ctx, saved, Gx, Gy, h, gp, (
         need[0], need[1], need[2], need[3], saved[8] is not None and need[14]))
-    return dgrad, dx, dy, dgamma, None, None, None, None, None, None, None, None, None, None, dpen
+    return dgrad, dx, dy, dgamma, None, None, None, None, None, None, None, None, None, None, dpen, None
 
 
 def _double_backward(ctx, saved, Gx, Gy, h, gp, need):

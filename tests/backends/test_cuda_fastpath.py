@@ -688,6 +688,36 @@ def test_op_kernels_bitwise_the_python_kernel(built, B, N, M, D, cost, dtype, le
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("B,N,M,D,cost,dtype,lengths", [c for c in OP_CASES if c[3] in (1, 24, 64, 80)])
+@pytest.mark.parametrize("needs", [1, 2, 3, 5])
+def test_op_backward_needs_bitwise_the_full_call(built, B, N, M, D, cost, dtype, lengths, needs):
+    """softdtw::backward's needs (bits 1 dx, 2 dy, 4 dgamma: what a compiled graph asks for, e.g. 1 for a target y
+    and a constant gamma): the C++ kernel skips the gram form's GEMMs for what is left out (and x·yᵀ without
+    dgamma in float32), and what it returns equals the full call's and the Python kernel's bitwise; the rest is
+    empty (0,)."""
+    from softdtw import _ops
+
+    x, y, gamma, xl, yl = _op_args(B, N, M, D, dtype, lengths, seed=B + N + D)
+    grad = torch.linspace(0.5, 1.5, B, device="cuda", dtype=dtype)
+    outs = []
+    for enabled in (True, False):
+        fastpath.set_enabled(enabled)
+        value, saved = _ops.forward(x, y, gamma, cost, xl, yl, None, "store", "cuda")
+        args = (grad, x, y, gamma, cost, xl, yl, None, value, saved, "store", "cuda")
+        before = _counts()
+        part = _ops.backward(*args, False, False, None, needs)
+        assert _counts()[0] - before[0] == (1 if enabled else 0)
+        outs.append((_ops.backward(*args), part))
+    for full, part in outs:
+        for k in range(3):
+            if needs >> k & 1:
+                torch.testing.assert_close(part[k], full[k], rtol=0, atol=0)
+            else:
+                assert part[k].shape == (0,)
+    for a, b in zip(outs[0][1], outs[1][1]):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("D", [1, 80])
 def test_transposed_calls_and_op_calls_keep_their_own_plans(built, D):
     """A public call of N > M steps runs as (y, x) (launch.transposes) on both paths; the op called directly on the

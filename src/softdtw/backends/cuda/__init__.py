@@ -763,8 +763,9 @@ def _backward_gram(grad, x, y, gamma, x_lengths, y_lengths, window, value, saved
                             None, var)
     rs, cs = out[0], out[1]
     want_x, want_y = _wanted_xy(needs)
-    dx = torch.baddbmm(x * rs.unsqueeze(-1), G, y, beta=2.0, alpha=-2.0) if want_x else None
-    dy = torch.baddbmm(y * cs.unsqueeze(-1), G.transpose(1, 2), x, beta=2.0, alpha=-2.0) if want_y else None
+    # In place on the scaled input: out of place, baddbmm first copies its addend into a new tensor.
+    dx = (x * rs.unsqueeze(-1)).baddbmm_(G, y, beta=2.0, alpha=-2.0) if want_x else None
+    dy = (y * cs.unsqueeze(-1)).baddbmm_(G.transpose(1, 2), x, beta=2.0, alpha=-2.0) if want_y else None
     return (dx, dy) + tuple(out[2:])
 
 

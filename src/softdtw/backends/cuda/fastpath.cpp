@@ -142,9 +142,9 @@ at::Tensor maybe_empty(const std::vector<int64_t>& shape, const at::TensorOption
 }
 
 // The gram cost's inputs, as backends/cuda/__init__.py's _gram: |x_i|, |y_j| (norms_kernel, one launch for both) and
-// x·yᵀ.
+// x·yᵀ (left undefined without gemm: a float32 backward that drops dgamma reads no cost, as _skips_cost).
 void gram_inputs(const Plan& p, int64_t stream, const at::Tensor& xa, const at::Tensor& ya, at::Tensor& xn,
-                 at::Tensor& yn, at::Tensor& G) {
+                 at::Tensor& yn, at::Tensor& G, bool gemm = true) {
   const at::Tensor x = xa.contiguous(), y = ya.contiguous();  // (no copy for the launcher's own calls)
   const int64_t B = x.size(0), N = x.size(1), M = y.size(1), D = x.size(2);
   xn = at::empty({B, N}, x.options());
@@ -157,7 +157,7 @@ void gram_inputs(const Plan& p, int64_t stream, const at::Tensor& xa, const at::
     k.grid = (unsigned)((rows + k.block - 1) / k.block);
     launch(k, stream, {ptr(x), B * N, ptr(y), B * M, D, ptr(xn), ptr(yn)}, "norms_kernel");
   }
-  G = at::bmm(x, y.transpose(1, 2));
+  if (gemm) G = at::bmm(x, y.transpose(1, 2));
 }
 
 // The row range of a chained launch over all rows (backends/cuda/__init__.py, _ALL_ROWS).
@@ -765,11 +765,12 @@ void forward_op(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::
 }
 
 // softdtw::backward(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value, saved, memory, backend,
-// open_begin, open_end, step_penalty) -> (dx, dy, dgamma, dpenalty): backends/cuda/__init__.py's backward
-// (_run_backward, or _backward_gram for the gram cost) for the calls it takes.
+// open_begin, open_end, step_penalty, needs) -> (dx, dy, dgamma, dpenalty): backends/cuda/__init__.py's backward
+// (_run_backward, or _backward_gram for the gram cost) for the calls it takes. needs (bits: 1 dx, 2 dy, 4 dgamma):
+// an output left out comes back empty, (0,); the gram cost runs no GEMM for it (nor x·yᵀ without dgamma in float32).
 void backward_op(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
   auto& s = *stack;
-  const size_t a = s.size() - 15;
+  const size_t a = s.size() - 16;
   int64_t id = -1;
   if (s[a + 10].toStringRef() == "store" && plain(s, a + 7, a + 11)) {
     id = op_plan(s[a + 1].toTensor(), s[a + 2].toTensor(), s[a + 3].toTensor(), s[a + 5].toTensor(),
@@ -791,23 +792,31 @@ void backward_op(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
   bind(p);
   const auto opts = x.options();
   const int64_t stream = current_stream(x);
+  const int64_t needs = s[a + 15].toInt();
+  const bool need_x = needs & 1, need_y = needs & 2, need_g = needs & 4;
   at::Tensor dgamma = at::empty({p.B}, opts), dx, dy;
   if (p.gram) {
-    // E = grad_b E_b over x·yᵀ in place, its row and column sums rs, cs; dx = 2 (rs x - E y), dy = 2 (cs y - Eᵀ x).
+    // E = grad_b E_b (over x·yᵀ in place, or a fresh buffer when no cost is read), its row and column sums rs, cs;
+    // dx = 2 (rs x - E y), dy = 2 (cs y - Eᵀ x), each one GEMM accumulating into the scaled input in place.
+    const bool skip = x.scalar_type() == at::kFloat && !need_g;
     at::Tensor xn, yn, G;
-    gram_inputs(p, stream, x, y, xn, yn, G);
+    gram_inputs(p, stream, x, y, xn, yn, G, !skip);
+    if (skip) G = at::empty({p.B, p.N, p.M}, opts);
     at::Tensor rs = at::empty_like(xn), cs = at::empty_like(yn);
-    run_backward(p, stream, ptr(xn), ptr(yn), ptr(G), gamma, xl, yl, grad, saved, value, ptr(rs), ptr(cs), ptr(G),
-                 dgamma, opts);
-    dx = at::baddbmm(x * rs.unsqueeze(-1), G, y, 2.0, -2.0);
-    dy = at::baddbmm(y * cs.unsqueeze(-1), G.transpose(1, 2), x, 2.0, -2.0);
+    run_backward(p, stream, ptr(xn), ptr(yn), skip ? 0 : ptr(G), gamma, xl, yl, grad, saved, value, ptr(rs), ptr(cs),
+                 ptr(G), dgamma, opts);
+    if (need_x) dx = (x * rs.unsqueeze(-1)).baddbmm_(G, y, 2.0, -2.0);
+    if (need_y) dy = (y * cs.unsqueeze(-1)).baddbmm_(G.transpose(1, 2), x, 2.0, -2.0);
   } else {
     dx = at::empty_like(x);
     dy = at::empty_like(y);
     run_backward(p, stream, ptr(x), ptr(y), 0, gamma, xl, yl, grad, saved, value, ptr(dx), ptr(dy), 0, dgamma, opts);
   }
+  if (!need_x) dx = at::empty({0}, opts);
+  if (!need_y) dy = at::empty({0}, opts);
+  if (!need_g) dgamma = at::empty({0}, opts);
   at::Tensor dpen = at::empty({0}, opts);
-  torch::jit::drop(s, 15);
+  torch::jit::drop(s, 16);
   torch::jit::push(s, std::move(dx), std::move(dy), std::move(dgamma), std::move(dpen));
 }
 
