@@ -148,3 +148,26 @@ def test_torch_compile_dynamic_shapes_on_cpu():
         (gc,) = torch.autograd.grad(compiled(x, y), x)
         assert torch.allclose(ge, gc, rtol=1e-5, atol=1e-6)
 
+
+def test_torch_compile_takes_gamma_as_a_changing_float_argument():
+    """A gamma schedule under torch.compile(fullgraph=True): the second value makes gamma a SymFloat (automatic
+    dynamic), which float() and math.isfinite cannot trace. Each value gives eager's loss and gradient, hard DTW
+    (gamma = 0) included; a negative, NaN or infinite gamma raises instead of running."""
+    import torch._dynamo
+
+    def loss(x, y, gamma):
+        return softdtw.soft_dtw(x, y, gamma).mean()
+
+    torch._dynamo.reset()
+    compiled = torch.compile(loss, fullgraph=True)
+    g = torch.Generator().manual_seed(3)
+    for gamma in (0.5, 0.1, 0.0, 1.3):
+        x = torch.randn(4, 20, 2, generator=g, requires_grad=True)
+        y = torch.randn(4, 23, 2, generator=g)
+        (gc,) = torch.autograd.grad(vc := compiled(x, y, gamma), x)
+        (ge,) = torch.autograd.grad(ve := loss(x, y, gamma), x)
+        torch.testing.assert_close(vc, ve, rtol=1e-6, atol=0)
+        torch.testing.assert_close(gc, ge, rtol=1e-6, atol=1e-7)
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(Exception):
+            compiled(x.detach(), y, bad)

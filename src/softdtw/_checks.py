@@ -285,23 +285,33 @@ def as_gamma(gamma, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
             _check_gamma_value(float(gamma.detach()))
         # A gamma tensor on the GPU is checked with the data (check_values or the deferred check).
         return gamma.reshape(()).to(device=device, dtype=dtype)
+    if torch.compiler.is_compiling():
+        # A float argument of a compiled function whose value changed between calls arrives as a SymFloat (automatic
+        # dynamic): float() and math.isfinite do not trace, comparisons do (as guards, so later values do not
+        # recompile), and NaN and inf fail them. The fill then takes the symbolic value.
+        if not (gamma >= 0 and gamma <= _F64_MAX):
+            raise ValueError(_GAMMA_RANGE.format(got="a negative, infinite or NaN value"))
+        if dtype in (torch.float32, torch.float16, torch.bfloat16) and gamma > _F32_MAX:
+            raise ValueError(_GAMMA_F32.format(g="gamma"))
+        return torch.full((), gamma, dtype=dtype, device=device)
     g = float(gamma)
     _check_gamma_value(g)
     if dtype in (torch.float32, torch.float16, torch.bfloat16) and g > _F32_MAX:  # the DP runs in float32
-        raise ValueError(f"gamma={g:g} does not fit in float32 (at most {_F32_MAX:.4g}), the precision of this call; "
-                         f"pass float64 inputs or a smaller gamma (typically 0.01 to 10 in the cost's units).")
+        raise ValueError(_GAMMA_F32.format(g=f"gamma={g:g}"))
     return _constant((), g, dtype, device)
 
 
 _F32_MAX = float(torch.finfo(torch.float32).max)
+_F64_MAX = float(torch.finfo(torch.float64).max)
+_GAMMA_RANGE = ("gamma must be a finite number >= 0; got {got}. gamma > 0 smooths the minimum (try 0.1 to 1 for "
+                "standardised series); gamma = 0 is hard DTW.")
+_GAMMA_F32 = (f"{{g}} does not fit in float32 (at most {_F32_MAX:.4g}), the precision of this call; pass float64 "
+              f"inputs or a smaller gamma (typically 0.01 to 10 in the cost's units).")
 
 
 def _check_gamma_value(g: float) -> None:
     if not math.isfinite(g) or g < 0:
-        raise ValueError(
-            f"gamma must be a finite number >= 0; got {g}. gamma > 0 smooths the minimum "
-            f"(try 0.1 to 1 for standardised series); gamma = 0 is hard DTW."
-        )
+        raise ValueError(_GAMMA_RANGE.format(got=g))
 
 
 def as_lengths(lengths, name: str, B: int, T: int, device: torch.device, series: str) -> torch.Tensor:
