@@ -141,3 +141,12 @@ def test_opcheck_backward_op_with_gradients_on_cuda():
     xr, yr, gr, gradr = (t.detach().clone().requires_grad_() for t in (x, y, gamma, grad))
     torch.library.opcheck(_ops.backward, (gradr, xr, yr, gr, "sqeuclidean", xl, yl, None, value, saved, "store",
                                           "cuda"))
+
+
+def test_torch_compile_fullgraph_as_a_first_call_on_cuda():
+    """A fresh process's first calls under torch.compile(fullgraph=True) on the GPU: `import softdtw` has loaded the
+    cuda backend, so DILATE's autograd.Function and the alignment variants trace without an import."""
+    from tests.test_ops import run_fresh
+
+    assert run_fresh("cuda", "dilate") == "equal"
+    assert run_fresh("cuda", "open_end") == "equal"

@@ -171,3 +171,93 @@ def test_torch_compile_takes_gamma_as_a_changing_float_argument():
     for bad in (-1.0, float("nan"), float("inf")):
         with pytest.raises(Exception):
             compiled(x.detach(), y, bad)
+
+
+def test_torch_compile_gamma_schedule_compiles_twice():
+    """A float gamma that changes every call costs one recompile, not one per value (the gamma tensor is built by an
+    add, which Dynamo keeps symbolic; torch.full of a symbolic float specialised on every value)."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(lambda x, y, gamma: softdtw.soft_dtw(x, y, gamma).mean(), fullgraph=True)
+    x, y = torch.randn(4, 20, 2, requires_grad=True), torch.randn(4, 23, 2)
+    for gamma in (1.0, 0.8, 0.6, 0.4, 0.2, 0.1):
+        compiled(x, y, gamma).backward()
+    assert counters["stats"]["unique_graphs"] == 2
+
+
+_FRESH = """
+import sys, torch, softdtw
+dev = sys.argv[1]
+g = torch.Generator().manual_seed(0)
+x = torch.randn(4, 20, 2, generator=g).to(dev).requires_grad_()
+y = torch.randn(4, 23, 2, generator=g).to(dev)
+losses = {
+    "open_end": lambda: softdtw.soft_dtw(x, y, 0.3, open_end=True, step_penalty=0.2).mean(),
+    "dilate": lambda: softdtw.dilate_loss(x, y[:, :20], alpha=0.5, gamma=0.3).mean(),
+}
+fn = losses[sys.argv[2]]
+if len(sys.argv) > 3:
+    softdtw.backends.get_backend(sys.argv[3])
+try:
+    (gc,) = torch.autograd.grad(vc := torch.compile(fn, fullgraph=True)(), x)
+except Exception as e:
+    print("raised, naming the fix" if "softdtw.backends.get_backend('cpu')" in str(e) else f"raised {e!r}")
+    raise SystemExit(0)
+(ge,) = torch.autograd.grad(ve := fn(), x)
+torch.testing.assert_close(vc, ve, rtol=1e-6, atol=0)
+torch.testing.assert_close(gc, ge, rtol=1e-5, atol=1e-6)
+print("equal")
+"""
+
+
+def run_fresh(*args) -> str:
+    """_FRESH in a new interpreter (nothing loaded but what `import softdtw` loads): its last line of output."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    r = subprocess.run([sys.executable, "-c", _FRESH, *args], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r.stdout.strip().splitlines()[-1]
+
+
+def test_torch_compile_fullgraph_as_a_first_call():
+    """The first softdtw call of a process under torch.compile(fullgraph=True): nothing traced imports a backend
+    (Dynamo cannot trace an import). An alignment variant compiles and equals eager; DILATE on the CPU needs the
+    Numba backend loaded first and says so (it compiles once it is)."""
+    assert run_fresh("cpu", "open_end") == "equal"
+    assert run_fresh("cpu", "dilate") == "raised, naming the fix"
+    assert run_fresh("cpu", "dilate", "cpu") == "equal"
+
+
+@pytest.mark.parametrize("band", [{"bandwidth": 5}, {"itakura_max_slope": 2.0}])
+def test_torch_compile_fullgraph_with_a_band(band):
+    """A band under torch.compile(fullgraph=True): the has-a-path check (a branch on the window's values) is left out
+    there, as the value checks are; a band with a path gives eager's values and gradients, one without gives +inf
+    and a zero gradient (no admissible path) where eager raises."""
+    import torch._dynamo
+
+    def loss(x, y):
+        return softdtw.soft_dtw(x, y, 0.3, **band)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(loss, fullgraph=True)
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(3, 20, 2, generator=g, requires_grad=True)
+    y = torch.randn(3, 23, 2, generator=g)
+    (gc,) = torch.autograd.grad((vc := compiled(x, y)).sum(), x)
+    (ge,) = torch.autograd.grad((ve := loss(x, y)).sum(), x)
+    torch.testing.assert_close(vc, ve, rtol=1e-6, atol=0)
+    torch.testing.assert_close(gc, ge, rtol=1e-5, atol=1e-6)
+    if "itakura_max_slope" in band:
+        short = y[:, :6]  # 20 against 6 steps: slope 2 allows at most 3
+        with pytest.raises(ValueError, match="no warping path"):
+            loss(x, short)
+        (gc,) = torch.autograd.grad((vc := compiled(x, short)).sum(), x)
+        assert torch.isinf(vc).all() and (vc > 0).all() and torch.equal(gc, torch.zeros_like(gc))

@@ -27,6 +27,10 @@ from .neighbors import SoftDTWKNeighborsClassifier
 from ._gamma import gamma_heuristic
 from .search import SearchResult, dtw_search
 from . import datasets
+from .backends import adopt_imported as _adopt_imported
+
+_adopt_imported()  # the backends imported above, found without an import under torch.compile
+del _adopt_imported
 
 __version__ = "0.1.0"
 

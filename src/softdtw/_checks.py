@@ -288,12 +288,13 @@ def as_gamma(gamma, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
     if torch.compiler.is_compiling():
         # A float argument of a compiled function whose value changed between calls arrives as a SymFloat (automatic
         # dynamic): float() and math.isfinite do not trace, comparisons do (as guards, so later values do not
-        # recompile), and NaN and inf fail them. The fill then takes the symbolic value.
+        # recompile), and NaN and inf fail them. The tensor is a zero plus gamma: Dynamo turns a symbolic float
+        # into a graph input through an add, while torch.full of it specialises (a recompile per value).
         if not (gamma >= 0 and gamma <= _F64_MAX):
             raise ValueError(_GAMMA_RANGE.format(got="a negative, infinite or NaN value"))
         if dtype in (torch.float32, torch.float16, torch.bfloat16) and gamma > _F32_MAX:
             raise ValueError(_GAMMA_F32.format(g="gamma"))
-        return torch.full((), gamma, dtype=dtype, device=device)
+        return torch.zeros((), dtype=dtype, device=device) + gamma
     g = float(gamma)
     _check_gamma_value(g)
     if dtype in (torch.float32, torch.float16, torch.bfloat16) and g > _F32_MAX:  # the DP runs in float32
@@ -510,7 +511,9 @@ def as_variant(open_begin, open_end, step_penalty, bandwidth, itakura_max_slope,
 def make_window(x_lengths, y_lengths, N, M, bandwidth, itakura_max_slope) -> Optional[torch.Tensor]:
     """The constraint window, after checking it leaves a path for every pair."""
     window = build_window(x_lengths, y_lengths, N, M, bandwidth, itakura_max_slope)
-    if window is not None and (window.device.type == "cpu" or _value_checks_enabled()):
+    # (Not under torch.compile, which cannot branch on a tensor's value: as the value checks, see README.)
+    if window is not None and not torch.compiler.is_compiling() and (
+            window.device.type == "cpu" or _value_checks_enabled()):
         ok = window_has_path(window, x_lengths, y_lengths)
         if not bool(ok.all()):
             b = int((~ok).nonzero()[0, 0])

@@ -57,7 +57,9 @@ def _variant(p: Problem, open_begin, open_end, step_penalty, bandwidth, itakura_
     """The validated alignment-variant options of a prepared problem (None when none is set); refuses a backend
     without them (a third-party backend; the built-in ones have them) before anything runs."""
     variant = as_variant(open_begin, open_end, step_penalty, bandwidth, itakura_max_slope, p.x.device, p.x.dtype)
-    if variant is not None:
+    if variant is not None and not torch.compiler.is_compiling():
+        # (Under torch.compile the ops' kernels make the same check when they run: a backend not loaded yet is
+        # imported there, as Dynamo cannot trace an import.)
         _ops.variant_backend(p.backend, *variant)
     return variant
 

@@ -47,6 +47,7 @@ Functions
 from __future__ import annotations
 
 import importlib
+import sys
 
 import torch
 
@@ -83,8 +84,24 @@ def get_backend(name: str):
         raise ValueError(
             f"unknown backend {name!r}; expected one of {BACKENDS} or None (pick by device)."
         ) from None
+    if torch.compiler.is_dynamo_compiling():
+        # Dynamo cannot trace an import (AOT tracing, which runs the ops' fake kernels, can). Only the cpu backend
+        # gets here (softdtw's import loads the others, see adopt_imported), from code Dynamo traces (DILATE's
+        # autograd.Function).
+        raise RuntimeError(
+            f"softdtw's {name} backend is not loaded yet, and torch.compile cannot trace its import (it loads Numba). "
+            f"Load it before compiling: call softdtw.backends.get_backend({name!r}) once, or run the loss once "
+            f"outside torch.compile.")
     loaded = _LOADED[name] = importlib.import_module(module)
     return loaded
+
+
+def adopt_imported() -> None:
+    """Record the backend modules already imported (softdtw's import loads reference and cuda; cuda-core itself
+    loads on first use), so that get_backend finds them without an import, which torch.compile cannot trace."""
+    for name, module in _MODULES.items():
+        if name not in _LOADED and module in sys.modules:
+            _LOADED[name] = sys.modules[module]
 
 
 _LOADED: dict = {}
