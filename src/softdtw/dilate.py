@@ -141,9 +141,10 @@ class _DilateXY(torch.autograd.Function):
 def _dilate_xy(p, alpha, omega, divergence, cost, terms):
     """(loss, shape, temporal) through _DilateXY where its kernel runs (cuda backend, "sqeuclidean" or "l1", the
     default Omega, no band, no divergence, and only the loss asked for: shape and temporal come back without a
-    graph), else None."""
+    graph), else None. Not under torch.compile: its kernel is launched from Python, not through a custom op, so
+    the graph takes _Dilate's ops instead."""
     if terms or p.backend != "cuda" or omega is not None or divergence or p.window is not None or \
-            not isinstance(cost, str) or cost not in ("sqeuclidean", "l1"):
+            not isinstance(cost, str) or cost not in ("sqeuclidean", "l1") or torch.compiler.is_compiling():
         return None
     from .backends.cuda import hvp as _hvp
 
