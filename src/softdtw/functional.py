@@ -431,8 +431,8 @@ def _hvp_table(p: Problem, cost: str, xd: torch.Tensor, yd: torch.Tensor) -> tup
     x, y, g = p.x.detach(), p.y.detach(), p.gamma.detach()
     C = costs.pairwise_cost(cost, x, y).contiguous()
     Cd = costs.cost_jvp(cost, x, y, xd, yd).contiguous()
-    E, _, Ed, _ = get_backend(p.backend).hvp_cost(C, g, p.x_lengths, p.y_lengths, p.window, Cd,
-                                                  C.new_zeros(C.shape[0]))[:4]
+    # Through the op (its kernel is the backend's hvp_cost), so that torch.compile keeps it in the graph.
+    E, _, Ed, _ = _ops.hvp_cost(C, g, p.x_lengths, p.y_lengths, p.window, Cd, C.new_zeros(C.shape[0]), p.backend)[:4]
     with torch.no_grad():
         v = _run_cost(C, p._replace(x=x, y=y, gamma=g), "auto")
     gx, gy = costs.cost_vjp(cost, x, y, E)
@@ -497,7 +497,8 @@ def soft_dtw_hvp(x, y, x_dot, y_dot=None, gamma: Union[float, torch.Tensor] = 1.
 
     def run(q: Problem) -> tuple:
         if isinstance(cost, str):
-            fused = getattr(get_backend(q.backend), "value_grad_hvp", None)
+            # (The one-kernel value_grad_hvp is launched from Python, not through an op: not under torch.compile.)
+            fused = None if torch.compiler.is_compiling() else getattr(get_backend(q.backend), "value_grad_hvp", None)
             if fused is not None:
                 out = fused(cost, q.x, q.y, q.gamma.detach(), q.x_lengths, q.y_lengths, q.window, xd, yd)
                 if out is not None:
