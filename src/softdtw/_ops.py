@@ -3,7 +3,8 @@
 Four ops, each dispatching on a backend name (see ``softdtw/backends/__init__.py`` for the contract):
 
 - ``softdtw::forward``        fused cost (x, y)      -> (value (B,), saved)
-- ``softdtw::backward``       -> (dx, dy, dgamma (B,))
+- ``softdtw::backward``       -> (dx, dy, dgamma (B,)); ``int needs=7`` (bits 1 dx, 2 dy, 4 dgamma) leaves the others
+                              out as empty `(0,)` tensors (the autograd formula asks for what needs_input_grad says)
 - ``softdtw::forward_cost``   precomputed C (B, N, M) -> (value (B,), saved)
 - ``softdtw::backward_cost``  -> (dC, dgamma (B,))
 - ``softdtw::hvp_cost``       precomputed C and a direction (Cdot, gamma_dot[, penalty_dot]) -> (E, vgamma, Edot,
@@ -41,6 +42,12 @@ without custom_op's per-call Python wrapper, which checks every output against e
 2.88-3.15 to 2.58-2.83 times the MSE step: benchmarks/OPTIMIZATION_LOG.md, "Training step"). The kernels never
 return an input or a view of one (opcheck in tests/test_ops.py and tests/test_cuda_integration.py checks the
 schemas).
+
+Changing a schema: torch's AOTAutograd and Inductor caches key a compiled graph by its forward graph, not by the
+ops' autograd formulas, so a compiled backward cached by one softdtw version can run under another (an A/B
+between two trees sharing one cache did: benchmarks/OPTIMIZATION_LOG.md, "The compiled step's backward asks
+only..."). Add arguments with defaults that keep the old meaning, at the end, as ``needs`` was: a graph cached
+before still calls the op correctly.
 """
 from __future__ import annotations
 
