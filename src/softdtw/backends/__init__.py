@@ -89,7 +89,8 @@ def get_backend(name: str):
         # gets here (softdtw's import loads the others, see adopt_imported), from code Dynamo traces (DILATE's
         # autograd.Function).
         raise RuntimeError(
-            f"softdtw's {name} backend is not loaded yet, and torch.compile cannot trace its import (it loads Numba). "
+            f"softdtw's {name} backend is not loaded yet, and torch.compile cannot trace its import"
+            f"{' (it loads Numba)' if name == 'cpu' else ''}. "
             f"Load it before compiling: call softdtw.backends.get_backend({name!r}) once, or run the loss once "
             f"outside torch.compile.")
     loaded = _LOADED[name] = importlib.import_module(module)
