@@ -285,20 +285,18 @@ def as_gamma(gamma, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
             _check_gamma_value(float(gamma.detach()))
         # A gamma tensor on the GPU is checked with the data (check_values or the deferred check).
         return gamma.reshape(()).to(device=device, dtype=dtype)
-    if torch.compiler.is_compiling():
-        # A float argument of a compiled function whose value changed between calls arrives as a SymFloat (automatic
-        # dynamic): float() and math.isfinite do not trace, comparisons do (as guards, so later values do not
-        # recompile), and NaN and inf fail them. The tensor is a zero plus gamma: Dynamo turns a symbolic float
-        # into a graph input through an add, while torch.full of it specialises (a recompile per value).
-        if not (gamma >= 0 and gamma <= _F64_MAX):
-            raise ValueError(_GAMMA_RANGE.format(got="a negative, infinite or NaN value"))
-        if dtype in (torch.float32, torch.float16, torch.bfloat16) and gamma > _F32_MAX:
-            raise ValueError(_GAMMA_F32.format(g="gamma"))
-        return torch.zeros((), dtype=dtype, device=device) + gamma
-    g = float(gamma)
+    # Under torch.compile a float argument whose value changed between calls arrives as a SymFloat (automatic
+    # dynamic): float() does not trace, the comparisons below do (as guards: later values do not recompile), and the
+    # messages cannot format it.
+    compiling = torch.compiler.is_compiling()
+    g = gamma if compiling else float(gamma)
     _check_gamma_value(g)
     if dtype in (torch.float32, torch.float16, torch.bfloat16) and g > _F32_MAX:  # the DP runs in float32
-        raise ValueError(_GAMMA_F32.format(g=f"gamma={g:g}"))
+        raise ValueError(_GAMMA_F32.format(g="gamma" if compiling else f"gamma={g:g}"))
+    if compiling:
+        # A zero plus gamma: Dynamo keeps a symbolic float a graph input through an add, where torch.full of it
+        # specialises (a recompile per value).
+        return torch.zeros((), dtype=dtype, device=device) + g
     return _constant((), g, dtype, device)
 
 
@@ -311,8 +309,10 @@ _GAMMA_F32 = (f"{{g}} does not fit in float32 (at most {_F32_MAX:.4g}), the prec
 
 
 def _check_gamma_value(g: float) -> None:
-    if not math.isfinite(g) or g < 0:
-        raise ValueError(_GAMMA_RANGE.format(got=g))
+    # Comparisons, not math.isfinite: NaN and inf fail them too, and they trace under torch.compile (see as_gamma).
+    if not (g >= 0 and g <= _F64_MAX):
+        raise ValueError(_GAMMA_RANGE.format(
+            got="a negative, infinite or NaN value" if torch.compiler.is_compiling() else g))
 
 
 def as_lengths(lengths, name: str, B: int, T: int, device: torch.device, series: str) -> torch.Tensor:

@@ -148,12 +148,19 @@ def _backward_kernel(grad: Tensor, x: Tensor, y: Tensor, gamma: Tensor, cost: st
             open_end=open_end, step_penalty=step_penalty))
         out = out if step_penalty is not None else out + (x.new_empty((0,)),)
     else:
-        kw = {"needs": _needs_flags(needs)} if needs != 7 and backend in ("cuda", "cpu") else {}
+        kw = _needs_kw(backend, _needs_flags(needs)) if needs != 7 else {}
         out = tuple(get_backend(backend).backward(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value,
                                                   saved, memory, **kw)) + (x.new_empty((0,)),)
     if needs == 7:
         return out
     return tuple(t if k == 3 or needs >> k & 1 else x.new_empty((0,)) for k, t in enumerate(out))
+
+
+def _needs_kw(backend: str, flags) -> dict:
+    """The backend backward's ``needs`` keyword for (dx, dy, dgamma) flags, where the backend takes one: the cuda
+    backend writes gradients nobody asked for into scratch buffers (no allocations) and skips the GEMMs of large D;
+    the cpu backend skips their work (dy's accumulation, dgamma's per-cell entropies)."""
+    return {"needs": flags} if backend in ("cuda", "cpu") else {}
 
 
 def _needs_flags(needs: int) -> tuple:
@@ -595,11 +602,9 @@ class _Fused(torch.autograd.Function):
         if not grad_value.is_contiguous():
             grad_value = grad_value.contiguous()
         need = ctx.needs_input_grad
-        # The cuda backend writes gradients nobody asked for into scratch buffers (no allocations); the cpu
-        # backend skips their work (dy's accumulation, dgamma's per-cell entropies).
-        kw = {"needs": need[:3]} if ctx.backend in ("cuda", "cpu") else {}
         dx, dy, dgamma = get_backend(ctx.backend).backward(
-            grad_value, x, y, gamma, ctx.cost, x_lengths, y_lengths, window, value, saved, ctx.memory, **kw)
+            grad_value, x, y, gamma, ctx.cost, x_lengths, y_lengths, window, value, saved, ctx.memory,
+            **_needs_kw(ctx.backend, need[:3]))
         return (dx if need[0] else None, dy if need[1] else None,
                 dgamma.sum().reshape(gamma.shape) if need[2] else None, None)
 
