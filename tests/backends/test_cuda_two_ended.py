@@ -26,12 +26,16 @@ def h200_sms(monkeypatch):
 # --- which calls run from both ends (pure Python: runs everywhere) ------------------------------------
 
 @pytest.mark.parametrize("B,N,M,want", [
-    (16, 8192, 8192, True),     # 2 x 16 x 16 chunks x 4 warps = 2048 warps <= 132 x 16: 2.94 -> 2.47 ms (H200)
-    (1, 8192, 8192, True),      # 2.71 -> 1.72
-    (1, 65536, 65536, True),    # 21.7 -> 15.0
+    (16, 8192, 8192, True),     # 2 x 16 x 16 chunks x 4 warps = 2048 warps <= 132 x 16: 2.43 -> 2.21 ms (H200)
+    (1, 8192, 8192, True),      # 2.17 -> 1.65
+    (1, 65536, 65536, True),    # 17.5 -> 14.6
     (4, 16384, 16384, True),
     (64, 8192, 8192, False),    # the doubled launch would fill the GPU twice over: measured 15 % slower
-    (16, 16384, 16384, True),
+    (16, 16384, 16384, False),  # halves at K = 8 against one end at K = 4: 6.79 -> 7.11 ms
+    (32, 8192, 8192, False),    # the same: 3.35 -> 3.54
+    (4, 65536, 65536, False),   # the same: 28.4 -> 28.8
+    (1, 65536, 8192, True),     # K = 1 -> 2, both two-stage: 11.1 -> 5.5
+    (1, 8192, 65536, True),     # K = 8 both: 9.36 -> 8.04
     (16, 65536, 65536, False),
     (128, 2048, 2048, False),   # sequential plans
     (16, 128, 128, False),

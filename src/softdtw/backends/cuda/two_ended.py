@@ -35,6 +35,10 @@ from . import launch as _launch
 
 #: Warps per SM the doubled launch may keep (2B·nch·W <= WARPS_PER_SM · SMs).
 WARPS_PER_SM = 16
+#: The float32 value-only chained pass takes its cells' soft-min in two stages up to this K (kernels/forward_pair.cuh,
+#: SPLIT_PASS), a step ~17 % shorter than K = 8's. Halves planned at K = 8 against a one-ended pass at K <= 4 lose
+#: (H200: 32 x 8192² 3.35 -> 3.54 ms, 16 x 16384² 6.79 -> 7.11, 4 x 65536² 28.4 -> 28.8), so they keep one end.
+SPLIT_K_MAX = 4
 _THREADS = 256  # kernels/two_ended.cu: TWO_ENDED_THREADS, and the inputs kernel's block
 _enabled = [os.environ.get("SOFTDTW_TWO_ENDED", "1") != "0"]  # SOFTDTW_TWO_ENDED=0: one-ended everywhere (A/B runs)
 _CACHE: dict = {}  # applies' answers per (B, N, M, D, dtype, device)
@@ -54,8 +58,8 @@ def enabled() -> bool:
 
 def applies(B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index: int) -> bool:
     """Whether a value-only call of B pairs of N x M (fused cost of D features, no band or variant) runs from both
-    ends: its pass is chained, the halves' pass is chained too, and their blocks keep at most WARPS_PER_SM warps per
-    SM. Under a forced plan (launch.forced_plan) the forced layout is the halves'."""
+    ends: its pass is chained, the halves' pass is chained too, their blocks keep at most WARPS_PER_SM warps per
+    SM, and (float32) the halves' step is not K = 8's against a one-ended K <= SPLIT_K_MAX. Under a forced plan (launch.forced_plan) the forced layout is the halves'."""
     if not _enabled[0] or N < 2:
         return False
     return _applies(B, N, M, D, dtype, device_index, bool(_launch._forced))
@@ -68,6 +72,8 @@ def _applies(B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index: i
     one = _launch.plan_for(B, N, M, D, dtype, device_index)
     half = _launch.plan_for(2 * B, (N + 1) // 2, M, D, dtype, device_index)
     ok = one.chain and half.chain and 2 * B * half.nch * half.W <= WARPS_PER_SM * _launch.sm_count(device_index)
+    if dtype == torch.float32 and one.K <= SPLIT_K_MAX < half.K:
+        ok = False
     if not forced:
         if len(_CACHE) > 4096:
             _CACHE.clear()

@@ -84,18 +84,29 @@ __device__ __forceinline__ T soft_min3(T a, T b, T c) {
   return m - Num<T>::lg2(T(1) + Num<T>::ex2(m - med) + Num<T>::ex2(m - M));
 }
 
-// Soft-min of two values plus an addend, (min(a, b) + add) - log2(1 + 2^(min - max)): the value-only
-// chained forward's cells in two stages, u = smin(diag, up) for all K cells of a step first (independent of each
-// other), then smin(u, left) + cost along the row, whose serial chain is 6 dependent instructions instead
-// of soft_min3's 9 (the addend joins off the ex2/lg2 path). soft-min is associative (log-sum-exp), so this
-// is the same value up to rounding; it costs one more ex2 and lg2 per cell, which the MUFU-bound many-pair
-// kernels cannot afford (forward_pair.cuh, SPLIT).
+// The value-only chained forward's cells in two stages (forward_pair.cuh, SPLIT): the diag-up stage for all K cells of a
+// step first (independent of each other), left open as lo = min(diag, up) and s = 1 + 2^(lo - hi) (smin(diag, up) =
+// lo - log2(s), one ex2); then the left stage along the row, smin(diag, up, left) + add = (min(lo, left) + add) -
+// log2(s 2^(min - lo) + 2^(min - left)), one of whose two powers is 1: with d = left - lo and e = 2^-|d|, the sum is
+// s e + 1 (d < 0) or s + e. Its serial chain from `left` is 5 dependent instructions (add, ex2, fma, lg2, add; the
+// selects wait beside the ex2) and a cell takes 3 MUFU operations, as soft_min3 (whose chain is 9), against 6 and 4
+// for two closed soft-mins; it issues 2 more instructions than soft_min3, which the many-pair kernels, bound by
+// MUFU and issue, cannot afford. soft-min is associative (log-sum-exp), so this is soft_min3's value up to
+// rounding. An unreachable side (BIG) gives e = 0.
 template <typename T>
-__device__ __forceinline__ T soft_min2(T a, T b, T add) {
-  const T lo = Num<T>::mn(a, b), hi = Num<T>::mx(a, b);
-  return (lo + add) - Num<T>::lg2(T(1) + Num<T>::ex2(lo - hi));
+__device__ __forceinline__ void soft_open2(T diag, T up, T& lo, T& s) {
+  lo = Num<T>::mn(diag, up);
+  s = T(1) + Num<T>::ex2(lo - Num<T>::mx(diag, up));
 }
-// Without the addend (the diag-up stage): soft_min2(a, b, T(0)) would keep its float + 0 (ptxas may not fold it).
+template <typename T>
+__device__ __forceinline__ T soft_close2(T lo, T s, T left, T add) {
+  const T d = left - lo;
+  const T e = Num<T>::ex2(-Num<T>::abs(d));
+  const bool below = d < T(0);
+  const T sum = fma(below ? s : T(1), e, below ? T(1) : s);
+  return (Num<T>::mn(lo, left) + add) - Num<T>::lg2(sum);
+}
+// Soft-min of two values, min(a, b) - log2(1 + 2^(min - max)).
 template <typename T>
 __device__ __forceinline__ T soft_min2(T a, T b) {
   const T lo = Num<T>::mn(a, b), hi = Num<T>::mx(a, b);

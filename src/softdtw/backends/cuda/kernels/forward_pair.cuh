@@ -154,12 +154,14 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
   constexpr bool FR = pass_frames<T, MODE>(STORE || CKPT || MODE == MODE_RECOMP || LONG);
   constexpr bool REBASE = FR && !HARD;                                     // frames that move
   constexpr int BS = FR ? 2 : 1;                                           // bnd values per row
-  // The value-only chained forward is latency-bound: at K <= 4 (float) its soft cells take the soft-min in
-  // two stages (common.cuh, soft_min2): 65536^2 31.0 -> 29.0 ms, B = 16 N = 8192 -4 %. Not at K = 8
-  // (B = 16 N = 65536 +50 %, measured under a 64-register cap; 72 registers without), nor in the
-  // checkpointing forward (+1.5 %); the many-pair SEQ kernels are MUFU-bound and keep soft_min3
-  // (OPTIMIZATION_LOG.md, "Two-stage soft-min in the value-only chained forward").
-  constexpr bool SPLIT_PASS = MODE == MODE_CHAIN && !STORE && !CKPT && sizeof(T) == 4 && K <= 4;
+  // The value-only and checkpointing chained forwards: at K <= 4 (float) their soft cells take the soft-min in two
+  // stages (common.cuh, soft_open2 / soft_close2: a 5-instruction chain along the row and 3 MUFU operations a cell).
+  // H200, against the closed two-stage form (4 MUFU, a chain of 6): value-only 16 x 8192² one-ended 2.91 -> 2.43 ms,
+  // 65536² 21.6 -> 17.5; checkpointing forward 65536² 24.2 -> 21.9. Not at K = 8 (the closed form was +50 % at
+  // B = 16 N = 65536 under a 64-register cap; 72 registers without); the many-pair SEQ kernels are MUFU- and
+  // issue-bound and keep soft_min3 (OPTIMIZATION_LOG.md, "Two-stage soft-min in the value-only chained forward" and
+  // "The diag-up stage left open").
+  constexpr bool SPLIT_PASS = MODE == MODE_CHAIN && !STORE && sizeof(T) == 4 && K <= 4;
   constexpr bool SPLIT = SPLIT_PASS && !HARD;
   constexpr bool OB = (VAR & VAR_OPEN_BEGIN) != 0, OE = (VAR & VAR_OPEN_END) != 0, PEN = (VAR & VAR_PENALTY) != 0;
   // SPLIT_STORE (SPLIT_LINKS, the launch's choice: launch.split_links): the storing soft-min in two stages too
@@ -283,8 +285,11 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
     // -6 %; the value-only forward did not move, and the checkpointing forward and backward got 2.5-6 % slower
     // (benchmarks/OPTIMIZATION_LOG.md, "Frame hand-over and late chain loads"), so they keep the early load; but
     // a row band's pass (ROWS) is short, and each chunk's lag is paid again in every band (OPTIMIZATION_LOG.md,
-    // "Row bands for the large-D checkpoint").
-    constexpr bool LATE = MODE == MODE_CHAIN && (STORE || ROWS);
+    // "Row bands for the large-D checkpoint"). The value-only pass with an open end (the two-ended halves,
+    // two_ended.cu) reads late too: H200, 16 x 8192² from both ends 2.21 -> 2.05 ms, 65536² 14.5 -> 13.0; the
+    // closed one got slower with it (2.43 -> 2.70 ms; ptxas' step loop 119 -> 125 instructions, the open one's
+    // 118 -> 103), so it keeps the early load (OPTIMIZATION_LOG.md, "The diag-up stage left open").
+    constexpr bool LATE = MODE == MODE_CHAIN && (STORE || ROWS || (SPLIT_PASS && !CKPT && OE));
     constexpr int LATE_AT = CHAIN_LATE_AT;
     auto load_row = [&](const int row, FwdRow<T, DT>& q, const bool inputs, const bool left) {
       const bool ok = row >= 0 && row < n;
@@ -435,7 +440,7 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
             const T uadd = (OB && i == 0) ? BIG : pen;
             // SPLIT, SPLIT_STORE: the diag-up half of every cell's soft-min first (with the weight of up in it when
             // storing); only the left half stays serial.
-            T u[K];
+            T u[K], us[K];  // SPLIT: the open diag-up stage (common.cuh, soft_open2); SPLIT_STORE: u and up's weight
             float wu[K];
             if constexpr (SPLIT || SPLIT_STORE) {
               T dg = diag;
@@ -445,7 +450,7 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
                 if constexpr (SPLIT_STORE) {
                   u[k] = Link<float>::soft_pair(dg, pu, wu[k]);
                 } else {
-                  u[k] = soft_min2(dg, pu);
+                  soft_open2(dg, pu, u[k], us[k]);
                 }
                 dg = r[k];
               }
@@ -476,7 +481,7 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
                 } else if (STORE) {
                   v = Link<T>::soft(diag, pu, pl, w) + cst;
                 } else if constexpr (SPLIT) {
-                  v = soft_min2(u[k], pl, cst);
+                  v = soft_close2(u[k], us[k], pl, cst);
                 } else {
                   v = Link<T>::value(diag, pu, pl) + cst;
                 }
@@ -489,7 +494,7 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
               } else if (STORE) {
                 v = Link<T>::soft(diag, up, left, w) + cst;
               } else if constexpr (SPLIT) {
-                v = soft_min2(u[k], left, cst);
+                v = soft_close2(u[k], us[k], left, cst);
               } else {
                 v = Link<T>::value(diag, up, left) + cst;
               }
