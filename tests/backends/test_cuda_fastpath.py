@@ -217,6 +217,44 @@ def test_value_only_is_taken_too(built):
     assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("dtype,gamma,lengths", [(torch.float32, 1.0, False), (torch.float32, 0.0, True),
+                                                 (torch.float64, 0.1, True)], ids=["f32", "hard-lengths", "f64-lengths"])
+def test_two_ended_values_bitwise_the_python_path(built, monkeypatch, dtype, gamma, lengths):
+    """A value-only call that two_ended.applies takes runs from both ends in C++ too (Fused::forward_two without a
+    gradient, two_ended.forward's launches): the Python function runs for the shape's first call only, and the values
+    are bitwise its own, with lengths and for hard DTW; soft_dtw_divergence's value-only terms the same."""
+    from softdtw.backends.cuda import two_ended as te
+
+    B, N, M = 2, 4096, 4096
+    assert te.applies(B, N, M, 1, dtype, torch.cuda.current_device())
+    g = torch.Generator(device="cuda").manual_seed(11)
+    x = torch.randn(B, N, 1, device="cuda", generator=g, dtype=dtype)
+    y = torch.randn(B, M, 1, device="cuda", generator=g, dtype=dtype)
+    kw = {"x_lengths": torch.tensor([N, N - 777], device="cuda"),
+          "y_lengths": torch.tensor([M - 5, M], device="cuda")} if lengths else {}
+    calls = []
+    real = te.forward
+    monkeypatch.setattr(te, "forward", lambda *a: calls.append(1) or real(*a))
+    fastpath.set_enabled(True)
+    fast, fast_div, later = [], [], []
+    with torch.no_grad():
+        for fn, out, reps in [(softdtw.soft_dtw, fast, 3), (softdtw.soft_dtw_divergence, fast_div, 2 if gamma else 0)]:
+            for _ in range(reps):
+                before = len(calls)
+                out.append(fn(x, y, gamma, **kw))
+            later.append(len(calls) - before if reps else 0)
+    assert calls and later == [0, 0], (len(calls), later)  # the first call of a key only
+    fastpath.set_enabled(False)
+    with torch.no_grad():
+        slow = softdtw.soft_dtw(x, y, gamma, **kw)
+        slow_div = softdtw.soft_dtw_divergence(x, y, gamma, **kw) if gamma > 0 else None
+    assert torch.isfinite(slow).all()
+    for v in fast:
+        assert torch.equal(v, slow), rel_err(v, slow)
+    for v in fast_div:
+        assert torch.equal(v, slow_div), rel_err(v, slow_div)
+
+
 @pytest.mark.parametrize("lengths", [False, True])
 def test_create_graph_has_the_python_paths_graph(built, lengths):
     """A gradient penalty through the launcher's node: _FusedGrad, whose backward is the HVP, as on the Python path

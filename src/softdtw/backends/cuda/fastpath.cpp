@@ -172,7 +172,9 @@ std::pair<at::Tensor, at::Tensor> run_forward(const Plan& p, int64_t stream, int
                                               const at::Tensor& gamma, const at::Tensor& xl, const at::Tensor& yl,
                                               bool store, const at::TensorOptions& opts, bool open_end = false) {
   at::Tensor value = at::empty({p.B}, opts);
-  at::Tensor saved = store ? at::empty({p.saved_numel}, opts.dtype(p.saved_dtype)) : at::empty({0}, opts);
+  // (an open end without storing: saved holds the end values alone, a value-only two-ended plan's)
+  at::Tensor saved =
+      (store || open_end) ? at::empty({p.saved_numel}, opts.dtype(p.saved_dtype)) : at::empty({0}, opts);
   at::Tensor bnd = maybe_empty(p.fwd_bnd, opts);
   const int64_t end = open_end ? ptr(saved) + p.end_off : 0;
   if (p.TH > 0) {  // checkpointed, one band of all N rows: the column checkpoints, then the rows'
@@ -343,12 +345,13 @@ struct Fused : public torch::autograd::Function<Fused> {
     return out;
   }
 
-  // A two-ended plan's forward (p.two): the halves' inputs, the storing forward of the 2B pairs with the open end (its
-  // end values after the link table in saved), and the fold into the values (B1,) and the backward's seeds.
+  // A two-ended plan's forward (p.two): the halves' inputs, the forward of the 2B pairs with the open end, and the
+  // fold. Storing (a plan with a gradient): the end values after the link table in saved, folded into the values (B1,)
+  // and the backward's seeds. Values only (a plan without, two_ended.forward's launches): the end values alone in
+  // saved, folded by te_seed, two_ended_value_kernel there.
   static at::Tensor forward_two(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& y,
                                 const at::Tensor& gamma, const at::Tensor& xl, const at::Tensor& yl, const Plan& p,
                                 int64_t plan_id, int64_t stream, bool store) {
-    TORCH_CHECK(store, "softdtw fast path: a two-ended plan called without a gradient (a bug, please report it).");
     const auto opts = x.options();
     const int64_t B2 = p.B, H = p.N, M = p.M, D = x.size(2);
     const at::Tensor data = at::empty({B2 * (H + M) * D}, opts);  // x2 (2B, H, D), then y2 (2B, M, D)
@@ -360,9 +363,16 @@ struct Fused : public torch::autograd::Function<Fused> {
     launch(kin, stream, {ptr(x), ptr(y), ptr(xl), ptr(yl), p.B1, p.N1, M, D, x2, y2, ptr(xl2), ptr(yl2)},
            "two_ended_inputs_kernel");
     // (its values are the halves' own open-end values, unused)
-    const at::Tensor saved = run_forward(p, stream, x2, y2, 0, gamma, xl2, yl2, true, opts, true).second;
-    const at::Tensor seeds = at::empty({B2 * M + 2 * B2}, opts.dtype(at::kDouble));
+    const at::Tensor saved = run_forward(p, stream, x2, y2, 0, gamma, xl2, yl2, store, opts, true).second;
     const at::Tensor value = at::empty({p.B1}, opts);
+    if (!store) {
+      Kernel kv = p.te_seed;
+      kv.grid = (unsigned)p.B1;
+      launch(kv, stream, {ptr(saved) + p.end_off, ptr(gamma), ptr(xl), ptr(yl), p.B1, p.N1, M, ptr(value)},
+             "two_ended_value_kernel");
+      return value;
+    }
+    const at::Tensor seeds = at::empty({B2 * M + 2 * B2}, opts.dtype(at::kDouble));
     Kernel ks = p.te_seed;
     ks.grid = (unsigned)p.B1;
     launch(ks, stream, {ptr(saved) + p.end_off, ptr(gamma), ptr(xl), ptr(yl), p.B1, p.N1, M, ptr(seeds), ptr(value)},
@@ -693,9 +703,10 @@ int64_t op_plan(const at::Tensor& x, const at::Tensor& y, const at::Tensor& gamm
   if (!g_ops_on || g_learner == nullptr || !data_ok(x) || !is_dense(y, x, 3) || y.scalar_type() != x.scalar_type() ||
       y.size(0) != x.size(0) || y.size(2) != x.size(2) || !scalars_ok(x, gamma, xl, yl))
     return -1;
-  return lookup({x.size(0), x.size(1), y.size(1), x.size(2), (int)x.scalar_type(), (int)x.get_device(),
-                 std::string(cost), store},
-                x, y);
+  const int64_t id = lookup({x.size(0), x.size(1), y.size(1), x.size(2), (int)x.scalar_type(), (int)x.get_device(),
+                             std::string(cost), store},
+                            x, y);
+  return id >= 0 && plan_of(id).two ? -1 : id;  // (fastpath.py gives the ops none; the kernels below run none)
 }
 
 // The same for a precomputed cost C (B, N, M): kind "precomputed" (forward_cost, backward_cost) or "hvp" (hvp_cost).

@@ -8,7 +8,8 @@ call into C++ forwards and no Python at all backwards. Results are bitwise those
 launches; tests/backends/test_cuda_fastpath.py). That holds for the gradient from both ends too (two_ended.py): a
 storing call with a float gamma > 0 whose shape two_ended.applies_grad takes gets a two-ended plan
 (:func:`_add_two_ended_plan`; fastpath.cpp, Fused::forward_two), and the Python path runs the same launches
-(softdtw._ops._FusedTwoEnded). Value-only calls that two_ended.applies takes stay on the Python path.
+(softdtw._ops._FusedTwoEnded). Value-only calls that two_ended.applies takes run from both ends here too (the
+launches of two_ended.forward), but not through the ops' kernels.
 
 Which calls: :func:`softdtw.soft_dtw` (and :func:`softdtw.soft_dtw_divergence`, its three terms in one C++ call) on
 CUDA tensors with a float gamma, the cost "sqeuclidean" (any D; past FUSED_D_MAX its "gram" form) or "l1" (D <=
@@ -247,10 +248,11 @@ def _entry(x, y, gamma: float, cost, memory: str, backend, grad: bool, pkey: tup
                   fit)
 
 
-def _plan(x, y, cost, memory: str, backend, grad: bool, transposable: bool = False):
+def _plan(x, y, cost, memory: str, backend, grad: bool, transposable: bool = False, op: bool = False):
     """(C++ plan id, unbatched, Span, gram, swap, big, fit) for one plan key, or False (see :func:`_entry`).
     transposable: the plan may be for (y, x) (swap True) where launch.transposes says so, as functional._run decides
-    for the Python path (a public call; the ops' kernels run the op's own x and y). big: what storing takes, where it
+    for the Python path (a public call; the ops' kernels run the op's own x and y). op: for the ops' kernels
+    (:func:`_op_plan`), which run no two-ended plan. big: what storing takes, where it
     is past _ops._SMALL_TABLE (memory "auto" then asks per call whether it fits, :func:`_lookup`). fit: see
     :func:`_checkpoint_plan` (memory "checkpoint" with a gradient, the "gram" form only)."""
     from ... import _checks, _ops
@@ -280,8 +282,9 @@ def _plan(x, y, cost, memory: str, backend, grad: bool, transposable: bool = Fal
     swap = transposable and _launch.transposes(B, N, M, 0 if gram else D, x.dtype, dev)
     if swap:  # sdtw(x, y) = sdtw(y, x): the plan of (y, x)
         xs, ys, N, M = ys, xs, M, N
-    if not grad and not gram and _two_ended.applies(B, N, M, D, x.dtype, dev):
-        return False  # the Python path runs it from both ends (two_ended.py)
+    two_values = not grad and not gram and _two_ended.applies(B, N, M, D, x.dtype, dev)
+    if two_values and op:
+        return False  # an op's value-only call from both ends: the ops' Python kernel runs it (two_ended.py)
     big = _ops._mode_bytes(_ops.get_backend("cuda"), "checkpoint" if ckpt else "store", "fused", B, N, M, D,
                            x.dtype) if grad else 0
     if big > _ops._SMALL_TABLE and big > _ops._total_bytes(x.device):
@@ -294,8 +297,10 @@ def _plan(x, y, cost, memory: str, backend, grad: bool, transposable: bool = Fal
             return False
         plan, fit = got
         big = 0
+    elif two_values:  # values from both ends (two_ended.forward's launches)
+        plan = _add_two_ended_plan(check, B, N, M, D, x.dtype, dev, cost, False)
     elif grad and not gram and transposable and _two_ended.applies_grad(B, N, M, D, x.dtype, dev):
-        plan = _add_two_ended_plan(check, B, N, M, D, x.dtype, dev, cost)  # gamma > 0 (transposable): soft-DTW
+        plan = _add_two_ended_plan(check, B, N, M, D, x.dtype, dev, cost, True)  # gamma > 0 (transposable): soft-DTW
     else:
         kind, DK = ("gram", 0) if gram else (cost, D)
         plan = _add_plan(check, kind, DK, B, N, M, x.dtype, dev, grad, grad, cost)
@@ -349,8 +354,8 @@ def _add_plan(check: list, kind: str, DK: int, B: int, N: int, M: int, dtype, de
     plan = fwd.plan
     _launch.ensure_context(dev)
     saved_dtype = _saved_dtype(dtype)
-    saved_numel = B * plan.saved_numel(N)
-    if oe:
+    saved_numel = B * plan.saved_numel(N) if store else 0
+    if oe:  # (values only: the end values alone, which fastpath.cpp's run_forward allocates for an open end)
         saved_numel = _end_offset(saved_numel, saved_dtype) + _end_numel(B, M, plan.nch) * 8 // saved_dtype.itemsize
     if not plan.chain:
         return _module.add_plan(_context(), check, _kernel("forward", fwd, dev), _kernel("backward", bwd, dev),
@@ -371,18 +376,21 @@ def _add_plan(check: list, kind: str, DK: int, B: int, N: int, M: int, dtype, de
     return pid
 
 
-def _add_two_ended_plan(check: list, B: int, N: int, M: int, D: int, dtype, dev: int, cost: str) -> int:
-    """Register a two-ended plan (fastpath.cpp, Fused::forward_two; backends/cuda/two_ended.py): the storing forward
-    and the backward of the 2B pairs of ceil(N / 2) rows with the open end (:func:`_add_plan`), and two_ended.cu's
-    three kernels, with where the forward's end values start in the saved buffer."""
+def _add_two_ended_plan(check: list, B: int, N: int, M: int, D: int, dtype, dev: int, cost: str, grad: bool) -> int:
+    """Register a two-ended plan (fastpath.cpp, Fused::forward_two; backends/cuda/two_ended.py): the forward of the 2B
+    pairs of ceil(N / 2) rows with the open end (:func:`_add_plan`) and two_ended.cu's kernels. grad: the storing
+    forward and the backward (forward_saving and backward's launches), the end values after the link table in the
+    saved buffer; else the value-only forward, the end values alone in that buffer, folded by two_ended_value_kernel
+    in the seed kernel's place (two_ended.forward's launches)."""
     from . import _NO_PENALTY, _Var, _end_offset, _saved_dtype
 
     B2, H = 2 * B, (N + 1) // 2
-    pid = _add_plan(check, cost, D, B2, H, M, dtype, dev, True, True, cost, _Var(2, None, _NO_PENALTY))
+    pid = _add_plan(check, cost, D, B2, H, M, dtype, dev, grad, grad, cost, _Var(2, None, _NO_PENALTY))
     saved_dtype = _saved_dtype(dtype)
-    table = B2 * _launch.plan_for(B2, H, M, D, dtype, dev).saved_numel(H)  # (_seq's plan of the halves)
+    table = B2 * _launch.plan_for(B2, H, M, D, dtype, dev).saved_numel(H) if grad else 0  # (_seq's plan of the halves)
+    fold = "two_ended_seed_kernel" if grad else "two_ended_value_kernel"
     kernels = [[_launch._launcher("two_ended", _two_ended._kernel(k, dtype), dev).fn, 0, _two_ended._THREADS]
-               for k in ("two_ended_inputs_kernel", "two_ended_seed_kernel", "two_ended_grads_kernel")]
+               for k in ("two_ended_inputs_kernel", fold, "two_ended_grads_kernel")]
     _module.set_two_ended(pid, *kernels, B, N, _end_offset(table, saved_dtype) * saved_dtype.itemsize)
     return pid
 
@@ -413,7 +421,7 @@ def _op_plan(x, y, cost: str, store: bool) -> int:
     if p is None:
         if len(_PLANS) >= _PLANS_MAX:
             return -1
-        p = _PLANS[pkey] = _plan(x, y, cost, "store" if store else "auto", "cuda", store)
+        p = _PLANS[pkey] = _plan(x, y, cost, "store" if store else "auto", "cuda", store, op=True)
     return -1 if p is False or p[5] or p[6] is not None else p[0]
 
 
