@@ -141,15 +141,16 @@ def test_planned_shape_matches_one_ended(dtype):
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_public_api_and_launcher_route():
-    """soft_dtw without a gradient at such a shape runs from both ends (the C++ launcher keeps out of it: its plan is
-    False) and equals the backend's value; with a gradient the launcher's one-ended store path is unchanged."""
+    """soft_dtw without a gradient at such a shape runs from both ends (the C++ launcher's plan is a two-ended one; the
+    ops' kernels keep out of it) and equals the one-ended value; with a gradient too (its own two-ended plan)."""
     import softdtw
     from softdtw.backends.cuda import fastpath
 
     g = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(2, 4096, 1, device="cuda", generator=g)
     y = torch.randn(2, 4096, 1, device="cuda", generator=g)
-    assert fastpath._plan(x, y, "sqeuclidean", "auto", None, False) is False
+    assert fastpath._plan(x, y, "sqeuclidean", "auto", None, False) is not False
+    assert fastpath._plan(x, y, "sqeuclidean", "auto", None, False, op=True) is False
     with torch.no_grad():
         v = softdtw.soft_dtw(x, y, gamma=1.0)
     te.set_enabled(False)
