@@ -2,7 +2,8 @@
 
 A chained value-only pass of a long pair takes about N + nch·(32 W + lag) lane steps: where the batch is small, that
 one pair's critical path, not the GPU's throughput, sets the time (B = 16, N = M = 8192: 2.9 ms of kernel, 365 GCUPS,
-on an H200, with most of the GPU idle). Every monotone path crosses from row h - 1 to row h exactly once, so the value
+on an H200, with most of the GPU idle; from both ends 2.05 ms, 520 GCUPS, since the cells' open diag-up stage and the
+halves' late chain loads, OPTIMIZATION_LOG.md "The diag-up stage left open"). Every monotone path crosses from row h - 1 to row h exactly once, so the value
 is a soft-min over the columns of R[h - 1, :] (the forward DP of rows [0, h)) against S[h, :] (the same DP of rows
 [h, n) and y, both reversed): two DPs of about N / 2 rows each, run as one chained launch of 2B pairs, and a fold of
 their last rows. Three launches: the halves' inputs (reversed copies), forward_chain_kernel with the open end (which
@@ -21,7 +22,10 @@ is the one-ended differentiable one (its forward run again in the call's memory 
 
 The value-only path is taken where it pays (:func:`applies`): a value-only call (no gradient) of a fused cost, no band
 or alignment variant, whose pass is chained and whose doubled launch keeps at most :data:`WARPS_PER_SM` warps per SM
-(past that the GPU is full, and halving the path buys nothing: B = 64, N = M = 8192 ran 15 % slower). The values
+(past that the GPU is full, and halving the path buys nothing: B = 64, N = M = 8192 ran 15 % slower), and not where
+the halves would run K = 8 against a one-ended K <= :data:`SPLIT_K_MAX` in float32. The public API runs these calls
+through the C++ launcher as well (fastpath.py, the launches of :func:`forward`); the ops' kernels (torch.compile) leave
+them to the Python kernel, which calls :func:`forward`. The values
 equal the one-ended pass's up to rounding (float64: 1e-15; float32: a few ulp, both within the one-ended pass's own
 distance to float64; tests/backends/test_cuda_two_ended.py). benchmarks/OPTIMIZATION_LOG.md, "Two-ended value-only forward".
 """
