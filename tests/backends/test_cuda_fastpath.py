@@ -218,7 +218,8 @@ def test_value_only_is_taken_too(built):
 
 
 @pytest.mark.parametrize("dtype,gamma,lengths", [(torch.float32, 1.0, False), (torch.float32, 0.0, True),
-                                                 (torch.float64, 0.1, True)], ids=["f32", "hard-lengths", "f64-lengths"])
+                                                 (torch.float64, 0.1, True)],
+                         ids=["f32", "hard-lengths", "f64-lengths"])
 def test_two_ended_values_bitwise_the_python_path(built, monkeypatch, dtype, gamma, lengths):
     """A value-only call that two_ended.applies takes runs from both ends in C++ too (Fused::forward_two without a
     gradient, two_ended.forward's launches): the Python function runs for the shape's first call only, and the values

@@ -365,16 +365,14 @@ struct Fused : public torch::autograd::Function<Fused> {
     // (its values are the halves' own open-end values, unused)
     const at::Tensor saved = run_forward(p, stream, x2, y2, 0, gamma, xl2, yl2, store, opts, true).second;
     const at::Tensor value = at::empty({p.B1}, opts);
+    Kernel ks = p.te_seed;
+    ks.grid = (unsigned)p.B1;
     if (!store) {
-      Kernel kv = p.te_seed;
-      kv.grid = (unsigned)p.B1;
-      launch(kv, stream, {ptr(saved) + p.end_off, ptr(gamma), ptr(xl), ptr(yl), p.B1, p.N1, M, ptr(value)},
+      launch(ks, stream, {ptr(saved) + p.end_off, ptr(gamma), ptr(xl), ptr(yl), p.B1, p.N1, M, ptr(value)},
              "two_ended_value_kernel");
       return value;
     }
     const at::Tensor seeds = at::empty({B2 * M + 2 * B2}, opts.dtype(at::kDouble));
-    Kernel ks = p.te_seed;
-    ks.grid = (unsigned)p.B1;
     launch(ks, stream, {ptr(saved) + p.end_off, ptr(gamma), ptr(xl), ptr(yl), p.B1, p.N1, M, ptr(seeds), ptr(value)},
            "two_ended_seed_kernel");
     ctx->save_for_backward({x, y, gamma, xl, yl, value, saved, data, lens, seeds});
@@ -703,10 +701,9 @@ int64_t op_plan(const at::Tensor& x, const at::Tensor& y, const at::Tensor& gamm
   if (!g_ops_on || g_learner == nullptr || !data_ok(x) || !is_dense(y, x, 3) || y.scalar_type() != x.scalar_type() ||
       y.size(0) != x.size(0) || y.size(2) != x.size(2) || !scalars_ok(x, gamma, xl, yl))
     return -1;
-  const int64_t id = lookup({x.size(0), x.size(1), y.size(1), x.size(2), (int)x.scalar_type(), (int)x.get_device(),
-                             std::string(cost), store},
-                            x, y);
-  return id >= 0 && plan_of(id).two ? -1 : id;  // (fastpath.py gives the ops none; the kernels below run none)
+  return lookup({x.size(0), x.size(1), y.size(1), x.size(2), (int)x.scalar_type(), (int)x.get_device(),
+                 std::string(cost), store},
+                x, y);
 }
 
 // The same for a precomputed cost C (B, N, M): kind "precomputed" (forward_cost, backward_cost) or "hvp" (hvp_cost).

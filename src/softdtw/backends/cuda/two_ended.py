@@ -3,11 +3,11 @@
 A chained value-only pass of a long pair takes about N + nch·(32 W + lag) lane steps: where the batch is small, that
 one pair's critical path, not the GPU's throughput, sets the time (B = 16, N = M = 8192: 2.9 ms of kernel, 365 GCUPS,
 on an H200, with most of the GPU idle; from both ends 2.05 ms, 520 GCUPS, since the cells' open diag-up stage and the
-halves' late chain loads, OPTIMIZATION_LOG.md "The diag-up stage left open"). Every monotone path crosses from row h - 1 to row h exactly once, so the value
-is a soft-min over the columns of R[h - 1, :] (the forward DP of rows [0, h)) against S[h, :] (the same DP of rows
-[h, n) and y, both reversed): two DPs of about N / 2 rows each, run as one chained launch of 2B pairs, and a fold of
-their last rows. Three launches: the halves' inputs (reversed copies), forward_chain_kernel with the open end (which
-keeps each pair's last row in float64), and the fold.
+halves' late chain loads, OPTIMIZATION_LOG.md "The diag-up stage left open"). Every monotone path crosses from row
+h - 1 to row h exactly once, so the value is a soft-min over the columns of R[h - 1, :] (the forward DP of rows [0, h))
+against S[h, :] (the same DP of rows [h, n) and y, both reversed): two DPs of about N / 2 rows each, run as one
+chained launch of 2B pairs, and a fold of their last rows. Three launches: the halves' inputs (reversed copies),
+forward_chain_kernel with the open end (which keeps each pair's last row in float64), and the fold.
 
 Gradients too (:func:`forward_saving`, :func:`backward`): the open end's backward seeds each pair's last row with
 2^(v - endr[j]), so kernels/two_ended.cu's seed kernel rewrites the halves' end values into d value / d R[h - 1, j]
@@ -24,10 +24,10 @@ The value-only path is taken where it pays (:func:`applies`): a value-only call 
 or alignment variant, whose pass is chained and whose doubled launch keeps at most :data:`WARPS_PER_SM` warps per SM
 (past that the GPU is full, and halving the path buys nothing: B = 64, N = M = 8192 ran 15 % slower), and not where
 the halves would run K = 8 against a one-ended K <= :data:`SPLIT_K_MAX` in float32. The public API runs these calls
-through the C++ launcher as well (fastpath.py, the launches of :func:`forward`); the ops' kernels (torch.compile) leave
-them to the Python kernel, which calls :func:`forward`. The values
-equal the one-ended pass's up to rounding (float64: 1e-15; float32: a few ulp, both within the one-ended pass's own
-distance to float64; tests/backends/test_cuda_two_ended.py). benchmarks/OPTIMIZATION_LOG.md, "Two-ended value-only forward".
+through the C++ launcher as well (fastpath.py, the launches of :func:`forward`); the ops' kernels (torch.compile)
+leave them to the Python kernel, which calls :func:`forward`. The values equal the one-ended pass's up to rounding
+(float64: 1e-15; float32: a few ulp, both within the one-ended pass's own distance to float64;
+tests/backends/test_cuda_two_ended.py). benchmarks/OPTIMIZATION_LOG.md, "Two-ended value-only forward".
 """
 from __future__ import annotations
 
@@ -63,7 +63,8 @@ def enabled() -> bool:
 def applies(B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index: int) -> bool:
     """Whether a value-only call of B pairs of N x M (fused cost of D features, no band or variant) runs from both
     ends: its pass is chained, the halves' pass is chained too, their blocks keep at most WARPS_PER_SM warps per
-    SM, and (float32) the halves' step is not K = 8's against a one-ended K <= SPLIT_K_MAX. Under a forced plan (launch.forced_plan) the forced layout is the halves'."""
+    SM, and (float32) the halves' step is not K = 8's against a one-ended K <= SPLIT_K_MAX. Under a forced plan
+    (launch.forced_plan) the forced layout is the halves'."""
     if not _enabled[0] or N < 2:
         return False
     return _applies(B, N, M, D, dtype, device_index, bool(_launch._forced))

@@ -84,15 +84,15 @@ __device__ __forceinline__ T soft_min3(T a, T b, T c) {
   return m - Num<T>::lg2(T(1) + Num<T>::ex2(m - med) + Num<T>::ex2(m - M));
 }
 
-// The value-only chained forward's cells in two stages (forward_pair.cuh, SPLIT): the diag-up stage for all K cells of a
-// step first (independent of each other), left open as lo = min(diag, up) and s = 1 + 2^(lo - hi) (smin(diag, up) =
-// lo - log2(s), one ex2); then the left stage along the row, smin(diag, up, left) + add = (min(lo, left) + add) -
-// log2(s 2^(min - lo) + 2^(min - left)), one of whose two powers is 1: with d = left - lo and e = 2^-|d|, the sum is
-// s e + 1 (d < 0) or s + e. Its serial chain from `left` is 5 dependent instructions (add, ex2, fma, lg2, add; the
-// selects wait beside the ex2) and a cell takes 3 MUFU operations, as soft_min3 (whose chain is 9), against 6 and 4
-// for two closed soft-mins; it issues 2 more instructions than soft_min3, which the many-pair kernels, bound by
-// MUFU and issue, cannot afford. soft-min is associative (log-sum-exp), so this is soft_min3's value up to
-// rounding. An unreachable side (BIG) gives e = 0.
+// The value-only and checkpointing chained forwards' cells in two stages (forward_pair.cuh, SPLIT): the diag-up stage
+// for all K cells of a step first (independent of each other), left open as lo = min(diag, up) and s = 1 + 2^(lo - hi)
+// (smin(diag, up) = lo - log2(s), one ex2); then the left stage along the row, smin(diag, up, left) + add = (min(lo,
+// left) + add) - log2(s 2^(min - lo) + 2^(min - left)), one of whose two powers is 1: with d = left - lo and e =
+// 2^-|d|, the sum is s e + 1 (d < 0) or s + e. Its serial chain from `left` is 5 dependent instructions (add, ex2, fma,
+// lg2, add; the selects wait beside the ex2) and a cell takes 3 MUFU operations, as soft_min3 (whose chain is 9; two
+// closed soft-mins: a chain of 6 and 4 MUFU operations); it issues 2 more instructions than soft_min3, which the
+// many-pair kernels, bound by MUFU and issue, cannot afford. soft-min is associative (log-sum-exp), so this is
+// soft_min3's value up to rounding. An unreachable side (BIG) gives e = 0.
 template <typename T>
 __device__ __forceinline__ void soft_open2(T diag, T up, T& lo, T& s) {
   lo = Num<T>::mn(diag, up);
