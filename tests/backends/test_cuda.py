@@ -248,7 +248,7 @@ def test_float32_backward_two_steps_per_iteration(K, W, chain, band):
                                          (4, 2, True, 24), (2, 4, False, 1), (4, 1, False, 1)])
 @pytest.mark.parametrize("gamma", [0.05, 1.0, 10.0])
 def test_float32_two_stage_storing_soft_min(K, W, chain, D, gamma):
-    """Layouts of K >= 4 columns per lane store their links from a soft-min in two stages at this small batch,
+    """Layouts of K >= 4 columns per lane store their links from a soft-min in two stages,
     smin(smin(diag, up), left) (kernels/forward_pair.cuh, SPLIT_STORE; launch.split_links); K = 2 from the three-way
     one. Value, dx, dy and dgamma against float64 over small and large gamma with per-pair lengths: the fused cost
     (sequential) and the gram cost of D = 24 (sequential and chained)."""

@@ -308,7 +308,7 @@ def test_nan_padding_takes_the_python_paths_rerun(built):
     xp[1, 15:] = float("nan")
     v = softdtw.soft_dtw(xp.requires_grad_(), y, 0.1)
     # Both storing forwards (x requires grad): a value-only pass may differ from a storing one in the last bit
-    # (kernels/common.cuh, Link<float>::soft_core and soft_split).
+    # (kernels/common.cuh, Link<float>::soft_core and soft_close).
     ref = softdtw.soft_dtw(x.clone().nan_to_num(0.0).requires_grad_(), y, 0.1,
                            x_lengths=torch.tensor([20, 15, 20], device="cuda"))
     torch.testing.assert_close(v, ref, rtol=0, atol=0)

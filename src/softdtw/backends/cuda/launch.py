@@ -394,28 +394,17 @@ def expression(kernel: str, dtype: torch.dtype, cost: str, D: int, plan: Plan, w
     return f"sdtw::{kernel}<{', '.join(args)}>"
 
 
-#: A storing pass takes its soft-min in two stages (kernels/forward_pair.cuh, SPLIT_STORE) when its blocks' warps fill
-#: at most this share of the GPU's resident warps (sm_count · _RESIDENT_WARPS_PER_SM). H200, forward kernel, gamma 0.1
-#: (OPTIMIZATION_LOG.md, "The storing soft-min in two stages"): at 64-512 warps 32 x 512² -9 %, with a step penalty
-#: -14 %, speech (Gram, 16 x 400 x 300) -7.5 %, 256 x 256² -6 %, 32 x 2048² D = 64 (chained Gram) -13 %, the
-#: checkpointed backward of 8 x 4096² -12 %; at 2048 warps (1024 x 256², 512 x 512², 256 x 1024²) +13-20 %: there
-#: the MUFU pipe is the bound and the split adds one ex2, lg2 and rcp per cell.
-SPLIT_LINKS_SHARE = 0.25
-
-
-def split_links(dtype: torch.dtype, plan: Plan, B: int, window: bool, device_index: int,
-                fused_chain: bool = False) -> bool:
+def split_links(dtype: torch.dtype, plan: Plan, window: bool, fused_chain: bool = False) -> bool:
     """Whether a storing pass (the forward's link table, or the checkpointed backward's recompute) of this launch
-    takes its soft-min in two stages: float32, no band, K >= 4, and a batch whose warps (B·W, chained B·nch·W) fill
-    at most SPLIT_LINKS_SHARE of the GPU. Not the chained forward of a fused cost (fused_chain): under its 64-register
-    cap it lost (16 x 2048², D = 1: +25 %); nor K < 4 (128 x 64², K = 2: +5 %). The row bands of a large-D checkpoint
-    (backends/cuda/__init__.py, _backward_rows) ask too: H200, their backward kernel 3.68 -> 3.56-3.62 ms at
-    32 x 2048², D = 64, 1.72 -> 1.68 at 32 x 1024², 29.9 -> 27.6 at 1 x 16384² (an earlier run at 32 x 1024²:
-    1717 µs not split, 1719-1722 split)."""
-    if dtype != torch.float32 or window or plan.K < 4 or fused_chain:
-        return False
-    warps = B * plan.W * (plan.nch if plan.chain else 1)
-    return warps <= SPLIT_LINKS_SHARE * sm_count(device_index) * _RESIDENT_WARPS_PER_SM
+    takes its soft-min in two stages (kernels/forward_pair.cuh, SPLIT_STORE; common.cuh, Link<float>::soft_open /
+    soft_close): float32, no band, K >= 4. The stages cost soft()'s 2 ex2, 1 lg2 and 1 rcp a cell on a serial chain of
+    5 instructions instead of ~11, so they pay where the batch leaves the GPU latency-bound and where the MUFU pipe
+    binds alike (H200, forward kernel, gamma 0.1; OPTIMIZATION_LOG.md, "The storing soft-min's first stage left
+    open"): 32 x 512² 158.6 -> 134.5 µs, 16 x 128² -16 %, speech (Gram) -8 %, 512 x 512² 294.6 -> 267.6 µs,
+    256 x 1024² -4.5 %, 4096 x 128² -3.6 %. Not the chained forward of a fused cost (fused_chain): under its
+    64-register cap the earlier three-MUFU stage lost (16 x 2048², D = 1: +25 %); nor K < 4 (128 x 64², K = 2: +5 %
+    with that stage). The row bands of a large-D checkpoint (backends/cuda/__init__.py, _backward_rows) ask too."""
+    return dtype == torch.float32 and not window and plan.K >= 4 and not fused_chain
 
 
 def has_frames(dtype: torch.dtype, saves: bool) -> bool:

@@ -173,26 +173,26 @@ template <> struct Link<float> {
   static __device__ __forceinline__ float soft(float diag, float up, float left, unsigned& word) {
     return soft_core<true>(diag, up, left, word);
   }
-  // The storing soft-min in two stages (forward_pair.cuh, SPLIT_STORE): u = smin(diag, up) off the serial chain,
-  // with pu the weight of up in it; then v = smin(u, left) + cost on the chain. Weights: left ql, up (1 - ql) pu,
-  // diag the rest. One more ex2, lg2 and rcp per cell than soft().
-  static __device__ __forceinline__ float soft_pair(float diag, float up, float& pu) {
-    const float lo = fminf(diag, up), hi = fmaxf(diag, up);
-    const float X = Num<float>::ex2(lo - hi);
-    const float Z = 1.f + X;
-    const float rz = Num<float>::rcp(Z);
-    pu = (up <= diag ? 1.f : X) * rz;
-    return lo - Num<float>::lg2(Z);
+  // The storing soft-min in two stages (forward_pair.cuh, SPLIT_STORE), the first, smin(diag, up), off the serial
+  // chain and left open (as soft_open2 / soft_close2): lo = min(diag, up), s = 1 + X with
+  // X = 2^(lo - hi), and a, up's exponential relative to lo (1 or X). Then with d = left - lo, e = 2^-|d|, the cell's
+  // sum relative to its minimum is Z = s e + 1 (d < 0) or s + e, its weights left (d < 0 ? 1 : e) / Z and up
+  // a (d < 0 ? e : 1) / Z. 2 ex2, 1 lg2 and 1 rcp a cell (soft()'s four) on a chain of 5 (add, ex2, fma, lg2, add).
+  static __device__ __forceinline__ void soft_open(float diag, float up, float& lo, float& s, float& a) {
+    lo = fminf(diag, up);
+    const float X = Num<float>::ex2(lo - fmaxf(diag, up));
+    s = 1.f + X;
+    a = up <= diag ? 1.f : X;
   }
-  static __device__ __forceinline__ float soft_split(float u, float pu, float left, float cst, unsigned& word) {
-    const float lo = fminf(u, left), hi = fmaxf(u, left);
-    const float Y = Num<float>::ex2(lo - hi);
-    const float Z = 1.f + Y;
+  static __device__ __forceinline__ float soft_close(float lo, float s, float a, float left, float cst,
+                                                     unsigned& word) {
+    const float d = left - lo;
+    const float e = Num<float>::ex2(-fabsf(d));
+    const bool below = d < 0.f;
+    const float Z = fmaf(below ? s : 1.f, e, below ? 1.f : s);
     const float rz = Num<float>::rcp(Z);
-    const bool lmin = left <= u;
-    const float ql = (lmin ? 1.f : Y) * rz, qu = (lmin ? Y : 1.f) * rz;
-    word = pack(qu * pu, ql);
-    return (lo + cst) - Num<float>::lg2(Z);
+    word = pack(a * (below ? e : 1.f) * rz, (below ? 1.f : e) * rz);
+    return (fminf(lo, left) + cst) - Num<float>::lg2(Z);
   }
   static __device__ __forceinline__ float value(float diag, float up, float left) {
     return soft_min3(diag, up, left);

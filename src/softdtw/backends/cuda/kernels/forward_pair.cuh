@@ -165,9 +165,9 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
   constexpr bool SPLIT = SPLIT_PASS && !HARD;
   constexpr bool OB = (VAR & VAR_OPEN_BEGIN) != 0, OE = (VAR & VAR_OPEN_END) != 0, PEN = (VAR & VAR_PENALTY) != 0;
   // SPLIT_STORE (SPLIT_LINKS, the launch's choice: launch.split_links): the storing soft-min in two stages too
-  // (common.cuh, Link<float>::soft_pair / soft_split). One more ex2, lg2 and rcp per cell buys a serial chain of 6
-  // instructions instead of ~11: a gain where the batch leaves the GPU latency-bound, a loss where it fills it
-  // (MUFU-bound). Without a band only (one measured: +5 %).
+  // (common.cuh, Link<float>::soft_open / soft_close), the first left open: soft()'s 2 ex2, 1 lg2 and 1 rcp a cell on
+  // a serial chain of 5 instructions instead of ~11, a gain in latency- and MUFU-bound batches alike. Without a band
+  // only (one measured, with the earlier closed first stage: +5 %).
   constexpr bool SPLIT_STORE = SPLIT_LINKS && STORE && !HARD && sizeof(T) == 4 && !WINDOW;
   // Passes over a band of rows of a table (a cost, or COST_GRAM's x·yᵀ: the row bands of a large-D checkpoint): the
   // checkpointing chained forward and the recompute. The other passes compile as they did without bands (r0 = 0,
@@ -448,7 +448,7 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
               for (int k = 0; k < K; ++k) {
                 const T pu = PEN ? r[k] + uadd : r[k];
                 if constexpr (SPLIT_STORE) {
-                  u[k] = Link<float>::soft_pair(dg, pu, wu[k]);
+                  Link<float>::soft_open(dg, pu, u[k], us[k], wu[k]);
                 } else {
                   soft_open2(dg, pu, u[k], us[k]);
                 }
@@ -477,7 +477,7 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
                   v = hard_min3(diag, pu, pl, choice) + cst;
                   w = Link<T>::hard(choice);
                 } else if constexpr (SPLIT_STORE) {
-                  v = Link<float>::soft_split(u[k], wu[k], pl, cst, w);
+                  v = Link<float>::soft_close(u[k], us[k], wu[k], pl, cst, w);
                 } else if (STORE) {
                   v = Link<T>::soft(diag, pu, pl, w) + cst;
                 } else if constexpr (SPLIT) {
@@ -490,7 +490,7 @@ __device__ __forceinline__ void forward_pair(const ForwardArgs<T>& a, const int 
                 v = hard_min3(diag, up, left, choice) + cst;
                 w = Link<T>::hard(choice);
               } else if constexpr (SPLIT_STORE) {
-                v = Link<float>::soft_split(u[k], wu[k], left, cst, w);
+                v = Link<float>::soft_close(u[k], us[k], wu[k], left, cst, w);
               } else if (STORE) {
                 v = Link<T>::soft(diag, up, left, w) + cst;
               } else if constexpr (SPLIT) {
