@@ -93,17 +93,29 @@ __device__ __forceinline__ T soft_min3(T a, T b, T c) {
 // closed soft-mins: a chain of 6 and 4 MUFU operations); it issues 2 more instructions than soft_min3, which the
 // many-pair kernels, bound by MUFU and issue, cannot afford. soft-min is associative (log-sum-exp), so this is
 // soft_min3's value up to rounding. An unreachable side (BIG) gives e = 0.
+// The two stages' arithmetic, shared with the storing form (Link<float>::soft_open / soft_close): open_x gives lo and
+// X = 2^(lo - hi) (s = 1 + X); open_sum gives the cell's sum relative to its minimum, with e and which side it is on.
+template <typename T>
+__device__ __forceinline__ T open_x(T diag, T up, T& lo) {
+  lo = Num<T>::mn(diag, up);
+  return Num<T>::ex2(lo - Num<T>::mx(diag, up));
+}
+template <typename T>
+__device__ __forceinline__ T open_sum(T lo, T s, T left, T& e, bool& below) {
+  const T d = left - lo;
+  e = Num<T>::ex2(-Num<T>::abs(d));
+  below = d < T(0);
+  return fma(below ? s : T(1), e, below ? T(1) : s);
+}
 template <typename T>
 __device__ __forceinline__ void soft_open2(T diag, T up, T& lo, T& s) {
-  lo = Num<T>::mn(diag, up);
-  s = T(1) + Num<T>::ex2(lo - Num<T>::mx(diag, up));
+  s = T(1) + open_x(diag, up, lo);
 }
 template <typename T>
 __device__ __forceinline__ T soft_close2(T lo, T s, T left, T add) {
-  const T d = left - lo;
-  const T e = Num<T>::ex2(-Num<T>::abs(d));
-  const bool below = d < T(0);
-  const T sum = fma(below ? s : T(1), e, below ? T(1) : s);
+  T e;
+  bool below;
+  const T sum = open_sum(lo, s, left, e, below);
   return (Num<T>::mn(lo, left) + add) - Num<T>::lg2(sum);
 }
 // Soft-min of two values, min(a, b) - log2(1 + 2^(min - max)).
@@ -174,22 +186,20 @@ template <> struct Link<float> {
     return soft_core<true>(diag, up, left, word);
   }
   // The storing soft-min in two stages (forward_pair.cuh, SPLIT_STORE), the first, smin(diag, up), off the serial
-  // chain and left open (as soft_open2 / soft_close2): lo = min(diag, up), s = 1 + X with
+  // chain and left open (open_x / open_sum, as soft_open2 / soft_close2): lo = min(diag, up), s = 1 + X with
   // X = 2^(lo - hi), and a, up's exponential relative to lo (1 or X). Then with d = left - lo, e = 2^-|d|, the cell's
   // sum relative to its minimum is Z = s e + 1 (d < 0) or s + e, its weights left (d < 0 ? 1 : e) / Z and up
   // a (d < 0 ? e : 1) / Z. 2 ex2, 1 lg2 and 1 rcp a cell (soft()'s four) on a chain of 5 (add, ex2, fma, lg2, add).
   static __device__ __forceinline__ void soft_open(float diag, float up, float& lo, float& s, float& a) {
-    lo = fminf(diag, up);
-    const float X = Num<float>::ex2(lo - fmaxf(diag, up));
+    const float X = open_x(diag, up, lo);
     s = 1.f + X;
     a = up <= diag ? 1.f : X;
   }
   static __device__ __forceinline__ float soft_close(float lo, float s, float a, float left, float cst,
                                                      unsigned& word) {
-    const float d = left - lo;
-    const float e = Num<float>::ex2(-fabsf(d));
-    const bool below = d < 0.f;
-    const float Z = fmaf(below ? s : 1.f, e, below ? 1.f : s);
+    float e;
+    bool below;
+    const float Z = open_sum(lo, s, left, e, below);
     const float rz = Num<float>::rcp(Z);
     word = pack(a * (below ? e : 1.f) * rz, (below ? 1.f : e) * rz);
     return (fminf(lo, left) + cst) - Num<float>::lg2(Z);
