@@ -241,6 +241,9 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
     // then get E = 0 with no test either: every E they read is 0 and float weights are finite whatever the bits
     // (OPTIMIZATION_LOG.md, "Backward: the end cell as a seed").
     constexpr bool SEED = !Link<T>::NEEDS_R && !OE;
+    // Float links, with the seed or the open end's seeds (j < m only): every E a cell right of column m - 1 reads is
+    // 0 and its weights are finite, so it gets E = 0 with no per-cell select on the serial E chain.
+    constexpr bool ZERO_PAST_END = !Link<T>::NEEDS_R;
     if constexpr (SEED) if (!below) {
 #pragma unroll
       for (int k = 0; k < K; ++k)
@@ -538,15 +541,16 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
             penrow += in ? t : T(0);
             e = (t + Ed * Link<T>::w_diag(Sd, Rp, HARD)) * T(Link<T>::UNIT);
           } else {
-            e = (Eb[k] * Link<T>::w_up(Sb[k], Rp, HARD) + Er * Link<T>::w_left(Sr, Rp, HARD) +
-                 Ed * Link<T>::w_diag(Sd, Rp, HARD)) * T(Link<T>::UNIT);
+            // Er (the cell just formed, right of this one) is the serial E chain: it enters last.
+            e = (Eb[k] * Link<T>::w_up(Sb[k], Rp, HARD) + Ed * Link<T>::w_diag(Sd, Rp, HARD) +
+                 Er * Link<T>::w_left(Sr, Rp, HARD)) * T(Link<T>::UNIT);
           }
           if constexpr (OE) {
             if (Link<T>::NEEDS_R && endrow) e += Eb[k];
           } else if (!SEED && endrow && ((colend >> k) & 1u)) {
             e = T(1);
           }
-          if (!SEED || WINDOW) {  // (SEED: past column m - 1, e is 0 already)
+          if (!ZERO_PAST_END || WINDOW) {  // (float links: past column m - 1, e is 0 already)
             bool valid = (colok >> k) & 1u;
             if (WINDOW) valid = valid && j >= mine.lo && j < mine.hi;
             if (!valid) e = T(0);
