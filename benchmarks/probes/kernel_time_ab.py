@@ -7,7 +7,8 @@ the loss step's forward / backward DP kernels (`soft_dtw(...).mean().backward()`
 per HVP shape the `hvp_xy` kernels (gamma terms off) and a DILATE step's kernels. With SHAPES=extra in the
 environment: seven other loss shapes (float64, hard DTW, many pairs, a step penalty, checkpoint) and no HVP rows;
 with SHAPES=throughput four batches that fill the GPU; with SHAPES=chain three long pairs (chained storing passes of a
-fused cost); with SHAPES=kbig four full batches of K >= 8 layouts; with SHAPES=loss the default loss shapes without the HVP rows; with SHAPES=hvp the HVP rows alone.
+fused cost); with SHAPES=kbig four full batches of K >= 8 layouts; with SHAPES=grad512 five
+shapes around the gradient from both ends' bound; with SHAPES=loss the default loss shapes without the HVP rows; with SHAPES=hvp the HVP rows alone.
 `kernel_time_ab.sh` runs it as an A/B: a warm-up process per tree (the NVRTC compiles), then base, new, base, new.
 Kernel times resolve 1-2 % between processes where event-timed steps of these sizes move with the host
 (OPTIMIZATION_LOG.md, "The backward's ring address once")."""
@@ -53,10 +54,14 @@ CHAIN = [("s8192", 1, 8192, 8192, 1, {}), ("s4096", 4, 4096, 4096, 1, {}), ("s16
 # SHAPES=kbig: full batches the planner runs at K >= 8 (K8 W1, K16 W1, K16 W2, K8 W1 at D = 3).
 KBIG = [("b4096_256", 4096, 256, 256, 1, {}), ("b4096_512", 4096, 512, 512, 1, {}),
         ("b1024_1024", 1024, 1024, 1024, 1, {}), ("b4096_512d3", 4096, 512, 512, 3, {})]
+# SHAPES=grad512: pairs of 512-1023 rows around the gradient from both ends' bound (two_ended.GRAD_MIN_ROWS = 512 and
+# GRAD_WARPS_PER_SM), whose "other" kernels (the halves' inputs and the fold) count too.
+GRAD512 = [("b8_512", 8, 512, 512, 1, {}), ("b16_512", 16, 512, 512, 1, {}), ("b64_512", 64, 512, 512, 1, {}),
+           ("b32_768", 32, 768, 768, 1, {}), ("b32_512d3", 32, 512, 512, 3, {})]
 out = open(sys.argv[3], "a")
 rec = {"tag": sys.argv[2], "kind": "loss"}
 SHAPES = os.environ.get("SHAPES", "")
-for name, B, N, M, D, kw in {"extra": EXTRA, "throughput": THROUGHPUT, "chain": CHAIN, "kbig": KBIG, "hvp": [], "loss": SH}.get(SHAPES, SH):
+for name, B, N, M, D, kw in {"extra": EXTRA, "throughput": THROUGHPUT, "chain": CHAIN, "kbig": KBIG, "grad512": GRAD512, "hvp": [], "loss": SH}.get(SHAPES, SH):
     kw = dict(kw)
     dtype = kw.pop("dtype", torch.float32)
     gamma = kw.pop("gamma", 0.1)
@@ -74,7 +79,7 @@ for name, B, N, M, D, kw in {"extra": EXTRA, "throughput": THROUGHPUT, "chain": 
         rec[f"{name}_{nm}"] = v
 if SHAPES != "hvp":
     print(json.dumps(rec), file=out, flush=True)
-HVP = [] if SHAPES in ("extra", "throughput", "chain", "kbig", "loss") else [(1024, 256, 256, 1.0), (1024, 256, 256, 0.1), (64, 512, 512, 1.0),
+HVP = [] if SHAPES in ("extra", "throughput", "chain", "kbig", "grad512", "loss") else [(1024, 256, 256, 1.0), (1024, 256, 256, 0.1), (64, 512, 512, 1.0),
                                     (256, 128, 128, 0.1)]
 for B, N, M, gamma in HVP:
     g = torch.Generator(device="cuda").manual_seed(0)

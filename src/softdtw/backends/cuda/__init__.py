@@ -385,7 +385,7 @@ def _seq(kernel: str, B: int, N: int, M: int, D: int, dtype: torch.dtype, dev: i
         long = _launch.seq_frames(dtype, store, N, M)
         # One column (with frames: value, frame per row), reused chunk after chunk.
         frames = long or _launch.has_frames(dtype, store)
-        split = store and _launch.split_links(dtype, plan, B, window, dev)
+        split = store and _launch.split_links(dtype, plan, window)
         spec = _Seq(plan, _launch.expression("forward_kernel", dtype, cost, D, plan, window, store, long, var=var,
                                              split=split),
                     plan.grid(B), plan.block(), B * plan.saved_numel(N),
@@ -451,7 +451,7 @@ def _run_forward_chain(x, y, C, cost, D, gamma, x_lengths, y_lengths, window, st
 
 def _forward_chain_expr(dtype, cost: str, D: int, plan, window: bool, store: bool, B: int, dev: int, var=None) -> str:
     """forward_chain_kernel's instantiation for one launch (the C++ launcher's plans take it too, fastpath.py)."""
-    split = store and _launch.split_links(dtype, plan, B, window, dev, fused_chain=cost in FUSED_COSTS)
+    split = store and _launch.split_links(dtype, plan, window)
     return _launch.expression("forward_chain_kernel", dtype, cost, D, plan, window, store, plan.TH > 0,
                               var=var.code if var else 0, split=split)
 
@@ -533,7 +533,7 @@ def _run_backward_chain(grad, x, y, C, dC, cost, D, gamma, x_lengths, y_lengths,
 
 def _backward_chain_expr(dtype, cost: str, D: int, plan, window: bool, B: int, dev: int, var=None) -> str:
     """backward_chain_kernel's instantiation for one launch (the C++ launcher's plans take it too, fastpath.py)."""
-    split = plan.TH > 0 and _launch.split_links(dtype, plan, B, window, dev)  # the recompute
+    split = plan.TH > 0 and _launch.split_links(dtype, plan, window)  # the recompute
     return _launch.expression("backward_chain_kernel", dtype, cost, D, plan, window, plan.TH > 0,
                               var=var.code if var else 0, split=split)
 

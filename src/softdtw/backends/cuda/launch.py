@@ -394,33 +394,18 @@ def expression(kernel: str, dtype: torch.dtype, cost: str, D: int, plan: Plan, w
     return f"sdtw::{kernel}<{', '.join(args)}>"
 
 
-#: Layouts of K >= 8 take the two-stage storing soft-min only while their blocks' warps fill at most this share of the
-#: GPU's resident warps (sm_count · _RESIDENT_WARPS_PER_SM). Measured on an H200 with the closed first stage: a gain at
-#: 64-512 warps, +13-20 % at 2048 (1024 x 256², 512 x 512², 256 x 1024²). The open stage was measured at K = 4 in
-#: batches that fill the GPU (-3.6 to -9 %), and at K = 8 only in small ones (16 x 2048²'s halves, K8 W8: -22 %); at
-#: K >= 8 in full batches (W = 1 and 2 under their register caps) it adds 2-3 % instructions in SASS (K16 W1 567 -> 583
-#: a step; K8 W1 at D = 3 a serialised ex2), unmeasured, so those keep soft().
-SPLIT_LINKS_SHARE = 0.25
-
-
-def split_links(dtype: torch.dtype, plan: Plan, B: int, window: bool, device_index: int,
-                fused_chain: bool = False) -> bool:
+def split_links(dtype: torch.dtype, plan: Plan, window: bool) -> bool:
     """Whether a storing pass (the forward's link table, or the checkpointed backward's recompute) of this launch
     takes its soft-min in two stages (kernels/forward_pair.cuh, SPLIT_STORE; common.cuh, Link<float>::soft_open /
-    soft_close): float32, no band, K = 4, or K >= 8 in a batch whose warps (B·W, chained B·nch·W) fill at most
-    SPLIT_LINKS_SHARE of the GPU. The stages cost soft()'s 2 ex2, 1 lg2 and 1 rcp a cell on a serial chain of 5
-    instructions instead of ~11, so at K = 4 they pay where the batch leaves the GPU latency-bound and where the MUFU
-    pipe binds alike (H200, forward kernel, gamma 0.1; OPTIMIZATION_LOG.md, "The storing soft-min's first stage left
-    open"): 32 x 512² 158.6 -> 134.5 µs, 16 x 128² -16 %, speech (Gram) -8 %, 512 x 512² 294.6 -> 267.6 µs,
-    256 x 1024² -4.5 %, 4096 x 128² -3.6 %. Not the chained forward of a fused cost (fused_chain): under its
-    64-register cap the earlier three-MUFU stage lost (16 x 2048², D = 1: +25 %); nor K < 4 (128 x 64², K = 2: +5 %
-    with that stage). The row bands of a large-D checkpoint (backends/cuda/__init__.py, _backward_rows) ask too."""
-    if dtype != torch.float32 or window or plan.K < 4 or fused_chain:
-        return False
-    if plan.K == 4:
-        return True
-    warps = B * plan.W * (plan.nch if plan.chain else 1)
-    return warps <= SPLIT_LINKS_SHARE * sm_count(device_index) * _RESIDENT_WARPS_PER_SM
+    soft_close): float32, no band, K >= 4. The stages cost soft()'s 2 ex2, 1 lg2 and 1 rcp a cell on a serial chain of
+    5 instructions instead of ~11, so they pay where the batch leaves the GPU latency-bound and where the MUFU pipe
+    binds alike (H200, forward kernel, gamma 0.1; OPTIMIZATION_LOG.md, "The storing soft-min's first stage left open"
+    and "The open split everywhere"): 32 x 512² 158.6 -> 134.5 µs, 16 x 128² -16 %, speech (Gram) -8 %, 512 x 512²
+    294.6 -> 267.6 µs, 4096 x 128² -3.6 %; at K >= 8 in full batches 4096 x 512² and 1024 x 1024² -5.5 %, 4096 x 256²
+    -1.6 % (4096 x 512² at D = 3 +1.1 %: one serialised ex2 in SASS); the chained forward of a fused cost (the halves
+    of long pairs' gradients from both ends) 1 x 8192² -19 %. Not K < 4: 128 x 64², K = 2, measured +5 % with the
+    closed first stage."""
+    return dtype == torch.float32 and not window and plan.K >= 4
 
 
 def has_frames(dtype: torch.dtype, saves: bool) -> bool:
