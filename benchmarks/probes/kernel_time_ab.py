@@ -7,8 +7,9 @@ the loss step's forward / backward DP kernels (`soft_dtw(...).mean().backward()`
 per HVP shape the `hvp_xy` kernels (gamma terms off) and a DILATE step's kernels. With SHAPES=extra in the
 environment: seven other loss shapes (float64, hard DTW, many pairs, a step penalty, checkpoint) and no HVP rows;
 with SHAPES=throughput four batches that fill the GPU; with SHAPES=chain three long pairs (chained storing passes of a
-fused cost); with SHAPES=kbig four full batches of K >= 8 layouts; with SHAPES=grad512 five
-shapes around the gradient from both ends' bound; with SHAPES=loss the default loss shapes without the HVP rows; with SHAPES=hvp the HVP rows alone.
+fused cost); with SHAPES=kbig four full batches of K >= 8 layouts; with SHAPES=grad512 five shapes around the
+gradient from both ends' bound (two_ended.GRAD_MIN_ROWS); with SHAPES=loss the default loss shapes without the
+HVP rows; with SHAPES=hvp the HVP rows alone.
 `kernel_time_ab.sh` runs it as an A/B: a warm-up process per tree (the NVRTC compiles), then base, new, base, new.
 Kernel times resolve 1-2 % between processes where event-timed steps of these sizes move with the host
 (OPTIMIZATION_LOG.md, "The backward's ring address once")."""
@@ -61,7 +62,9 @@ GRAD512 = [("b8_512", 8, 512, 512, 1, {}), ("b16_512", 16, 512, 512, 1, {}), ("b
 out = open(sys.argv[3], "a")
 rec = {"tag": sys.argv[2], "kind": "loss"}
 SHAPES = os.environ.get("SHAPES", "")
-for name, B, N, M, D, kw in {"extra": EXTRA, "throughput": THROUGHPUT, "chain": CHAIN, "kbig": KBIG, "grad512": GRAD512, "hvp": [], "loss": SH}.get(SHAPES, SH):
+SETS = {"extra": EXTRA, "throughput": THROUGHPUT, "chain": CHAIN, "kbig": KBIG, "grad512": GRAD512, "hvp": [],
+        "loss": SH}
+for name, B, N, M, D, kw in SETS.get(SHAPES, SH):
     kw = dict(kw)
     dtype = kw.pop("dtype", torch.float32)
     gamma = kw.pop("gamma", 0.1)
@@ -79,8 +82,8 @@ for name, B, N, M, D, kw in {"extra": EXTRA, "throughput": THROUGHPUT, "chain": 
         rec[f"{name}_{nm}"] = v
 if SHAPES != "hvp":
     print(json.dumps(rec), file=out, flush=True)
-HVP = [] if SHAPES in ("extra", "throughput", "chain", "kbig", "grad512", "loss") else [(1024, 256, 256, 1.0), (1024, 256, 256, 0.1), (64, 512, 512, 1.0),
-                                    (256, 128, 128, 0.1)]
+HVP = [] if SHAPES in SETS and SHAPES != "hvp" else [(1024, 256, 256, 1.0), (1024, 256, 256, 0.1), (64, 512, 512, 1.0),
+                                                    (256, 128, 128, 0.1)]
 for B, N, M, gamma in HVP:
     g = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(B, N, 1, device="cuda", generator=g)

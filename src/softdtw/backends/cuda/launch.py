@@ -399,12 +399,12 @@ def split_links(dtype: torch.dtype, plan: Plan, window: bool) -> bool:
     takes its soft-min in two stages (kernels/forward_pair.cuh, SPLIT_STORE; common.cuh, Link<float>::soft_open /
     soft_close): float32, no band, K >= 4. The stages cost soft()'s 2 ex2, 1 lg2 and 1 rcp a cell on a serial chain of
     5 instructions instead of ~11, so they pay where the batch leaves the GPU latency-bound and where the MUFU pipe
-    binds alike (H200, forward kernel, gamma 0.1; OPTIMIZATION_LOG.md, "The storing soft-min's first stage left open"
-    and "The open split everywhere"): 32 x 512² 158.6 -> 134.5 µs, 16 x 128² -16 %, speech (Gram) -8 %, 512 x 512²
-    294.6 -> 267.6 µs, 4096 x 128² -3.6 %; at K >= 8 in full batches 4096 x 512² and 1024 x 1024² -5.5 %, 4096 x 256²
-    -1.6 % (4096 x 512² at D = 3 +1.1 %: one serialised ex2 in SASS); the chained forward of a fused cost (the halves
-    of long pairs' gradients from both ends) 1 x 8192² -19 %. Not K < 4: 128 x 64², K = 2, measured +5 % with the
-    closed first stage."""
+    binds alike (H200, forward kernel, gamma 0.1; OPTIMIZATION_LOG.md, "The storing soft-min's first stage left
+    open" and "The open split everywhere"): 32 x 512² 158.6 -> 134.5 µs, 16 x 128² -16 %, speech (Gram) -8 %,
+    512 x 512² 294.6 -> 267.6 µs, 4096 x 128² -3.6 %; at K >= 8 in full batches 4096 x 512² and 1024 x 1024²
+    -5.5 %, 4096 x 256² -1.6 % (4096 x 512² at D = 3 +1.1 %: one serialised ex2 in SASS); the chained forward of a fused
+    cost (the halves of long pairs' gradients from both ends) 1 x 8192² -19 %. Not K < 4: 128 x 64², K = 2,
+    measured +5 % with the closed first stage."""
     return dtype == torch.float32 and not window and plan.K >= 4
 
 

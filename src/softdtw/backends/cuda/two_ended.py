@@ -95,7 +95,8 @@ def _applies(B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index: i
 #: 0.50-0.54 against 0.42-0.43 on another), so the bound is 1024 (16 x 1024²: 0.67-0.82 against 0.94-1.03 ms). With
 #: the open split and the open end's leaner backward the halves' kernels at 32 x 512² take 0.200 ms against 0.292 (all
 #: kernels; 32 x 768²: 0.347 against 0.607), yet the training step still showed nothing: 1.69-1.81x the MSE step
-#: against 1.74-1.79x one-ended, 12 kernels against 7 (H200, OPTIMIZATION_LOG.md, "Pairs of 512 rows from both ends, again").
+#: against 1.74-1.79x one-ended, 12 kernels against 7 (H200; OPTIMIZATION_LOG.md, "Pairs of 512 rows from both ends,
+#: again").
 #: OPTIMIZATION_LOG.md, "A gradient from both ends" and "Checkpointed gradients from both ends".
 GRAD_MIN_ROWS = 1024
 GRAD_WARPS_PER_SM = 4
