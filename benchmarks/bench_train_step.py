@@ -236,6 +236,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=200)
     ap.add_argument("--src", type=Path, default=ROOT / "src", help="tree whose softdtw is measured")
     ap.add_argument("--shapes", type=str, default="", help="indices into SHAPES, e.g. 0,2,6 (default: all)")
+    ap.add_argument("--shape", action="append", default=[], metavar="B,N,M,D",
+                    help="a shape of its own (repeatable); without --shapes, only these run")
     ap.add_argument("--impls", type=str, default="", help="comma-separated subset of the rows")
     ap.add_argument("--no-profile", action="store_true", help="skip the per-piece timers and cProfiles")
     ap.add_argument("--divergence", action="store_true", help="also the soft_dtw_divergence loss (div, div_python)")
@@ -257,7 +259,8 @@ def main() -> None:
         built = {"fastpath": fastpath.status(), "fastpath_build_s": round(time.perf_counter() - t0, 1)}
         print(built, flush=True)
     torch.manual_seed(0)
-    shapes = [SHAPES[int(i)] for i in args.shapes.split(",")] if args.shapes else SHAPES
+    shapes = [SHAPES[int(i)] for i in args.shapes.split(",")] if args.shapes else ([] if args.shape else SHAPES)
+    shapes += [("custom", *(int(v) for v in s.split(","))) for s in args.shape]
     rows, profile_text, kernel_names = [], [], {}
     for name, B, N, M, D in shapes:
         x = torch.randn(B, N, D, device="cuda")

@@ -5,7 +5,9 @@
 #                      (default: env tests sanitize bench)
 #
 # Logs and results go to $OUT (default ./gpu_out): env.txt, pytest.log, pytest_long.log, memcheck.log,
-# racecheck.log, bench.log, h100.json, h100.md. Wheels in .whl/ (pysdtw) are installed to /tmp/site when present.
+# racecheck.log, bench.log, h100.json, h100.md. Wheels in .whl/ (pysdtw; tslearn, which six test modules import at the
+# top: without it their cuda tests are not collected) are installed to /tmp/site when present. The whole cuda suite in
+# one call: PYTEST_ARGS="-n 15" scripts/gpu_run.sh alltests (carry [".whl"]; `pip download --no-deps -d .whl tslearn`).
 # Each stage has its own time limit so one slow stage cannot eat the others' output.
 set -u
 OUT=${OUT:-$PWD/gpu_out}
