@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Training-step A/B of the gradient from both ends' bound, two_ended.GRAD_MIN_ROWS (OPTIMIZATION_LOG.md, "Pairs of 512
 # rows from both ends, again"): this tree against a copy of its src/ whose bound is ROWS, in alternating processes
-# (the host's speed drifts over minutes), then the kernel times of both (kernel_time_ab.py, SHAPES=grad512).
+# (the host's speed drifts over minutes; the first pass with bench_train_step's host time per piece: where does a
+# step of fewer GPU µs lose them?), then the kernel times of both (kernel_time_ab.py, SHAPES=grad512).
 #
 #   ROWS=768 TS_ARGS="--shapes 3 --shape 32,768,768,1 --shape 16,768,768,1" benchmarks/probes/two_ended_rows_ab.sh
 #
@@ -21,8 +22,9 @@ for p in $(seq 1 "$PASSES"); do for t in rows head; do
   el=$(( $(date +%s) - T0 ))
   if [ $(( el + 60 )) -gt "$LIMIT" ]; then echo "skip $t$p at $el s" >> $R/progress.txt; continue; fi
   src=$PWD/src; [ $t = rows ] && src=/tmp/rows_tree/src
+  prof=--no-profile; [ "$p" = 1 ] && prof=""  # the first pass also writes the host time per piece (.profile.txt)
   timeout $(( LIMIT - el )) python3 benchmarks/bench_train_step.py --src "$src" $TS_ARGS --impls mse,eager \
-    --no-profile --reps 300 --out $R/ts_$t$p.json > $R/ts_$t$p.log 2>&1
+    $prof --reps 300 --out $R/ts_$t$p.json > $R/ts_$t$p.log 2>&1
   echo "train step $t$p rc=$? at $(( $(date +%s) - T0 )) s" >> $R/progress.txt; save
 done; done
 for t in rows head; do
