@@ -443,13 +443,13 @@ def _run_forward_chain(x, y, C, cost, D, gamma, x_lengths, y_lengths, window, st
     the end's float64 values after them."""
     data, B, N, M, dev = _sizes(x, y, C)
     value, saved, bufs = _forward_chain_buffers(data, B, N, M, plan, store, var)
-    expr = _forward_chain_expr(data.dtype, cost, D, plan, window is not None, store, B, dev, var)
+    expr = _forward_chain_expr(data.dtype, cost, D, plan, window is not None, store, var)
     _launch_forward_chain(expr, dev, plan, x, y, C, gamma, x_lengths, y_lengths, window, value,
                           saved if store else None, bufs, B, N, M, var)
     return value, saved
 
 
-def _forward_chain_expr(dtype, cost: str, D: int, plan, window: bool, store: bool, B: int, dev: int, var=None) -> str:
+def _forward_chain_expr(dtype, cost: str, D: int, plan, window: bool, store: bool, var=None) -> str:
     """forward_chain_kernel's instantiation for one launch (the C++ launcher's plans take it too, fastpath.py)."""
     split = store and _launch.split_links(dtype, plan, window)
     return _launch.expression("forward_chain_kernel", dtype, cost, D, plan, window, store, plan.TH > 0,
@@ -524,14 +524,14 @@ def _run_backward_chain(grad, x, y, C, dC, cost, D, gamma, x_lengths, y_lengths,
     data, B, N, M, dev = _sizes(x, y, C if C is not None else dC)
     dx, dy, dgamma = _backward_outputs(x, y, data, B, needs)
     bufs = _backward_chain_buffers(data, B, N, M, _carried(cost, D), plan, saved, var)
-    expr = _backward_chain_expr(data.dtype, cost, D, plan, window is not None, B, dev, var)
+    expr = _backward_chain_expr(data.dtype, cost, D, plan, window is not None, var)
     _launch_backward_chain(expr, dev, plan, _like(grad, data), x, y, C, dC, gamma, x_lengths, y_lengths, window,
                            value, saved, dx, dy, dgamma, bufs, B, N, M, var, endbuf,
                            dpen)
     return dx, dy, dgamma
 
 
-def _backward_chain_expr(dtype, cost: str, D: int, plan, window: bool, B: int, dev: int, var=None) -> str:
+def _backward_chain_expr(dtype, cost: str, D: int, plan, window: bool, var=None) -> str:
     """backward_chain_kernel's instantiation for one launch (the C++ launcher's plans take it too, fastpath.py)."""
     split = plan.TH > 0 and _launch.split_links(dtype, plan, window)  # the recompute
     return _launch.expression("backward_chain_kernel", dtype, cost, D, plan, window, plan.TH > 0,
@@ -875,8 +875,7 @@ def _forward_rows(x, y, gamma, cost, x_lengths, y_lengths, window, memory, var=N
     value, saved, bufs = _forward_chain_buffers(x, B, N, M, plan, False, var, len(bands))
     gram = cost == "sqeuclidean"
     xn, yn = _norms(x, y) if gram else (None, None)
-    expr = _forward_chain_expr(x.dtype, "gram" if gram else "precomputed", 0, plan, window is not None, False, B, dev,
-                               var)
+    expr = _forward_chain_expr(x.dtype, "gram" if gram else "precomputed", 0, plan, window is not None, False, var)
     for k, (r0, r1) in enumerate(bands):
         C = _row_table(cost, x, y, r0, r1, N)
         _launch_forward_chain(expr, dev, plan, xn, yn, C, gamma, x_lengths, y_lengths, window, value, None,
@@ -907,7 +906,7 @@ def _backward_rows(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value,
     bufs = _backward_chain_buffers(x, B, N, M, 1 if gram else 0, plan, saved, var, regions)
     bands = _row_bands(N, _fit_rows(h, plan.TH, B * M * x.dtype.itemsize, x.device))  # (the tiles are out already)
     rowb = x.new_empty((B * M * 2,)) if len(bands) > 1 else None
-    expr = _backward_chain_expr(x.dtype, "gram" if gram else "precomputed", 0, plan, window is not None, B, dev, var)
+    expr = _backward_chain_expr(x.dtype, "gram" if gram else "precomputed", 0, plan, window is not None, var)
     grad = _like(grad, x)
     want_x, want_y = _wanted_xy(needs)
     dx, dy = (torch.empty_like(x) if want_x else None), None

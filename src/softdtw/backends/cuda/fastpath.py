@@ -325,7 +325,7 @@ def _checkpoint_plan(check: list, B: int, N: int, M: int, dtype, dev: int):
     if h < N:
         return False
     frames = _launch.chain_frames(dtype)
-    expr = _forward_chain_expr(dtype, "gram", 0, plan, False, False, B, dev)
+    expr = _forward_chain_expr(dtype, "gram", 0, plan, False, False)
     _launch.ensure_context(dev)
     pid = _module.add_plan(_context(), check, [_launch._launcher("forward", expr, dev).fn, B * plan.nch, plan.block()],
                            [0, 0, 0], B * plan.checkpoint_numel(N, frames), dtype, [], [], B, N, M, plan.nch,
@@ -362,12 +362,12 @@ def _add_plan(check: list, kind: str, DK: int, B: int, N: int, M: int, dtype, de
                                 saved_numel, saved_dtype, list(fwd.bnd), list(bwd.bnd) if bwd is not None else [],
                                 B, N, M, plan.nch, cost, kind == "gram")
     grid, block = B * plan.nch, plan.block()
-    fk = [_launch._launcher("forward", _forward_chain_expr(dtype, kind, DK, plan, False, store, B, dev, var), dev).fn,
+    fk = [_launch._launcher("forward", _forward_chain_expr(dtype, kind, DK, plan, False, store, var), dev).fn,
           grid, block]
     fbnd = B * plan.column_numel(N, _launch.chain_frames(dtype)) if plan.nch > 1 else 0
     bk, bbnd, nws = [0, 0, 0], 0, 0
     if grad:
-        bk = [_launch._launcher("backward", _backward_chain_expr(dtype, kind, DK, plan, False, B, dev, var), dev).fn,
+        bk = [_launch._launcher("backward", _backward_chain_expr(dtype, kind, DK, plan, False, var), dev).fn,
               grid, block]
         bbnd, nws = _backward_chain_sizes(B, N, _carried(kind, DK), plan)
     pid = _module.add_plan(_context(), check, fk, bk, saved_numel, saved_dtype, [fbnd] if fbnd else [],

@@ -167,7 +167,7 @@ def forward(x: torch.Tensor, y: torch.Tensor, gamma: torch.Tensor, cost: str, x_
     var = _open_end()
     plan = _launch.plan_for(2 * B, H, M, D, x.dtype, dev)
     halves, _, bufs = _forward_chain_buffers(x2, 2 * B, H, M, plan, False, var)  # halves: their own values, unused
-    expr = _forward_chain_expr(x.dtype, cost, D, plan, False, False, 2 * B, dev, var)
+    expr = _forward_chain_expr(x.dtype, cost, D, plan, False, False, var)
     _launch_forward_chain(expr, dev, plan, x2, y2, None, gamma, xl2, yl2, None, halves, None, bufs, 2 * B, H, M, var)
     value = x.new_empty((B,))
     _launch.launch("two_ended", _kernel("two_ended_value_kernel", x.dtype), dev, B, _THREADS,
