@@ -7,8 +7,9 @@ the loss step's forward / backward DP kernels (`soft_dtw(...).mean().backward()`
 per HVP shape the `hvp_xy` kernels (gamma terms off) and a DILATE step's kernels. With SHAPES=extra in the
 environment: seven other loss shapes (float64, hard DTW, many pairs, a step penalty, checkpoint) and no HVP rows;
 with SHAPES=throughput four batches that fill the GPU; with SHAPES=chain three long pairs (chained storing passes of a
-fused cost); with SHAPES=kbig four full batches of K >= 8 layouts; with SHAPES=grad512 five shapes around the
-gradient from both ends' bound (two_ended.GRAD_MIN_ROWS); with SHAPES=loss the default loss shapes without the
+fused cost); with SHAPES=kbig four full batches of K >= 8 layouts; with SHAPES=grad512 five shapes of 512-768 rows and
+with SHAPES=grad768 seven of 768-1023 rows, around the gradient from both ends' bound (two_ended.GRAD_MIN_ROWS); with
+SHAPES=loss the default loss shapes without the
 HVP rows; with SHAPES=hvp the HVP rows alone.
 `kernel_time_ab.sh` runs it as an A/B: a warm-up process per tree (the NVRTC compiles), then base, new, base, new.
 Kernel times resolve 1-2 % between processes where event-timed steps of these sizes move with the host
@@ -59,11 +60,16 @@ KBIG = [("b4096_256", 4096, 256, 256, 1, {}), ("b4096_512", 4096, 512, 512, 1, {
 # GRAD_WARPS_PER_SM), whose "other" kernels (the halves' inputs and the fold) count too.
 GRAD512 = [("b8_512", 8, 512, 512, 1, {}), ("b16_512", 16, 512, 512, 1, {}), ("b64_512", 64, 512, 512, 1, {}),
            ("b32_768", 32, 768, 768, 1, {}), ("b32_512d3", 32, 512, 512, 3, {})]
+# SHAPES=grad768: around the bound of 768 rows (OPTIMIZATION_LOG.md, "The gradient from both ends from 768 rows"):
+# 4 to 64 pairs of 768 (two-ended), 128 (one-ended: GRAD_WARPS_PER_SM), 1023 rows and D = 7.
+GRAD768 = [("b4_768", 4, 768, 768, 1, {}), ("b16_768", 16, 768, 768, 1, {}), ("b32_768", 32, 768, 768, 1, {}),
+           ("b64_768", 64, 768, 768, 1, {}), ("b128_768", 128, 768, 768, 1, {}), ("b32_1023", 32, 1023, 1023, 1, {}),
+           ("b32_768d7", 32, 768, 768, 7, {})]
 out = open(sys.argv[3], "a")
 rec = {"tag": sys.argv[2], "kind": "loss"}
 SHAPES = os.environ.get("SHAPES", "")
-SETS = {"extra": EXTRA, "throughput": THROUGHPUT, "chain": CHAIN, "kbig": KBIG, "grad512": GRAD512, "hvp": [],
-        "loss": SH}
+SETS = {"extra": EXTRA, "throughput": THROUGHPUT, "chain": CHAIN, "kbig": KBIG, "grad512": GRAD512, "grad768": GRAD768,
+        "hvp": [], "loss": SH}
 for name, B, N, M, D, kw in SETS.get(SHAPES, SH):
     kw = dict(kw)
     dtype = kw.pop("dtype", torch.float32)

@@ -2,7 +2,7 @@
 # Training-step A/B of the gradient from both ends' bound, two_ended.GRAD_MIN_ROWS (OPTIMIZATION_LOG.md, "Pairs of 512
 # rows from both ends, again"): this tree against a copy of its src/ whose bound is ROWS, in alternating processes
 # (the host's speed drifts over minutes; the first pass with bench_train_step's host time per piece: where does a
-# step of fewer GPU µs lose them?), then the kernel times of both (kernel_time_ab.py, SHAPES=grad512).
+# step of fewer GPU µs lose them?), then the kernel times of both (kernel_time_ab.py, SHAPES=$KSHAPES, default grad512).
 #
 #   ROWS=768 TS_ARGS="--shapes 3 --shape 32,768,768,1 --shape 16,768,768,1" benchmarks/probes/two_ended_rows_ab.sh
 #
@@ -31,7 +31,7 @@ for t in rows head; do
   el=$(( $(date +%s) - T0 ))
   if [ $(( el + 40 )) -gt "$LIMIT" ]; then echo "skip kernels $t at $el s" >> $R/progress.txt; continue; fi
   src=$PWD/src; [ $t = rows ] && src=/tmp/rows_tree/src
-  SHAPES=grad512 timeout 90 python3 benchmarks/probes/kernel_time_ab.py "$src" $t $R/kernels.jsonl \
+  SHAPES=${KSHAPES:-grad512} timeout 90 python3 benchmarks/probes/kernel_time_ab.py "$src" $t $R/kernels.jsonl \
     > $R/kernels_$t.log 2>&1
   echo "kernels $t rc=$? at $(( $(date +%s) - T0 )) s" >> $R/progress.txt; save
 done
