@@ -13,12 +13,12 @@ Gradients too (:func:`forward_saving`, :func:`backward`): the open end's backwar
 2^(v - endr[j]), so kernels/two_ended.cu's seed kernel rewrites the halves' end values into d value / d R[h - 1, j]
 (top) and d value / d S[h, j] (bottom), and the halves' dx, dy map back. Only for a float gamma > 0 (hard DTW breaks
 ties in the bottom rows by R, which the halves never form), no band or variant, pairs of at least GRAD_MIN_ROWS rows
-and a doubled launch of at most GRAD_WARPS_PER_SM warps per SM (CKPT_WARPS_PER_SM with memory="checkpoint";
-:func:`applies_grad`). Storing calls: the C++ launcher's two-ended plans (fastpath.py) and the Python path
-(softdtw._ops._FusedTwoEnded) launch the same kernels, so the two agree bitwise. Checkpointed calls (the halves keep
-their checkpoints, the backward recomputes their tiles) run on the Python path, where the launcher leaves every
-checkpointed call of a fused cost. torch.compile's graphs hold the ops and run one-ended; a create_graph=True backward
-is the one-ended differentiable one (its forward run again in the call's memory mode).
+and a doubled launch of at most GRAD_WARPS_PER_SM warps per SM (CKPT_MIN_ROWS and CKPT_WARPS_PER_SM with
+memory="checkpoint"; :func:`applies_grad`). Storing calls: the C++ launcher's two-ended plans (fastpath.py) and the
+Python path (softdtw._ops._FusedTwoEnded) launch the same kernels, so the two agree bitwise. Checkpointed calls (the
+halves keep their checkpoints, the backward recomputes their tiles) run on the Python path, where the launcher leaves
+every checkpointed call of a fused cost. torch.compile's graphs hold the ops and run one-ended; a create_graph=True
+backward is the one-ended differentiable one (its forward run again in the call's memory mode).
 
 The value-only path is taken where it pays (:func:`applies`): a value-only call (no gradient) of a fused cost, no band
 or alignment variant, whose pass is chained and whose doubled launch keeps at most :data:`WARPS_PER_SM` warps per SM
@@ -90,15 +90,13 @@ def _applies(B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index: i
 #: fastpath.py's _add_two_ended_plan, softdtw._ops._FusedTwoEnded): pairs of at least GRAD_MIN_ROWS rows whose doubled
 #: launch keeps at most GRAD_WARPS_PER_SM warps per SM. Shorter pairs lose (the halves' inputs, the fold and the mapping
 #: are three more launches; H200 prototype, 16 x 128², 64 x 96², 128 x 64²: 1.5-2.2x the one-ended GPU time), as does
-#: a fuller GPU (128 x 512², 1024 warps: 0.51 -> 0.53-0.71 ms a training step). Pairs of 512 rows saved ~10 % of GPU
-#: time in CUDA-graph replays but no training step showed it (32 x 512²: 0.46-0.54 against 0.43-0.57 ms on one VM,
-#: 0.50-0.54 against 0.42-0.43 on another), so the bound is 1024 (16 x 1024²: 0.67-0.82 against 0.94-1.03 ms). With
-#: the open split and the open end's leaner backward the halves' kernels at 32 x 512² take 0.200 ms against 0.292 (all
-#: kernels; 32 x 768²: 0.347 against 0.607), yet the training step still showed nothing: 1.69-1.81x the MSE step
-#: against 1.74-1.79x one-ended, 12 kernels against 7 (H200; OPTIMIZATION_LOG.md, "Pairs of 512 rows from both ends,
-#: again").
-#: OPTIMIZATION_LOG.md, "A gradient from both ends" and "Checkpointed gradients from both ends".
-GRAD_MIN_ROWS = 1024
+#: a fuller GPU (128 x 512², 1024 warps: 0.51 -> 0.53-0.71 ms a training step). At 512 rows the halves' kernels take
+#: 0.209 ms against 0.293 (32 x 512², all kernels back to back), but there the host bounds the step, and the two-ended
+#: plan's five more launches cost it more than that: 1.23-1.26x the MSE step against 1.16-1.17x. At 768 rows the GPU
+#: bounds it and the halves win: 4 to 64 x 768², kernels 0.34-0.35 ms against 0.59-0.60, the step 1.22-1.48x the MSE
+#: step against 1.38-1.66x (H200; OPTIMIZATION_LOG.md, "The gradient from both ends from 768 rows"; before it, "Pairs
+#: of 512 rows from both ends, again", "A gradient from both ends" and "Checkpointed gradients from both ends").
+GRAD_MIN_ROWS = 768
 GRAD_WARPS_PER_SM = 4
 #: The same bound for memory="checkpoint" (whose backward runs twice the warps, half of them recomputing tiles): H200,
 #: a forward + backward step 0.69-0.82x the one-ended one up to 7.8 warps per SM (1 x 4096² to 1 x 65536², 32 x
@@ -106,6 +104,9 @@ GRAD_WARPS_PER_SM = 4
 #: within the same launch.TILE_BYTES: one 65536² pair peaks at 1.27 GB instead of 0.73 (tiles of 512 rows would keep
 #: 0.75 GB but give back most of the gain there, 0.92x).
 CKPT_WARPS_PER_SM = 8
+#: And its rows: memory="checkpoint" keeps the bound it was measured at (its calls run on the Python path, whose host
+#: time is more; not measured at 768 rows).
+CKPT_MIN_ROWS = 1024
 
 
 def applies_grad(B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index: int,
@@ -113,9 +114,9 @@ def applies_grad(B: int, N: int, M: int, D: int, dtype: torch.dtype, device_inde
     """Whether a call with a gradient of B pairs of N x M runs from both ends (fused cost of D features, no band or
     variant, a float gamma > 0: the caller's part). memory: "store" (the C++ launcher and the Python path alike) or
     "checkpoint" (the Python path)."""
-    if not _enabled[0] or N < GRAD_MIN_ROWS or memory not in ("store", "checkpoint"):
-        return False
     ckpt = memory == "checkpoint"
+    if not _enabled[0] or N < (CKPT_MIN_ROWS if ckpt else GRAD_MIN_ROWS) or memory not in ("store", "checkpoint"):
+        return False
     half = _launch.plan_for(2 * B, (N + 1) // 2, M, D, dtype, device_index, ckpt)
     warps = 2 * B * half.W * (half.nch if half.chain else 1)
     return warps <= (CKPT_WARPS_PER_SM if ckpt else GRAD_WARPS_PER_SM) * _launch.sm_count(device_index)
