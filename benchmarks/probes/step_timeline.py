@@ -11,7 +11,9 @@
   reads the value check's answer before it returns (checks.py), so there it measures the host after the sleep.
 
 ``step`` near ``issue`` + the sync's return means the host bounds the step; ``gpu_span`` above ``gpu_busy`` is
-what the GPU waits for the host. Also the host's time at each piece's return (clone, loss, mean, backward).
+what the GPU waits for the host. Also the host's time at each piece's return (clone, loss, mean, backward), and for
+``eager`` the value check's read (``check_ok``: µs in checks.PendingCheck.ok, the host waiting for the check kernel's
+answer; ``check_waited``: the share of steps whose answer was not there at the first read).
 
     PYTHONPATH=src python3 benchmarks/probes/step_timeline.py [--src DIR] [--shape B,N,M,D ...] [--out F.jsonl]
 
@@ -53,12 +55,29 @@ def main() -> None:
     fastpath.build()
     status = fastpath.status()
     print(status, flush=True)
+    from softdtw.backends.cuda import checks
+
+    acc = {"ok_ns": 0, "waited": 0}
+    ok, wait = checks.PendingCheck.ok, checks.PendingCheck._wait
+
+    def timed_ok(self):
+        t = time.perf_counter_ns()
+        try:
+            return ok(self)
+        finally:
+            acc["ok_ns"] += time.perf_counter_ns() - t
+
+    def counted_wait(self):
+        acc["waited"] += 1
+        return wait(self)
+
+    checks.PendingCheck.ok, checks.PendingCheck._wait = timed_ok, counted_wait
     shapes = [tuple(int(v) for v in s.split(",")) for s in (args.shape or ["32,512,512,1"])]
     losses = {"mse": lambda x, y, t: F.mse_loss(x, t),
               "eager": lambda x, y, t: softdtw.soft_dtw(x, y, GAMMA),
               "eager_nocheck": lambda x, y, t: softdtw.soft_dtw(x, y, GAMMA)}
     sleep_cycles = 6_000_000  # ~3 ms at the H100/H200 clocks: longer than any step's issue here
-    keys = ("step", "issue", "gpu_span", "gpu_busy", "clone", "loss", "mean", "backward")
+    keys = ("step", "issue", "gpu_span", "gpu_busy", "clone", "loss", "mean", "backward", "check_ok", "check_waited")
     e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     for B, N, M, D in shapes:
         torch.manual_seed(0)
@@ -93,6 +112,7 @@ def main() -> None:
                 if i % 2 == 0:  # the plain step
                     marks = []
                     torch.cuda.synchronize()
+                    acc["ok_ns"] = acc["waited"] = 0
                     t0 = time.perf_counter_ns()
                     e0.record()
                     body(name, marks)
@@ -105,6 +125,8 @@ def main() -> None:
                     r["gpu_span"].append(e0.elapsed_time(e1) * 1e3)
                     for k, a, b in (("clone", h0, h1), ("loss", h1, h2), ("mean", h2, h3), ("backward", h3, h4)):
                         r[k].append((b - a) / 1e3)
+                    r["check_ok"].append(acc["ok_ns"] / 1e3)
+                    r["check_waited"].append(min(acc["waited"], 1))
                 else:  # queued behind a sleep: the GPU's own time
                     torch.cuda.synchronize()
                     torch.cuda._sleep(sleep_cycles)
@@ -116,7 +138,8 @@ def main() -> None:
         os.environ["SOFTDTW_CHECK_VALUES"] = "1"
         for name in losses:
             row = {"tag": args.tag, "B": B, "N": N, "M": M, "D": D, "loss": name, "fastpath": status[:40],
-                   **{k + "_us": round(median(v), 1) for k, v in rec[name].items()}}
+                   **{k + "_us": round(median(v), 1) for k, v in rec[name].items() if k != "check_waited"},
+                   "check_waited": round(sum(rec[name]["check_waited"]) / max(1, len(rec[name]["check_waited"])), 3)}
             print(json.dumps(row), flush=True)
             if args.out is not None:
                 with open(args.out, "a") as f:
