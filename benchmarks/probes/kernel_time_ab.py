@@ -56,8 +56,8 @@ CHAIN = [("s8192", 1, 8192, 8192, 1, {}), ("s4096", 4, 4096, 4096, 1, {}), ("s16
 # SHAPES=kbig: full batches the planner runs at K >= 8 (K8 W1, K16 W1, K16 W2, K8 W1 at D = 3).
 KBIG = [("b4096_256", 4096, 256, 256, 1, {}), ("b4096_512", 4096, 512, 512, 1, {}),
         ("b1024_1024", 1024, 1024, 1024, 1, {}), ("b4096_512d3", 4096, 512, 512, 3, {})]
-# SHAPES=grad512: pairs of 512-1023 rows around the gradient from both ends' bound (two_ended.GRAD_MIN_ROWS = 512 and
-# GRAD_WARPS_PER_SM), whose "other" kernels (the halves' inputs and the fold) count too.
+# SHAPES=grad512: pairs of 512-768 rows, for a tree whose gradient from both ends starts at 512 rows
+# (two_ended.GRAD_MIN_ROWS = 512; GRAD_WARPS_PER_SM), whose "other" kernels (the halves' inputs and the fold) count too.
 GRAD512 = [("b8_512", 8, 512, 512, 1, {}), ("b16_512", 16, 512, 512, 1, {}), ("b64_512", 64, 512, 512, 1, {}),
            ("b32_768", 32, 768, 768, 1, {}), ("b32_512d3", 32, 512, 512, 3, {})]
 # SHAPES=grad768: around the bound of 768 rows (OPTIMIZATION_LOG.md, "The gradient from both ends from 768 rows"):
