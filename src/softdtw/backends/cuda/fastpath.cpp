@@ -372,8 +372,11 @@ struct Fused : public torch::autograd::Function<Fused> {
              "two_ended_value_kernel");
       return value;
     }
-    const at::Tensor seeds = at::empty({B2 * M + 2 * B2}, opts.dtype(at::kDouble));
-    launch(ks, stream, {ptr(saved) + p.end_off, ptr(gamma), ptr(xl), ptr(yl), p.B1, p.N1, M, ptr(seeds), ptr(value)},
+    // the seeds (2B, M) and end values (2B, 2), then 2B ones: the halves' grad in the backward (launch_backward_two)
+    const at::Tensor seeds = at::empty({B2 * M + 3 * B2}, opts.dtype(at::kDouble));
+    launch(ks, stream,
+           {ptr(saved) + p.end_off, ptr(gamma), ptr(xl), ptr(yl), p.B1, p.N1, M, ptr(seeds), ptr(value),
+            ptr(seeds) + 8 * (B2 * M + 2 * B2)},
            "two_ended_seed_kernel");
     ctx->save_for_backward({x, y, gamma, xl, yl, value, saved, data, lens, seeds});
     ctx->saved_data["plan"] = plan_id;
@@ -392,15 +395,18 @@ struct Fused : public torch::autograd::Function<Fused> {
     const int64_t stream = ctx->saved_data["stream"].toInt();
     const int64_t B2 = p.B, H = p.N, M = p.M, D = x.size(2);
     const int64_t x2 = ptr(data), y2 = x2 + B2 * H * D * (int64_t)data.element_size();
-    const at::Tensor grad2 = at::cat({grad, grad}), value2 = at::cat({value, value});  // (dgamma: not asked for)
+    // The halves' backward runs with grad 1 (the seed kernel's ones after the seeds) and two_ended_grads_kernel scales
+    // by grad: no copies of grad on the host's path. Their dgamma is not asked for, so the values it reads may be any
+    // B2 finite ones: the halves' inputs (data).
+    const at::Tensor ones2 = seeds.narrow(0, B2 * M + 2 * B2, B2).view(x.scalar_type()).narrow(0, 0, B2);
     const at::Tensor dx2 = at::empty({B2, H, D}, opts), dy2 = at::empty({B2, M, D}, opts);
     const at::Tensor dgamma2 = at::empty({B2}, opts);
-    run_backward(p, stream, x2, y2, 0, gamma, lens.narrow(0, 0, B2), lens.narrow(0, B2, B2), grad2, saved, value2,
+    run_backward(p, stream, x2, y2, 0, gamma, lens.narrow(0, 0, B2), lens.narrow(0, B2, B2), ones2, saved, data,
                  ptr(dx2), ptr(dy2), 0, dgamma2, opts, ptr(seeds));
     const at::Tensor dx = at::empty_like(x), dy = at::empty_like(y);
     Kernel kg = p.te_grads;
     kg.grid = (unsigned)((p.B1 * std::max(p.N1, M) + kg.block - 1) / kg.block);
-    launch(kg, stream, {ptr(dx2), ptr(dy2), ptr(xl), ptr(yl), p.B1, p.N1, M, D, ptr(dx), ptr(dy)},
+    launch(kg, stream, {ptr(dx2), ptr(dy2), ptr(grad), ptr(xl), ptr(yl), p.B1, p.N1, M, D, ptr(dx), ptr(dy)},
            "two_ended_grads_kernel");
     if (need_x) out[0] = dx;
     if (need_y) out[1] = dy;

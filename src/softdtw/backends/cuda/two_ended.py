@@ -194,11 +194,12 @@ def forward_saving(x: torch.Tensor, y: torch.Tensor, gamma: torch.Tensor, cost: 
     _, saved = _run_forward(x2, y2, None, cost, D, gamma, xl2, yl2, None, not ckpt, ckpt, _open_end())
     plan = _launch.plan_for(2 * B, H, M, D, x.dtype, dev, ckpt)
     end = _end_in(saved, _table_numel(plan, 2 * B, H, x.dtype, memory))
-    seeds = torch.empty((2 * B * M + 4 * B,), dtype=torch.float64, device=x.device)
+    # the seeds (2B, M) and end values (2B, 2), then 2B ones: the halves' grad in the backward (:func:`backward`)
+    seeds = torch.empty((2 * B * M + 6 * B,), dtype=torch.float64, device=x.device)
     value = x.new_empty((B,))
     _launch.launch("two_ended", _kernel("two_ended_seed_kernel", x.dtype), dev, B, _THREADS,
                    (end, gamma.data_ptr(), x_lengths.data_ptr(), y_lengths.data_ptr(), _launch.i32(B), _launch.i32(N),
-                    _launch.i32(M), seeds.data_ptr(), value.data_ptr()))
+                    _launch.i32(M), seeds.data_ptr(), value.data_ptr(), seeds.data_ptr() + 8 * (2 * B * M + 4 * B)))
     return value, (saved, x2, y2, xl2, yl2, seeds)
 
 
@@ -208,18 +209,21 @@ def backward(grad: torch.Tensor, x: torch.Tensor, y: torch.Tensor, gamma: torch.
     """(dx, dy) of sum_b grad_b value_b from :func:`forward_saving`'s kept tensors (of the same memory mode): the open
     end's backward of the 2B pairs from the seeds, then the halves' dx, dy mapped back (fastpath.cpp's
     launch_backward_two, the same launches)."""
-    from . import _run_backward
+    from . import _like, _run_backward
 
     saved, x2, y2, xl2, yl2, seeds = kept
     B, N, D = x.shape
     M = y.shape[1]
     dev = x.get_device()
-    grad2, value2 = torch.cat([grad, grad]), torch.cat([value, value])  # (dgamma: not asked for)
-    dx2, dy2, _, _ = _run_backward(grad2, x2, y2, None, None, cost, D, gamma, xl2, yl2, None, value2, saved,
+    # The halves' backward runs with grad 1 (the seed kernel's ones after the seeds) and the grads kernel scales by
+    # grad, as fastpath.cpp does (no copies of grad). Their dgamma is not asked for: any 2B finite values do (x2's).
+    ones2 = seeds[2 * B * M + 4 * B:].view(x.dtype)[:2 * B]
+    dx2, dy2, _, _ = _run_backward(ones2, x2, y2, None, None, cost, D, gamma, xl2, yl2, None, x2, saved,
                                    memory == "checkpoint", None, _open_end(), seeds.data_ptr())
+    grad = _like(grad, x)
     dx, dy = torch.empty_like(x), torch.empty_like(y)
     span = B * max(N, M)
     _launch.launch("two_ended", _kernel("two_ended_grads_kernel", x.dtype), dev, -(-span // _THREADS), _THREADS,
-                   (dx2.data_ptr(), dy2.data_ptr(), x_lengths.data_ptr(), y_lengths.data_ptr(), _launch.i32(B),
-                    _launch.i32(N), _launch.i32(M), _launch.i32(D), dx.data_ptr(), dy.data_ptr()))
+                   (dx2.data_ptr(), dy2.data_ptr(), grad.data_ptr(), x_lengths.data_ptr(), y_lengths.data_ptr(),
+                    _launch.i32(B), _launch.i32(N), _launch.i32(M), _launch.i32(D), dx.data_ptr(), dy.data_ptr()))
     return dx, dy

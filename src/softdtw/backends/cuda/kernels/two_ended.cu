@@ -131,8 +131,10 @@ __global__ void __launch_bounds__(TWO_ENDED_THREADS) two_ended_value_kernel(cons
 // make it seed d value / d R[h - 1, j] and d value / d S[h, j]: every path through (h - 1, j) crosses down or
 // diagonally, and 2^(v - t_j) is the share of the paths crossing from column j (2^(v - u_j) of those crossing into j).
 // end: the forward's (2B, M) last rows then (2B, 2) end values, float64; seeds: the same layout, written here (the
-// backward's endbuf); value[b] (B,) in natural units. A one-row pair (no bottom half): the top seeds its last cell
-// alone, the dummy bottom half nothing. Columns past m_b stay unseeded (+FAR).
+// backward's endbuf); value[b] (B,) in natural units; ones (2B,): 1, the halves' grad in the backward (which runs
+// unscaled: two_ended_grads_kernel scales by the call's grad, so the host needs no copies of grad). A one-row pair
+// (no bottom half): the top seeds its last cell alone, the dummy bottom half nothing. Columns past m_b stay unseeded
+// (+FAR).
 template <typename T, bool HARD>
 __device__ __forceinline__ void two_ended_seed_pair(const double* __restrict__ top, const double* __restrict__ bot,
                                                     double* __restrict__ st, double* __restrict__ sb,
@@ -183,8 +185,10 @@ __global__ void __launch_bounds__(TWO_ENDED_THREADS) two_ended_seed_kernel(const
                                                                            const long long* __restrict__ ylen,
                                                                            int B, int N, int M,
                                                                            double* __restrict__ seeds,
-                                                                           T* __restrict__ value) {
+                                                                           T* __restrict__ value,
+                                                                           T* __restrict__ ones) {
   const int b = blockIdx.x;
+  if (threadIdx.x == 0) ones[b] = ones[B + b] = T(1);
   const int n = length_in(xlen, b, N), m = length_in(ylen, b, M);
   const size_t B2 = 2 * size_t(B);
   const double* er = end;
@@ -203,11 +207,13 @@ __global__ void __launch_bounds__(TWO_ENDED_THREADS) two_ended_seed_kernel(const
   }
 }
 
-// dx, dy of the B pairs from the halves' dx2 (2B, H, DT) and dy2 (2B, M, DT): rows [0, h_b) from the top half, rows
-// [h_b, n_b) from the bottom half reversed; dy the top's plus the bottom's reversed (none from a one-row pair's dummy
-// half); zero past the lengths. One thread per (pair, index < max(N, M)).
+// dx, dy of the B pairs from the halves' dx2 (2B, H, DT) and dy2 (2B, M, DT), their backward's with grad 1: rows
+// [0, h_b) from the top half, rows [h_b, n_b) from the bottom half reversed; dy the top's plus the bottom's reversed
+// (none from a one-row pair's dummy half); times grad[b]; zero past the lengths. One thread per (pair, index <
+// max(N, M)).
 template <typename T>
 __global__ void __launch_bounds__(256) two_ended_grads_kernel(const T* __restrict__ dx2, const T* __restrict__ dy2,
+                                                              const T* __restrict__ grad,
                                                               const long long* __restrict__ xlen,
                                                               const long long* __restrict__ ylen, int B, int N,
                                                               int M, int DT, T* __restrict__ dx,
@@ -218,10 +224,11 @@ __global__ void __launch_bounds__(256) two_ended_grads_kernel(const T* __restric
   const int b = int(r / span), i = int(r % span);
   const int n = length_in(xlen, b, N), m = length_in(ylen, b, M);
   const int h = (n + 1) / 2;
+  const T g = grad[b];
   if (i < N) {
     const T* src = i < h ? dx2 + (size_t(b) * H + i) * DT
                          : dx2 + ((size_t(B) + b) * H + (n - 1 - i)) * DT;  // read only for h <= i < n
-    for (int d = 0; d < DT; ++d) dx[(size_t(b) * N + i) * DT + d] = i < n ? src[d] : T(0);
+    for (int d = 0; d < DT; ++d) dx[(size_t(b) * N + i) * DT + d] = i < n ? g * src[d] : T(0);
   }
   if (i < M) {
     for (int d = 0; d < DT; ++d) {
@@ -229,6 +236,7 @@ __global__ void __launch_bounds__(256) two_ended_grads_kernel(const T* __restric
       if (i < m) {
         v = dy2[(size_t(b) * M + i) * DT + d];
         if (n > 1) v += dy2[((size_t(B) + b) * M + (m - 1 - i)) * DT + d];
+        v *= g;
       }
       dy[(size_t(b) * M + i) * DT + d] = v;
     }
