@@ -92,10 +92,12 @@ def _applies(B: int, N: int, M: int, D: int, dtype: torch.dtype, device_index: i
 #: are three more launches; H200 prototype, 16 x 128², 64 x 96², 128 x 64²: 1.5-2.2x the one-ended GPU time), as does
 #: a fuller GPU (128 x 512², 1024 warps: 0.51 -> 0.53-0.71 ms a training step). At 512 rows the halves' kernels take
 #: 0.209 ms against 0.293 (32 x 512², all kernels back to back), but there the host bounds the step, and the two-ended
-#: plan's five more launches cost it more than that: 1.23-1.26x the MSE step against 1.16-1.17x. At 768 rows the GPU
-#: bounds it and the halves win: 4 to 64 x 768², kernels 0.34-0.35 ms against 0.59-0.60, the step 1.22-1.48x the MSE
-#: step against 1.38-1.66x (H200; OPTIMIZATION_LOG.md, "The gradient from both ends from 768 rows"; before it, "Pairs
-#: of 512 rows from both ends, again", "A gradient from both ends" and "Checkpointed gradients from both ends").
+#: plan's more launches cost it more than that: 1.23-1.26x the MSE step against 1.16-1.17x; with its copies of grad
+#: gone (three more kernels, not five), 1.64-1.66x against 1.43-1.54x on a faster host (MSE step 0.31-0.46 ms,
+#: "The two-ended backward without copies of grad"). At 768 rows the GPU bounds it and the halves win: 4 to 64 x 768²,
+#: kernels 0.34-0.35 ms against 0.59-0.60, the step 1.22-1.48x the MSE step against 1.38-1.66x (H200;
+#: OPTIMIZATION_LOG.md, "The gradient from both ends from 768 rows"; before it, "Pairs of 512 rows from both ends,
+#: again", "A gradient from both ends" and "Checkpointed gradients from both ends").
 GRAD_MIN_ROWS = 768
 GRAD_WARPS_PER_SM = 4
 #: The same bound for memory="checkpoint" (whose backward runs twice the warps, half of them recomputing tiles): H200,
@@ -207,8 +209,9 @@ def backward(grad: torch.Tensor, x: torch.Tensor, y: torch.Tensor, gamma: torch.
              x_lengths: torch.Tensor, y_lengths: torch.Tensor, value: torch.Tensor, kept: tuple,
              memory: str = "store") -> tuple:
     """(dx, dy) of sum_b grad_b value_b from :func:`forward_saving`'s kept tensors (of the same memory mode): the open
-    end's backward of the 2B pairs from the seeds, then the halves' dx, dy mapped back (fastpath.cpp's
-    launch_backward_two, the same launches)."""
+    end's backward of the 2B pairs from the seeds, then the halves' dx, dy mapped back and scaled by grad
+    (fastpath.cpp's launch_backward_two, the same launches). value: the forward's values, not read (no dgamma is asked
+    for)."""
     from . import _like, _run_backward
 
     saved, x2, y2, xl2, yl2, seeds = kept
