@@ -1,8 +1,11 @@
-"""Is a loss step bound by the host or by the GPU? Four medians per shape and loss (issue 27, the 32 x 512² row):
+"""Is a loss step bound by the host or by the GPU? Medians per shape and loss (issue 27, the 32 x 512² row):
 
 - ``step``: the whole step (clone, loss, ``.mean()``, ``.backward()``, synchronise), wall-clock, as
   bench_train_step.py times it;
 - ``issue``: the host's part of it, from the step's start until ``.backward()`` returns (everything launched);
+- ``issue_cpu``: the process's CPU time over that span, all threads (the autograd engine runs the backward on its own
+  thread): time the host is taken from us (steal, preemption) counts in ``issue`` but not here, so host-path A/B runs
+  on a drifting VM compare better by it (the check's wait spins, and counts in both);
 - ``gpu_span``: CUDA events at the step's start and end: the GPU's time from the first piece to the last,
   idle gaps the host leaves included;
 - ``gpu_busy``: the same span when the whole step is queued behind a ``torch.cuda._sleep`` (the host has
@@ -77,7 +80,8 @@ def main() -> None:
               "eager": lambda x, y, t: softdtw.soft_dtw(x, y, GAMMA)}
     losses["eager_nocheck"] = losses["eager"]  # the same call; body() turns the value check off for it
     sleep_cycles = 6_000_000  # ~3 ms at the H100/H200 clocks: longer than any step's issue here
-    keys = ("step", "issue", "gpu_span", "gpu_busy", "clone", "loss", "mean", "backward", "check_ok", "check_waited")
+    keys = ("step", "issue", "issue_cpu", "gpu_span", "gpu_busy", "clone", "loss", "mean", "backward", "check_ok",
+            "check_waited")
     e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     for B, N, M, D in shapes:
         torch.manual_seed(0)
@@ -88,6 +92,7 @@ def main() -> None:
 
         def body(name, marks=None):
             os.environ["SOFTDTW_CHECK_VALUES"] = "0" if name == "eager_nocheck" else "1"
+            c0 = time.process_time_ns()
             h0 = time.perf_counter_ns()
             xc = x.clone().requires_grad_(True)
             h1 = time.perf_counter_ns()
@@ -97,8 +102,9 @@ def main() -> None:
             h3 = time.perf_counter_ns()
             loss.backward()
             h4 = time.perf_counter_ns()
+            c4 = time.process_time_ns()
             if marks is not None:
-                marks += [h0, h1, h2, h3, h4]
+                marks += [h0, h1, h2, h3, h4, c4 - c0]
 
         for name in losses:
             for _ in range(30):
@@ -119,9 +125,10 @@ def main() -> None:
                     e1.record()
                     torch.cuda.synchronize()
                     t1 = time.perf_counter_ns()
-                    h0, h1, h2, h3, h4 = marks
+                    h0, h1, h2, h3, h4, cpu = marks
                     r["step"].append((t1 - t0) / 1e3)
                     r["issue"].append((h4 - t0) / 1e3)
+                    r["issue_cpu"].append(cpu / 1e3)
                     r["gpu_span"].append(e0.elapsed_time(e1) * 1e3)
                     for k, a, b in (("clone", h0, h1), ("loss", h1, h2), ("mean", h2, h3), ("backward", h3, h4)):
                         r[k].append((b - a) / 1e3)
