@@ -778,7 +778,7 @@ class _FusedTwoEnded(torch.autograd.Function):
             dx, dy, _ = _fused_grad_apply(grad_value, x, y, gamma, (ctx.cost, x_lengths, y_lengths, None, value,
                                                                     saved, ctx.memory, "cuda"))
         else:
-            dx, dy = two_ended.backward(grad_value, x, y, gamma, ctx.cost, x_lengths, y_lengths, value, tuple(kept),
+            dx, dy = two_ended.backward(grad_value, x, y, gamma, ctx.cost, x_lengths, y_lengths, tuple(kept),
                                         ctx.memory)
         return (dx if need[0] else None), (dy if need[1] else None), None, None
 

@@ -345,6 +345,10 @@ struct Fused : public torch::autograd::Function<Fused> {
     return out;
   }
 
+  // Where a two-ended plan's seeds buffer (float64 entries) holds its B2 ones, after the seeds (B2, M) and the end
+  // values (B2, 2): the halves' grad in launch_backward_two (two_ended.py's _ones_at).
+  static int64_t ones_at(int64_t B2, int64_t M) { return B2 * M + 2 * B2; }
+
   // A two-ended plan's forward (p.two): the halves' inputs, the forward of the 2B pairs with the open end, and the
   // fold. Storing (a plan with a gradient): the end values after the link table in saved, folded into the values (B1,)
   // and the backward's seeds. Values only (a plan without, two_ended.forward's launches): the end values alone in
@@ -372,11 +376,10 @@ struct Fused : public torch::autograd::Function<Fused> {
              "two_ended_value_kernel");
       return value;
     }
-    // the seeds (2B, M) and end values (2B, 2), then 2B ones: the halves' grad in the backward (launch_backward_two)
-    const at::Tensor seeds = at::empty({B2 * M + 3 * B2}, opts.dtype(at::kDouble));
+    const at::Tensor seeds = at::empty({ones_at(B2, M) + B2}, opts.dtype(at::kDouble));
     launch(ks, stream,
            {ptr(saved) + p.end_off, ptr(gamma), ptr(xl), ptr(yl), p.B1, p.N1, M, ptr(seeds), ptr(value),
-            ptr(seeds) + 8 * (B2 * M + 2 * B2)},
+            ptr(seeds) + 8 * ones_at(B2, M)},
            "two_ended_seed_kernel");
     ctx->save_for_backward({x, y, gamma, xl, yl, value, saved, data, lens, seeds});
     ctx->saved_data["plan"] = plan_id;
@@ -398,7 +401,7 @@ struct Fused : public torch::autograd::Function<Fused> {
     // The halves' backward runs with grad 1 (the seed kernel's ones after the seeds) and two_ended_grads_kernel scales
     // by grad: no copies of grad on the host's path. Their dgamma is not asked for, so the values it reads may be any
     // B2 finite ones: the halves' inputs (data).
-    const at::Tensor ones2 = seeds.narrow(0, B2 * M + 2 * B2, B2).view(x.scalar_type()).narrow(0, 0, B2);
+    const at::Tensor ones2 = seeds.narrow(0, ones_at(B2, M), B2).view(x.scalar_type()).narrow(0, 0, B2);
     const at::Tensor dx2 = at::empty({B2, H, D}, opts), dy2 = at::empty({B2, M, D}, opts);
     const at::Tensor dgamma2 = at::empty({B2}, opts);
     run_backward(p, stream, x2, y2, 0, gamma, lens.narrow(0, 0, B2), lens.narrow(0, B2, B2), ones2, saved, data,

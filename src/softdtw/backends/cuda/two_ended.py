@@ -179,6 +179,12 @@ def forward(x: torch.Tensor, y: torch.Tensor, gamma: torch.Tensor, cost: str, x_
     return value
 
 
+def _ones_at(B: int, M: int) -> int:
+    """Where the seeds buffer (float64 entries) of B pairs of M columns holds its 2B ones, after the seeds (2B, M) and
+    the end values (2B, 2): the halves' grad in :func:`backward` (kernels/two_ended.cu, two_ended_seed_kernel)."""
+    return 2 * B * M + 4 * B
+
+
 def forward_saving(x: torch.Tensor, y: torch.Tensor, gamma: torch.Tensor, cost: str, x_lengths: torch.Tensor,
                    y_lengths: torch.Tensor, memory: str = "store") -> tuple:
     """The forward from both ends that keeps what a gradient needs (storing: the Python path's twin of fastpath.cpp's
@@ -196,22 +202,20 @@ def forward_saving(x: torch.Tensor, y: torch.Tensor, gamma: torch.Tensor, cost: 
     _, saved = _run_forward(x2, y2, None, cost, D, gamma, xl2, yl2, None, not ckpt, ckpt, _open_end())
     plan = _launch.plan_for(2 * B, H, M, D, x.dtype, dev, ckpt)
     end = _end_in(saved, _table_numel(plan, 2 * B, H, x.dtype, memory))
-    # the seeds (2B, M) and end values (2B, 2), then 2B ones: the halves' grad in the backward (:func:`backward`)
-    seeds = torch.empty((2 * B * M + 6 * B,), dtype=torch.float64, device=x.device)
+    ones = _ones_at(B, M)
+    seeds = torch.empty((ones + 2 * B,), dtype=torch.float64, device=x.device)
     value = x.new_empty((B,))
     _launch.launch("two_ended", _kernel("two_ended_seed_kernel", x.dtype), dev, B, _THREADS,
                    (end, gamma.data_ptr(), x_lengths.data_ptr(), y_lengths.data_ptr(), _launch.i32(B), _launch.i32(N),
-                    _launch.i32(M), seeds.data_ptr(), value.data_ptr(), seeds.data_ptr() + 8 * (2 * B * M + 4 * B)))
+                    _launch.i32(M), seeds.data_ptr(), value.data_ptr(), seeds.data_ptr() + 8 * ones))
     return value, (saved, x2, y2, xl2, yl2, seeds)
 
 
 def backward(grad: torch.Tensor, x: torch.Tensor, y: torch.Tensor, gamma: torch.Tensor, cost: str,
-             x_lengths: torch.Tensor, y_lengths: torch.Tensor, value: torch.Tensor, kept: tuple,
-             memory: str = "store") -> tuple:
+             x_lengths: torch.Tensor, y_lengths: torch.Tensor, kept: tuple, memory: str = "store") -> tuple:
     """(dx, dy) of sum_b grad_b value_b from :func:`forward_saving`'s kept tensors (of the same memory mode): the open
     end's backward of the 2B pairs from the seeds, then the halves' dx, dy mapped back and scaled by grad
-    (fastpath.cpp's launch_backward_two, the same launches). value: the forward's values, not read (no dgamma is asked
-    for)."""
+    (fastpath.cpp's launch_backward_two, the same launches). No dgamma: the forward's values are not needed."""
     from . import _like, _run_backward
 
     saved, x2, y2, xl2, yl2, seeds = kept
@@ -220,7 +224,7 @@ def backward(grad: torch.Tensor, x: torch.Tensor, y: torch.Tensor, gamma: torch.
     dev = x.get_device()
     # The halves' backward runs with grad 1 (the seed kernel's ones after the seeds) and the grads kernel scales by
     # grad, as fastpath.cpp does (no copies of grad). Their dgamma is not asked for: any 2B finite values do (x2's).
-    ones2 = seeds[2 * B * M + 4 * B:].view(x.dtype)[:2 * B]
+    ones2 = seeds[_ones_at(B, M):].view(x.dtype)[:2 * B]
     dx2, dy2, _, _ = _run_backward(ones2, x2, y2, None, None, cost, D, gamma, xl2, yl2, None, x2, saved,
                                    memory == "checkpoint", None, _open_end(), seeds.data_ptr())
     grad = _like(grad, x)
