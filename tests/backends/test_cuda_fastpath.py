@@ -46,15 +46,16 @@ def built():
     fastpath.set_enabled(True)
 
 
-def _run(x, y, gamma, enabled, cost="sqeuclidean", needs=(True, False), create_graph=False, **kw):
-    """Value, dx, dy (None when not asked) of sum(soft_dtw), twice (the second call of a key is the one the
-    launcher takes), with the launcher on or off."""
+def _run(x, y, gamma, enabled, cost="sqeuclidean", needs=(True, False), create_graph=False, weights=None, **kw):
+    """Value, dx, dy (None when not asked) of sum(soft_dtw) (sum(weights * soft_dtw): a grad of its own per pair),
+    twice (the second call of a key is the one the launcher takes), with the launcher on or off."""
     fastpath.set_enabled(enabled)
     for _ in range(2):
         xc, yc = x.clone().requires_grad_(needs[0]), y.clone().requires_grad_(needs[1])
         v = softdtw.soft_dtw(xc, yc, gamma, cost=cost, **kw)
     wanted = [t for t, n in zip((xc, yc), needs) if n]
-    grads = torch.autograd.grad(v.sum(), wanted, create_graph=create_graph) if wanted else []
+    loss = v.sum() if weights is None else (weights * v).sum()
+    grads = torch.autograd.grad(loss, wanted, create_graph=create_graph) if wanted else []
     it = iter(grads)
     out = [v] + [next(it) if n else None for n in needs]
     return out, (xc, yc)
@@ -137,6 +138,93 @@ def test_lengths_bitwise_the_python_path(built, B, N, M, D, cost, dtype, given):
     assert _taken(fast[0]), _node(fast[0])
     assert not _taken(slow[0]), _node(slow[0])
     for a, b in zip(fast, slow):
+        assert torch.equal(a, b), rel_err(a, b)
+
+
+AHEAD_CASES = [  # (B, N, M, D, cost, dtype): storing plans whose backward runs ahead (fastpath.AHEAD_MAX_CELLS)
+    (1, 16, 16, 1, "sqeuclidean", torch.float32),
+    (16, 128, 128, 1, "sqeuclidean", torch.float32),
+    (64, 96, 96, 7, "sqeuclidean", torch.float32),
+    (128, 64, 64, 3, "l1", torch.float32),
+    (32, 512, 512, 1, "sqeuclidean", torch.float32),
+    (6, 70, 90, 2, "sqeuclidean", torch.float64),
+    (4, 64, 48, 16, "l1", torch.float64),
+]
+
+
+def _weights(B: int, dtype, special=()) -> torch.Tensor:
+    """A grad of its own per pair: negative, zero, a power of two and not; special values (inf, nan) from pair 1."""
+    w = 1.3 - 0.7 * torch.arange(B, dtype=dtype)
+    w[0] = 0.5
+    if B > 2:
+        w[2] = 0.0
+    for i, v in enumerate(special):
+        w[(1 + i) % B] = v
+    return w.cuda()
+
+
+def _ahead(shape, dtype) -> bool:
+    """Whether the launcher's storing plan of x's shape (either side: a call may run transposed) runs ahead."""
+    return any(e and k[-1] and k[2] == dtype and shape in (k[0], k[1]) and e.plan in fastpath._AHEAD
+               for k, e in fastpath._ENTRIES.items())
+
+
+@pytest.mark.parametrize("B,N,M,D,cost,dtype", AHEAD_CASES)
+@pytest.mark.parametrize("needs", [(True, False), (False, True), (True, True)])
+@pytest.mark.parametrize("lengths", [False, True])
+def test_backward_ahead_bitwise_the_python_path(built, B, N, M, D, cost, dtype, needs, lengths):
+    """A small storing call runs its backward in the forward with grad 1 and its node only scales by each pair's grad
+    (fastpath.cpp, Plan::ahead; scale_grads.cu): bitwise the Python path's gradients, whose backward_kernel takes the
+    grad itself, for grads of every kind and with lengths."""
+    g = torch.Generator(device="cuda").manual_seed(B * N + D + 7)
+    x = torch.randn(B, N, D, device="cuda", dtype=dtype, generator=g)
+    y = torch.randn(B, M, D, device="cuda", dtype=dtype, generator=g)
+    kw = {}
+    if lengths:
+        h = torch.Generator().manual_seed(B + N)
+        xl = torch.randint((N + 1) // 2, N + 1, (B,), generator=h)
+        yl = torch.randint((M + 1) // 2, M + 1, (B,), generator=h)
+        xl[0], yl[-1] = 1, 1
+        kw = dict(x_lengths=xl.cuda(), y_lengths=yl.cuda())
+    w = _weights(B, dtype)
+    fast, _ = _run(x, y, 0.1, True, cost, needs, weights=w, **kw)
+    slow, _ = _run(x, y, 0.1, False, cost, needs, weights=w, **kw)
+    assert _ahead(x.shape, dtype)
+    _assert_bitwise(fast, slow)
+
+
+def test_backward_ahead_with_grads_not_finite(built):
+    """An inf or NaN grad reaches the pair's own rows only: rows past its lengths stay zero, as backward_kernel writes
+    them (not inf * 0)."""
+    B, N, M = 5, 40, 36
+    x, y = torch.randn(B, N, 2, device="cuda"), torch.randn(B, M, 2, device="cuda")
+    kw = dict(x_lengths=torch.tensor([N, 20, 31, 1, 39], device="cuda"),
+              y_lengths=torch.tensor([30, M, 2, 17, 36], device="cuda"))
+    w = _weights(B, torch.float32, (float("inf"), float("nan")))
+    fast, _ = _run(x, y, 0.1, True, "sqeuclidean", (True, True), weights=w, **kw)
+    slow, _ = _run(x, y, 0.1, False, "sqeuclidean", (True, True), weights=w, **kw)
+    assert _taken(fast[0]) and _ahead(x.shape, torch.float32)
+    for a, b in zip(fast, slow):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
+    assert torch.equal(fast[1][1, 20:], torch.zeros_like(fast[1][1, 20:]))  # inf's pair, past its length
+
+
+def test_backward_ahead_off_past_its_bound(built, monkeypatch):
+    """Past AHEAD_MAX_CELLS the node runs the backward itself, with the same gradients bitwise."""
+    x, y = torch.randn(8, 64, 3, device="cuda"), torch.randn(8, 72, 3, device="cuda")
+    w = _weights(8, torch.float32)
+    ahead, _ = _run(x, y, 0.1, True, "sqeuclidean", (True, True), weights=w)
+    assert _ahead(x.shape, torch.float32)
+    monkeypatch.setattr(fastpath, "AHEAD_MAX_CELLS", 0)
+    fastpath._PLANS.clear()
+    fastpath._ENTRIES.clear()
+    try:
+        later, _ = _run(x, y, 0.1, True, "sqeuclidean", (True, True), weights=w)
+        assert _taken(later[0]) and not _ahead(x.shape, torch.float32)
+    finally:
+        fastpath._PLANS.clear()
+        fastpath._ENTRIES.clear()
+    for a, b in zip(ahead, later):
         assert torch.equal(a, b), rel_err(a, b)
 
 

@@ -15,9 +15,10 @@ pytestmark = [
 ]
 
 
-def test_a_small_step_launches_three_kernels_of_ours():
-    """check (in front of the forward; it also measures the range bound's inputs), forward, backward: no
-    fills, copies, norms or syncs besides them."""
+def test_a_small_step_launches_four_kernels_of_ours():
+    """check (in front of the forward; it also measures the range bound's inputs), forward, the backward run ahead
+    behind it (fastpath.AHEAD_MAX_CELLS) and the node's scale_grads_kernel: no fills, copies, norms or syncs besides
+    them."""
     from torch.profiler import ProfilerActivity, profile
 
     x = torch.randn(4, 30, 2, device="cuda", requires_grad=True)
@@ -30,8 +31,9 @@ def test_a_small_step_launches_three_kernels_of_ours():
         torch.cuda.synchronize()
     names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     ours = [n for n in names if "sdtw" in n]
-    assert len(ours) == 3, names
+    assert len(ours) == 4, names
     assert "check_kernel" in ours[0] and "forward_kernel" in ours[1] and "backward_kernel" in ours[2]
+    assert "scale_grads_kernel" in ours[3]
 
 
 def test_repeated_calls_through_the_prepared_cache_match_fresh_ones():

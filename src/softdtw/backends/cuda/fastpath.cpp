@@ -94,6 +94,12 @@ struct Plan {
   bool two = false;
   Kernel te_in, te_seed, te_grads;
   int64_t B1 = 0, N1 = 0, end_off = 0;
+  // A backward run ahead (set_ahead; fastpath.py's _set_ahead): a storing forward queues the backward behind itself
+  // with grad 1 (ones: (B,) ones of the data dtype, the tensor kept by fastpath.py; a two-ended plan's are the seed
+  // kernel's), and the node's backward only scales (scale: scale_grads_kernel; a two-ended plan's te_grads).
+  bool ahead = false;
+  Kernel scale;
+  int64_t ones = 0;
 };
 
 std::mutex g_lock;
@@ -208,23 +214,48 @@ std::pair<at::Tensor, at::Tensor> run_forward(const Plan& p, int64_t stream, int
 // E), dC (E for a precomputed or gram cost) and dgamma (B,). endbuf: the open end's seeds (a two-ended plan's halves),
 // else 0.
 void run_backward(const Plan& p, int64_t stream, int64_t a0, int64_t a1, int64_t C, const at::Tensor& gamma,
-                  const at::Tensor& xl, const at::Tensor& yl, const at::Tensor& grad, const at::Tensor& saved,
-                  const at::Tensor& value, int64_t dx, int64_t dy, int64_t dC, const at::Tensor& dgamma,
+                  const at::Tensor& xl, const at::Tensor& yl, int64_t grad, const at::Tensor& saved,
+                  const at::Tensor& value, int64_t dx, int64_t dy, int64_t dC, int64_t dgamma,
                   const at::TensorOptions& opts, int64_t endbuf = 0) {
   const at::Tensor bnd = maybe_empty(p.bwd_bnd, opts);
   if (p.chain) {
     const at::Tensor ws = at::zeros({p.ws_numel}, opts.dtype(at::kLong));
     launch(p.bwd, stream,
-           {a0, a1, C, ptr(gamma), ptr(xl), ptr(yl), 0, ptr(grad), ptr(saved), dx, dy, dC, ptr(value), ptr(dgamma),
+           {a0, a1, C, ptr(gamma), ptr(xl), ptr(yl), 0, grad, ptr(saved), dx, dy, dC, ptr(value), dgamma,
             ptr(bnd), ptr(ws) + 8 * p.B, ptr(ws), 0, 0, 0, p.B, p.N, p.M, p.nch, 1, p.stagger, 0, kAllRows, 0, 0, 0,
             endbuf, 0, 0},
            "backward_chain_kernel");
     return;
   }
   launch(p.bwd, stream,
-         {a0, a1, C, ptr(gamma), ptr(xl), ptr(yl), 0, ptr(grad), ptr(saved), dx, dy, dC, ptr(value), ptr(dgamma),
+         {a0, a1, C, ptr(gamma), ptr(xl), ptr(yl), 0, grad, ptr(saved), dx, dy, dC, ptr(value), dgamma,
           ptr(bnd), p.B, p.N, p.M, p.nch, 0, 0, endbuf, 0},
          "backward_kernel");
+}
+void run_backward(const Plan& p, int64_t stream, int64_t a0, int64_t a1, int64_t C, const at::Tensor& gamma,
+                  const at::Tensor& xl, const at::Tensor& yl, const at::Tensor& grad, const at::Tensor& saved,
+                  const at::Tensor& value, int64_t dx, int64_t dy, int64_t dC, const at::Tensor& dgamma,
+                  const at::TensorOptions& opts, int64_t endbuf = 0) {
+  run_backward(p, stream, a0, a1, C, gamma, xl, yl, ptr(grad), saved, value, dx, dy, dC, ptr(dgamma), opts, endbuf);
+}
+
+// A plan whose backward runs ahead (p.ahead, fastpath.py's _set_ahead): its forward, storing, queues the backward
+// right behind itself with grad 1 (the plan's ones), so the GPU runs it while the host returns, takes .mean() and
+// reaches .backward(), where only scale_grads_kernel is left (Fused::launch_scale). Returns dx1 (B, N, D), dy1
+// (B, M, D) and the unused dgamma (B,) in one buffer; undefined where it did not fit (the backward runs when asked).
+at::Tensor run_ahead(const Plan& p, int64_t stream, const at::Tensor& x, const at::Tensor& y, const at::Tensor& gamma,
+                     const at::Tensor& xl, const at::Tensor& yl, const at::Tensor& value, const at::Tensor& saved) {
+  const int64_t nx = x.numel(), ny = y.numel();
+  at::Tensor d1;
+  try {
+    d1 = at::empty({nx + ny + p.B}, x.options());
+  } catch (const c10::OutOfMemoryError&) {
+    return at::Tensor();
+  }
+  const int64_t es = (int64_t)d1.element_size();
+  run_backward(p, stream, ptr(x), ptr(y), 0, gamma, xl, yl, p.ones, saved, value, ptr(d1), ptr(d1) + nx * es, 0,
+               ptr(d1) + (nx + ny) * es, x.options());
+  return d1;
 }
 
 // A call's own per-pair lengths (ux, uy: the user's tensors in the plan's order, undefined for full lengths) as the
@@ -299,6 +330,16 @@ struct Fused : public torch::autograd::Function<Fused> {
     if (p.gram) gram_inputs(p, stream, x, y, xn, yn, G);
     auto [value, saved] = run_forward(p, stream, p.gram ? ptr(xn) : ptr(x), p.gram ? ptr(yn) : ptr(y), ptr(G), gamma,
                                       xl, yl, store, x.options());
+    if (store && p.ahead) {
+      const at::Tensor d1 = run_ahead(p, stream, x, y, gamma, xl, yl, value, saved);
+      if (d1.defined()) {  // the table is free once the backward has read it: a create_graph=True backward stores again
+        ctx->save_for_backward({x, y, gamma, xl, yl, value, at::empty({0}, saved.options()), d1});
+        ctx->saved_data["plan"] = plan_id;
+        ctx->saved_data["stream"] = stream;
+        ctx->saved_data["ahead"] = true;
+        return value;
+      }
+    }
     if (store) {
       // The gram cost keeps its norms for the backward, and x·yᵀ in float64 only: float32 links hold the
       // normalised weights, so with gamma a constant the backward reads no cost (kernels/backward.cu, readc).
@@ -335,7 +376,11 @@ struct Fused : public torch::autograd::Function<Fused> {
       return out;
     }
     try {
-      launch_backward(ctx, s, p, grad, out);
+      if (ctx->saved_data.find("ahead") != ctx->saved_data.end()) {
+        launch_scale(ctx, s, p, grad, out);
+      } else {
+        launch_backward(ctx, s, p, grad, out);
+      }
     } catch (const c10::OutOfMemoryError&) {
       // A large table's E or gradients did not fit: the Python path's backward (the same kernels, here without a
       // graph) runs it again, and raises its MemoryError naming the sizes if it cannot fit either.
@@ -381,38 +426,82 @@ struct Fused : public torch::autograd::Function<Fused> {
            {ptr(saved) + p.end_off, ptr(gamma), ptr(xl), ptr(yl), p.B1, p.N1, M, ptr(seeds), ptr(value),
             ptr(seeds) + 8 * ones_at(B2, M)},
            "two_ended_seed_kernel");
-    ctx->save_for_backward({x, y, gamma, xl, yl, value, saved, data, lens, seeds});
     ctx->saved_data["plan"] = plan_id;
     ctx->saved_data["stream"] = stream;
+    if (p.ahead) {  // the halves' backward now (Plan::ahead); only two_ended_grads_kernel is left for the node's
+      at::Tensor d2;
+      try {
+        d2 = halves_backward(p, stream, gamma, saved, data, lens, seeds, opts, D);
+      } catch (const c10::OutOfMemoryError&) {
+      }
+      if (d2.defined()) {
+        ctx->save_for_backward({x, y, gamma, xl, yl, value, at::empty({0}, saved.options()), d2});
+        ctx->saved_data["ahead"] = true;
+        return value;
+      }
+    }
+    ctx->save_for_backward({x, y, gamma, xl, yl, value, saved, data, lens, seeds});
     return value;
   }
 
-  // A two-ended plan's backward: the open end's backward of the 2B pairs from the seeds, then dx, dy mapped back.
-  static void launch_backward_two(torch::autograd::AutogradContext* ctx, const torch::autograd::variable_list& s,
-                                  const Plan& p, const at::Tensor& grad, torch::autograd::variable_list& out) {
-    const at::Tensor &x = s[0], &y = s[1], &gamma = s[2], &xl = s[3], &yl = s[4], &value = s[5], &saved = s[6];
-    const at::Tensor &data = s[7], &lens = s[8], &seeds = s[9];
-    const bool need_x = ctx->needs_input_grad(0), need_y = ctx->needs_input_grad(1);
-    bind(p);
-    const auto opts = x.options();
-    const int64_t stream = ctx->saved_data["stream"].toInt();
-    const int64_t B2 = p.B, H = p.N, M = p.M, D = x.size(2);
-    const int64_t x2 = ptr(data), y2 = x2 + B2 * H * D * (int64_t)data.element_size();
-    // The halves' backward runs with grad 1 (the seed kernel's ones after the seeds) and two_ended_grads_kernel scales
-    // by grad: no copies of grad on the host's path. Their dgamma is not asked for, so the values it reads may be any
-    // B2 finite ones: the halves' inputs (data).
-    const at::Tensor ones2 = seeds.narrow(0, ones_at(B2, M), B2).view(x.scalar_type()).narrow(0, 0, B2);
-    const at::Tensor dx2 = at::empty({B2, H, D}, opts), dy2 = at::empty({B2, M, D}, opts);
-    const at::Tensor dgamma2 = at::empty({B2}, opts);
-    run_backward(p, stream, x2, y2, 0, gamma, lens.narrow(0, 0, B2), lens.narrow(0, B2, B2), ones2, saved, data,
-                 ptr(dx2), ptr(dy2), 0, dgamma2, opts, ptr(seeds));
+  // The halves' backward of a two-ended plan (storing forward_two's buffers): the open end's backward of the 2B pairs
+  // from the seeds, with grad 1 (the seed kernel's ones after the seeds; two_ended_grads_kernel scales by the call's
+  // grad, so the host makes no copies of grad). Their dgamma is not asked for, so the values it reads may be any B2
+  // finite ones: the halves' inputs (data). Returns dx2 (2B, H, D), dy2 (2B, M, D) and that dgamma (2B,) in one buffer.
+  static at::Tensor halves_backward(const Plan& p, int64_t stream, const at::Tensor& gamma, const at::Tensor& saved,
+                                    const at::Tensor& data, const at::Tensor& lens, const at::Tensor& seeds,
+                                    const at::TensorOptions& opts, int64_t D) {
+    const int64_t B2 = p.B, H = p.N, M = p.M;
+    const at::Tensor d2 = at::empty({B2 * (H + M) * D + B2}, opts);
+    const int64_t es = (int64_t)d2.element_size(), x2 = ptr(data), y2 = x2 + B2 * H * D * es;
+    const at::Tensor ones2 = seeds.narrow(0, ones_at(B2, M), B2).view(opts.dtype().toScalarType()).narrow(0, 0, B2);
+    run_backward(p, stream, x2, y2, 0, gamma, lens.narrow(0, 0, B2), lens.narrow(0, B2, B2), ptr(ones2), saved, data,
+                 ptr(d2), ptr(d2) + B2 * H * D * es, 0, ptr(d2) + B2 * (H + M) * D * es, opts, ptr(seeds));
+    return d2;
+  }
+
+  // dx, dy of a two-ended plan's B1 pairs from the halves' (d2: halves_backward's buffer), times grad.
+  static void map_back(const Plan& p, int64_t stream, const at::Tensor& d2, const at::Tensor& grad,
+                       const at::Tensor& x, const at::Tensor& y, const at::Tensor& xl, const at::Tensor& yl,
+                       bool need_x, bool need_y, torch::autograd::variable_list& out) {
+    const int64_t M = p.M, D = x.size(2), dx2 = ptr(d2), dy2 = dx2 + p.B * p.N * D * (int64_t)d2.element_size();
     const at::Tensor dx = at::empty_like(x), dy = at::empty_like(y);
     Kernel kg = p.te_grads;
     kg.grid = (unsigned)((p.B1 * std::max(p.N1, M) + kg.block - 1) / kg.block);
-    launch(kg, stream, {ptr(dx2), ptr(dy2), ptr(grad), ptr(xl), ptr(yl), p.B1, p.N1, M, D, ptr(dx), ptr(dy)},
+    launch(kg, stream, {dx2, dy2, ptr(grad), ptr(xl), ptr(yl), p.B1, p.N1, M, D, ptr(dx), ptr(dy)},
            "two_ended_grads_kernel");
     if (need_x) out[0] = dx;
     if (need_y) out[1] = dy;
+  }
+
+  // The node's backward where the forward ran it ahead (Plan::ahead): dx, dy scaled by grad from the saved unit ones
+  // (s[7]), scale_grads_kernel (a two-ended plan: map_back's two_ended_grads_kernel).
+  static void launch_scale(torch::autograd::AutogradContext* ctx, const torch::autograd::variable_list& s,
+                           const Plan& p, const at::Tensor& grad, torch::autograd::variable_list& out) {
+    const at::Tensor &x = s[0], &y = s[1], &xl = s[3], &yl = s[4], &d1 = s[7];
+    const bool need_x = ctx->needs_input_grad(0), need_y = ctx->needs_input_grad(1);
+    bind(p);
+    const int64_t stream = ctx->saved_data["stream"].toInt();
+    if (p.two) return map_back(p, stream, d1, grad, x, y, xl, yl, need_x, need_y, out);
+    const at::Tensor dx = need_x ? at::empty_like(x) : at::Tensor(), dy = need_y ? at::empty_like(y) : at::Tensor();
+    const int64_t D = x.size(2), dx1 = ptr(d1), dy1 = dx1 + x.numel() * (int64_t)d1.element_size();
+    Kernel k = p.scale;
+    k.grid = (unsigned)((p.B * std::max(p.N, p.M) + k.block - 1) / k.block);
+    launch(k, stream, {dx1, dy1, ptr(grad), ptr(xl), ptr(yl), p.B, p.N, p.M, D, ptr(dx), ptr(dy)},
+           "scale_grads_kernel");
+    if (need_x) out[0] = dx;
+    if (need_y) out[1] = dy;
+  }
+
+  // A two-ended plan's backward: the halves' backward from the seeds, then dx, dy mapped back.
+  static void launch_backward_two(torch::autograd::AutogradContext* ctx, const torch::autograd::variable_list& s,
+                                  const Plan& p, const at::Tensor& grad, torch::autograd::variable_list& out) {
+    const at::Tensor &x = s[0], &y = s[1], &gamma = s[2], &xl = s[3], &yl = s[4], &saved = s[6];
+    const at::Tensor &data = s[7], &lens = s[8], &seeds = s[9];
+    bind(p);
+    const int64_t stream = ctx->saved_data["stream"].toInt();
+    const at::Tensor d2 = halves_backward(p, stream, gamma, saved, data, lens, seeds, x.options(), x.size(2));
+    map_back(p, stream, d2, grad, x, y, xl, yl, ctx->needs_input_grad(0), ctx->needs_input_grad(1), out);
   }
 
   // The Python path's backward of this node into out[0], out[1] (None from Python, for a gradient nobody uses, stays
@@ -1011,6 +1100,21 @@ void set_two_ended(int64_t id, std::vector<int64_t> in, std::vector<int64_t> see
   p.end_off = end_off;
 }
 
+// A plan whose backward runs ahead (fastpath.py's _set_ahead): scale_grads_kernel (CUfunction, grid (unused: set per
+// launch), block; ignored for a two-ended plan, whose te_grads scales) and the address of its (B,) ones.
+// false, changing nothing, for a plan whose backward is not one kernel over the stored table (gram, chained,
+// checkpointed).
+bool set_ahead(int64_t id, std::vector<int64_t> scale, int64_t ones) {
+  std::lock_guard<std::mutex> guard(g_lock);
+  TORCH_CHECK(id >= 0 && id < (int64_t)g_plans.size(), "softdtw fast path: unknown plan ", id);
+  Plan& p = g_plans[id];
+  if (p.gram || p.chain || p.TH > 0) return false;
+  p.ahead = true;
+  p.scale = kernel_of(scale);
+  p.ones = ones;
+  return true;
+}
+
 // A checkpointed plan (fastpath.py; after set_chain): its tiles' rows TH and the column checkpoints' length.
 void set_checkpoint(int64_t id, int64_t TH, int64_t col_numel) {
   std::lock_guard<std::mutex> guard(g_lock);
@@ -1049,6 +1153,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_chain", &set_chain, "make a plan chained (forward_chain_kernel, backward_chain_kernel)");
   m.def("set_checkpoint", &set_checkpoint, "make a chained gram plan a checkpointed one (one band of rows)");
   m.def("set_two_ended", &set_two_ended, "make a plan a two-ended one (the halves of each pair's rows)");
+  m.def("set_ahead", &set_ahead, "make a storing plan run its backward in its forward (grad 1), scaled when asked");
   m.def("set_lengths", &set_lengths, "the lengths kernel of a plan (calls with per-pair lengths)");
   m.def("set_dilate_xy", &set_dilate_xy, "a DILATE plan through dilate_xy_kernel");
   m.def("register_ops", &register_ops, "the CUDA kernels of softdtw::forward and softdtw::backward");

@@ -37,6 +37,14 @@ return_terms, M within hvp_warp_kernel's reach, and per-pair lengths (integer te
 runs; a C++ autograd Function makes the Python path's torch calls and launches in the same order, so its losses and
 gradients are bitwise the Python path's too.
 
+A storing call of at most :data:`AHEAD_MAX_CELLS` cells (a fused cost, not chained; two-ended plans too) runs its
+backward ahead: the forward queues the backward kernel(s) right behind itself with grad 1 and keeps the unit dx, dy
+(its link table is freed then), and the node's backward only scales them by the grad (kernels/scale_grads.cu; a
+two-ended plan's two_ended_grads_kernel), bitwise what the Python path's backward gives (backward_kernel multiplies by
+the grad last). At 32 x 512² the GPU then no longer idles while the host walks from the loss to ``.backward()``
+(H200: 142-154 -> 69-71 µs idle a step, the step -71 to -107 µs; benchmarks/OPTIMIZATION_LOG.md, "The backward run
+ahead in the forward").
+
 Per-pair lengths: the call passes the user's tensors as they are, and fastpath.cpp (call_lengths) converts them
 (int64, on x's device; lengths on the CPU in one copy) and queues check.cu's lengths_kernel, which writes the copies
 clamped into range that the kernels read and flags a length out of range for the value check, as the Python path's
@@ -225,6 +233,15 @@ _transforms_active = torch._C._are_functorch_transforms_active
 _PLANS: dict = {}
 _PLANS_MAX = 4096
 
+#: A storing call's backward runs ahead, in its forward (fastpath.cpp, Plan::ahead), for plans of at most this many
+#: cells (B N M) whose DP is not chained. A small loss step's backward kernel otherwise waits for the host to return
+#: from the loss, take .mean() and reach .backward() (the GPU idles meanwhile, or the kernel comes last after the
+#: host's launches); run ahead with grad 1, it is done by then and the node only scales it (scale_grads.cu, bitwise
+#: the backward's own result, kernels/backward.cu). A call whose gradient is never asked for pays one backward: the
+#: bound keeps that under ~1 ms (32 x 1024²), and the step sizes where the wait matters lie far below it.
+AHEAD_MAX_CELLS = 1 << 25
+_AHEAD: dict = {}  # plan id -> its (B,) ones (the C++ plan holds the address; None for a two-ended plan's)
+
 
 def _entry(x, y, gamma: float, cost, memory: str, backend, grad: bool, pkey: tuple):
     """The entry of this call's key, or False when the call is not one the launcher takes (see the module
@@ -301,15 +318,36 @@ def _plan(x, y, cost, memory: str, backend, grad: bool, transposable: bool = Fal
         plan = _add_two_ended_plan(check, B, N, M, D, x.dtype, dev, cost, False)
     elif grad and not gram and transposable and _two_ended.applies_grad(B, N, M, D, x.dtype, dev):
         plan = _add_two_ended_plan(check, B, N, M, D, x.dtype, dev, cost, True)  # gamma > 0 (transposable): soft-DTW
+        if not op and _ahead(2 * B, (N + 1) // 2, M, D, x.dtype, dev) and _module.set_ahead(plan, [0, 0, 0], 0):
+            _AHEAD[plan] = None  # (its seed kernel's ones; two_ended_grads_kernel scales)
     else:
         kind, DK = ("gram", 0) if gram else (cost, D)
         plan = _add_plan(check, kind, DK, B, N, M, x.dtype, dev, grad, grad, cost)
+        if grad and not gram and not op and _ahead(B, N, M, D, x.dtype, dev):
+            _set_ahead(plan, B, x.dtype, dev)
     _set_lengths(plan, dev)
     if gram:  # |x_i|, |y_j| by kernels/norms.cu, as the Python path's _norms
         from . import NORMS_EXPR, _NORMS_THREADS
 
         _module.set_norms(plan, [_launch._launcher("norms", NORMS_EXPR[x.dtype], dev).fn, 0, _NORMS_THREADS])
     return plan, unbatched, _checks.Span(cost, D, N, M), gram, swap, (big if big > _ops._SMALL_TABLE else 0), fit
+
+
+def _ahead(B: int, N: int, M: int, D: int, dtype, dev: int) -> bool:
+    """Whether a storing plan of B pairs of N x M steps (a fused cost of D features; a two-ended plan's halves) runs
+    its backward ahead (:data:`AHEAD_MAX_CELLS`)."""
+    return B * N * M <= AHEAD_MAX_CELLS and not _launch.plan_for(B, N, M, D, dtype, dev).chain
+
+
+def _set_ahead(plan: int, B: int, dtype, dev: int) -> None:
+    """Make a one-ended storing plan run its backward ahead: scale_grads_kernel and the plan's ones."""
+    ones = torch.ones(B, dtype=dtype, device=f"cuda:{dev}")
+    fn = _launch._launcher("scale_grads", f"sdtw::scale_grads_kernel<{_launch._CTYPE[dtype]}>", dev).fn
+    if _module.set_ahead(plan, [fn, 0, _SCALE_THREADS], ones.data_ptr()):
+        _AHEAD[plan] = ones
+
+
+_SCALE_THREADS = 256  # kernels/scale_grads.cu's __launch_bounds__
 
 
 def _checkpoint_plan(check: list, B: int, N: int, M: int, dtype, dev: int):

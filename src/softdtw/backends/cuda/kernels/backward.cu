@@ -11,7 +11,9 @@
 // to the right) come 32 rows at a time per warp, a block ahead, and per-cell inputs (the stored links, C)
 // stream through a cp.async ring P - 1 steps ahead, so no step waits for DRAM. Outputs:
 //   * fused costs: dx (carried along the row with (E, link), written by lane 0 of the first chunk) and dy
-//     (per-lane registers, written at the end of each chunk), both already multiplied by grad[b];
+//     (per-lane registers, written at the end of each chunk), both multiplied by grad[b] last: g * (unit * acc), so
+//     that a backward run with grad 1 and scaled afterwards (scale_grads.cu, the launcher's backward run ahead in
+//     the forward) is bitwise this kernel's with grad;
 //   * precomputed cost: dC[b, i, j] = grad[b] * E[b, i, j] (dC may alias C: each cell is read, then written,
 //     by the same lane in the same step);
 //   * dgamma[b] = grad[b] * (value[b] - <E_b, C_b>) / gamma, 0 at gamma = 0 (<E, C> summed in float64:
@@ -596,7 +598,7 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
           for (int d = 0; d < DX; ++d) q[2 + d] = dxout[d];
         } else if (XY) {
 #pragma unroll
-          for (int d = 0; d < DX; ++d) a.dx[(size_t(b) * N + i) * DT + d] = (GRAM ? g : slope_unit * g) * dxout[d];
+          for (int d = 0; d < DX; ++d) a.dx[(size_t(b) * N + i) * DT + d] = g * (GRAM ? dxout[d] : slope_unit * dxout[d]);
         }
       }
       if (W > 1) {
@@ -624,14 +626,14 @@ __device__ __forceinline__ void backward_pair(const BackwardArgs<T>& a, const in
         }
     }
     if (XY) {  // fused: dy; COST_GRAM: E's column sums
-      const T dyunit = GRAM ? g : -slope_unit * g;
+      const T dyunit = GRAM ? T(1) : -slope_unit;
 #pragma unroll
       for (int k = 0; k < K; ++k)
         if (j0 + k < M) {
 #pragma unroll
           for (int d = 0; d < DT; ++d) {
             T& out = a.dy[(size_t(b) * M + j0 + k) * DT + d];
-            const T v = (j0 + k < m) ? dyunit * dyacc[k][d] : T(0);
+            const T v = (j0 + k < m) ? g * (dyunit * dyacc[k][d]) : T(0);
             out = below ? out + v : v;  // a row band above the pair's bottom band adds to it (the same block wrote it)
           }
         }
