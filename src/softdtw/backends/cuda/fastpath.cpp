@@ -332,8 +332,8 @@ struct Fused : public torch::autograd::Function<Fused> {
                                       xl, yl, store, x.options());
     if (store && p.ahead) {
       const at::Tensor d1 = run_ahead(p, stream, x, y, gamma, xl, yl, value, saved);
-      if (d1.defined()) {  // the table is free once the backward has read it: a create_graph=True backward stores again
-        ctx->save_for_backward({x, y, gamma, xl, yl, value, at::empty({0}, saved.options()), d1});
+      if (d1.defined()) {  // (the table stays for a create_graph=True backward, python_backward's HVP, as without)
+        ctx->save_for_backward({x, y, gamma, xl, yl, value, saved, d1});
         ctx->saved_data["plan"] = plan_id;
         ctx->saved_data["stream"] = stream;
         ctx->saved_data["ahead"] = true;

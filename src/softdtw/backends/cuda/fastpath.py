@@ -39,7 +39,8 @@ gradients are bitwise the Python path's too.
 
 A storing call of at most :data:`AHEAD_MAX_CELLS` cells (a fused cost, not chained; two-ended plans too) runs its
 backward ahead: the forward queues the backward kernel(s) right behind itself with grad 1 and keeps the unit dx, dy
-(its link table is freed then), and the node's backward only scales them by the grad (kernels/scale_grads.cu; a
+(and the link table, for a create_graph=True backward), and the node's backward only scales them by the grad
+(kernels/scale_grads.cu; a
 two-ended plan's two_ended_grads_kernel), bitwise what the Python path's backward gives (backward_kernel multiplies by
 the grad last). At 32 x 512² the GPU then no longer idles while the host walks from the loss to ``.backward()``
 (H200: 142-154 -> 69-71 µs idle a step, the step -71 to -107 µs; benchmarks/OPTIMIZATION_LOG.md, "The backward run
