@@ -330,21 +330,17 @@ struct Fused : public torch::autograd::Function<Fused> {
     if (p.gram) gram_inputs(p, stream, x, y, xn, yn, G);
     auto [value, saved] = run_forward(p, stream, p.gram ? ptr(xn) : ptr(x), p.gram ? ptr(yn) : ptr(y), ptr(G), gamma,
                                       xl, yl, store, x.options());
-    if (store && p.ahead) {
-      const at::Tensor d1 = run_ahead(p, stream, x, y, gamma, xl, yl, value, saved);
-      if (d1.defined()) {  // (the table stays for a create_graph=True backward, python_backward's HVP, as without)
-        ctx->save_for_backward({x, y, gamma, xl, yl, value, saved, d1});
-        ctx->saved_data["plan"] = plan_id;
-        ctx->saved_data["stream"] = stream;
-        ctx->saved_data["ahead"] = true;
-        return value;
-      }
-    }
     if (store) {
       // The gram cost keeps its norms for the backward, and x·yᵀ in float64 only: float32 links hold the
       // normalised weights, so with gamma a constant the backward reads no cost (kernels/backward.cu, readc).
+      // A backward run ahead (never gram) keeps its unit dx, dy after the table, which stays for a create_graph=True
+      // backward (python_backward's HVP).
       torch::autograd::variable_list keep{x, y, gamma, xl, yl, value, saved};
-      if (p.gram && p.TH == 0) {
+      const at::Tensor d1 = p.ahead ? run_ahead(p, stream, x, y, gamma, xl, yl, value, saved) : at::Tensor();
+      if (d1.defined()) {
+        keep.push_back(d1);
+        ctx->saved_data["ahead"] = true;
+      } else if (p.gram && p.TH == 0) {
         keep.push_back(xn);
         keep.push_back(yn);
         if (x.scalar_type() != at::kFloat) keep.push_back(G);

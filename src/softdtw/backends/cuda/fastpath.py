@@ -319,12 +319,13 @@ def _plan(x, y, cost, memory: str, backend, grad: bool, transposable: bool = Fal
         plan = _add_two_ended_plan(check, B, N, M, D, x.dtype, dev, cost, False)
     elif grad and not gram and transposable and _two_ended.applies_grad(B, N, M, D, x.dtype, dev):
         plan = _add_two_ended_plan(check, B, N, M, D, x.dtype, dev, cost, True)  # gamma > 0 (transposable): soft-DTW
-        if not op and _ahead(2 * B, (N + 1) // 2, M, D, x.dtype, dev) and _module.set_ahead(plan, [0, 0, 0], 0):
+        # (set_ahead refuses a chained plan, whose backward is not one kernel over the table)
+        if not op and 2 * B * ((N + 1) // 2) * M <= AHEAD_MAX_CELLS and _module.set_ahead(plan, [0, 0, 0], 0):
             _AHEAD[plan] = None  # (its seed kernel's ones; two_ended_grads_kernel scales)
     else:
         kind, DK = ("gram", 0) if gram else (cost, D)
         plan = _add_plan(check, kind, DK, B, N, M, x.dtype, dev, grad, grad, cost)
-        if grad and not gram and not op and _ahead(B, N, M, D, x.dtype, dev):
+        if grad and not gram and not op and B * N * M <= AHEAD_MAX_CELLS:
             _set_ahead(plan, B, x.dtype, dev)
     _set_lengths(plan, dev)
     if gram:  # |x_i|, |y_j| by kernels/norms.cu, as the Python path's _norms
@@ -334,14 +335,9 @@ def _plan(x, y, cost, memory: str, backend, grad: bool, transposable: bool = Fal
     return plan, unbatched, _checks.Span(cost, D, N, M), gram, swap, (big if big > _ops._SMALL_TABLE else 0), fit
 
 
-def _ahead(B: int, N: int, M: int, D: int, dtype, dev: int) -> bool:
-    """Whether a storing plan of B pairs of N x M steps (a fused cost of D features; a two-ended plan's halves) runs
-    its backward ahead (:data:`AHEAD_MAX_CELLS`)."""
-    return B * N * M <= AHEAD_MAX_CELLS and not _launch.plan_for(B, N, M, D, dtype, dev).chain
-
-
 def _set_ahead(plan: int, B: int, dtype, dev: int) -> None:
-    """Make a one-ended storing plan run its backward ahead: scale_grads_kernel and the plan's ones."""
+    """Make a one-ended storing plan run its backward ahead: scale_grads_kernel and the plan's ones (the C++ side
+    refuses a chained plan, whose backward is not one kernel over the table)."""
     ones = torch.ones(B, dtype=dtype, device=f"cuda:{dev}")
     fn = _launch._launcher("scale_grads", f"sdtw::scale_grads_kernel<{_launch._CTYPE[dtype]}>", dev).fn
     if _module.set_ahead(plan, [fn, 0, _SCALE_THREADS], ones.data_ptr()):
