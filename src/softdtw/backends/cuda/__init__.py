@@ -84,6 +84,15 @@ ROW_BANDS = 2
 COST_BAND_MAX = 4 << 30
 #: Value-only passes build the whole large-D cost up to this size and band it beyond (a band costs a pass).
 COST_WHOLE_MAX = 1 << 30
+#: The "gram" cost's GEMMs by kernels/gram_gemm.cu (x·yᵀ with the norms in one launch, dx and dy in another) instead
+#: of norms_kernel + torch.bmm and two mul + baddbmm_ pairs, where B·N·M·D is at most GRAM_OWN_MAX[dtype] and N, M at
+#: most GRAM_OWN_LEN (:func:`own_gram_gemm`): there each torch call took more host time than its GEMM took GPU time
+#: (issue 27, the D = 64 / 80 rows; benchmarks/OPTIMIZATION_LOG.md, "The gram cost's small GEMMs in one launch
+#: each"). Past them cuBLAS, with TF32 where the user allows it. float64 stops sooner: at 16 x 400 x 300, D = 80 its
+#: dx, dy took 87 µs of GPU against cuBLAS's 39 (H200). The C++ launcher follows the same rule, so both paths give
+#: the same bits.
+GRAM_OWN_MAX = {torch.float32: 1 << 28, torch.float64: 1 << 26}
+GRAM_OWN_LEN = 1024
 
 
 def _row_band_bytes(B: int, N: int, M: int, dtype: torch.dtype) -> int:
@@ -94,6 +103,12 @@ def _row_plan(B: int, N: int, M: int, dtype: torch.dtype, device_index: int):
     """(plan, rows per band) of a large-D cost built one band of rows at a time; saved_spec, forward and backward
     agree."""
     return _launch.row_band_plan(B, N, M, dtype, device_index, _row_band_bytes(B, N, M, dtype))
+
+
+def own_gram_gemm(B: int, N: int, M: int, D: int, dtype: torch.dtype) -> bool:
+    """Whether the "gram" cost of this shape and dtype takes kernels/gram_gemm.cu's GEMMs (GRAM_OWN_MAX,
+    GRAM_OWN_LEN)."""
+    return B * N * M * D <= GRAM_OWN_MAX.get(dtype, 0) and max(N, M) <= GRAM_OWN_LEN
 
 
 def _fused(kind: str, D: int) -> bool:
@@ -746,8 +761,9 @@ def _backward_gemm(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value,
 def _backward_gram(grad, x, y, gamma, x_lengths, y_lengths, window, value, saved, var=None, skip=False, needs=None):
     """Squared Euclidean, large D: G = x·yᵀ by one GEMM, the kernel (cost "gram") writing grad_b · E_b over G
     and returning its row sums rs and column sums cs; then dx = 2 (rs x - E y), dy = 2 (cs y - Eᵀ x), each one
-    GEMM with the scaled input as its addend. A forward + backward launches 14 kernels; the elementwise form of
-    the cost took 31 (benchmarks/OPTIMIZATION_LOG.md, "Large D: the Gram cost in the cells"). skip
+    GEMM with the scaled input as its addend (where :func:`own_gram_gemm`, both by one gram_grads_kernel). A
+    forward + backward launched 14 kernels; the elementwise form of the cost took 31 (benchmarks/OPTIMIZATION_LOG.md,
+    "Large D: the Gram cost in the cells"). skip
     (:func:`_skips_cost`): no GEMM for G, only the norms; E goes into a fresh buffer. needs (:func:`backward`): a
     gradient nobody uses is None, its GEMM not run (a target y: 0.4 ms of 3.6 at 32 x 2048², D = 64, float32)."""
     if skip:
@@ -763,10 +779,29 @@ def _backward_gram(grad, x, y, gamma, x_lengths, y_lengths, window, value, saved
                             None, var)
     rs, cs = out[0], out[1]
     want_x, want_y = _wanted_xy(needs)
+    if own_gram_gemm(x.shape[0], x.shape[1], y.shape[1], x.shape[2], x.dtype):
+        return _gram_grads(G, x, y, rs, cs, want_x, want_y) + tuple(out[2:])
     # In place on the scaled input: out of place, baddbmm first copies its addend into a new tensor.
     dx = (x * rs.unsqueeze(-1)).baddbmm_(G, y, beta=2.0, alpha=-2.0) if want_x else None
     dy = (y * cs.unsqueeze(-1)).baddbmm_(G.transpose(1, 2), x, beta=2.0, alpha=-2.0) if want_y else None
     return (dx, dy) + tuple(out[2:])
+
+
+def _gram_grads(E, x, y, rs, cs, want_x: bool, want_y: bool) -> tuple:
+    """(dx, dy) = (2 (rs x - E y), 2 (cs y - Eᵀ x)) by one launch of kernels/gram_gemm.cu's gram_grads_kernel, for
+    contiguous x `(B, N, D)`, y `(B, M, D)`, E `(B, N, M)` (grad_b · E_b), rs `(B, N)` and cs `(B, M)` (its row and
+    column sums); a gradient not wanted is None."""
+    B, N, D = x.shape
+    M = y.shape[1]
+    dx = torch.empty_like(x) if want_x else None
+    dy = torch.empty_like(y) if want_y else None
+    tiles_x = B * -(-N // _GG_TILE) * -(-D // _GG_TILE) if want_x else 0
+    grid = tiles_x + (B * -(-M // _GG_TILE) * -(-D // _GG_TILE) if want_y else 0)
+    if grid:
+        _launch.launch("gram_gemm", GRAM_GRADS_EXPR[x.dtype], x.get_device(), grid, _GG_THREADS,
+                       (E.data_ptr(), x.data_ptr(), y.data_ptr(), rs.data_ptr(), cs.data_ptr(), B, N, M, D,
+                        0 if dx is None else dx.data_ptr(), 0 if dy is None else dy.data_ptr(), tiles_x))
+    return dx, dy
 
 
 def _wanted_xy(needs) -> tuple:
@@ -938,10 +973,29 @@ def _backward_rows(grad, x, y, gamma, cost, x_lengths, y_lengths, window, value,
 
 def _gram(x, y):
     """(|x_i| `(B, N)`, |y_j| `(B, M)`, x·yᵀ `(B, N, M)`): the squared Euclidean cost of large D as the kernels
-    take it (cost "gram", kernels/common.cuh): one GEMM and two norms, no elementwise pass over (B, N, M).
+    take it (cost "gram", kernels/common.cuh): one GEMM and two norms, no elementwise pass over (B, N, M); where
+    :func:`own_gram_gemm`, all three by one launch of kernels/gram_gemm.cu.
     In x's dtype also under autocast, which would lower the GEMM to half precision: the kernels read x's dtype,
     and |x|² + |y|² - 2 x·y cancels too much for a half-precision x·y (:func:`_gram_table`)."""
-    return *_norms(x, y), _gram_table(x, y)
+    if not own_gram_gemm(x.shape[0], x.shape[1], y.shape[1], x.shape[2], x.dtype):
+        return *_norms(x, y), _gram_table(x, y)
+    return _gram_own(x, y)
+
+
+def _gram_own(x, y):
+    """:func:`_gram` by one launch of kernels/gram_gemm.cu's gram_xy_kernel (float32 or float64 x and y)."""
+    x, y = x.contiguous(), y.contiguous()
+    B, N, D = x.shape
+    M = y.shape[1]
+    xn = torch.empty((B, N), dtype=x.dtype, device=x.device)
+    yn = torch.empty((B, M), dtype=x.dtype, device=x.device)
+    G = torch.empty((B, N, M), dtype=x.dtype, device=x.device)
+    tiles = B * -(-N // _GG_TILE) * -(-M // _GG_TILE)
+    grid = tiles + -(-B * (N + M) // _GG_THREADS)
+    if grid:
+        _launch.launch("gram_gemm", GRAM_XY_EXPR[x.dtype], x.get_device(), grid, _GG_THREADS,
+                       (x.data_ptr(), y.data_ptr(), B, N, M, D, G.data_ptr(), xn.data_ptr(), yn.data_ptr(), tiles))
+    return xn, yn, G
 
 
 def _norms(x, y):
@@ -962,6 +1016,9 @@ def _norms(x, y):
 
 NORMS_EXPR = {torch.float32: "sdtw::norms_kernel<float>", torch.float64: "sdtw::norms_kernel<double>"}
 _NORMS_THREADS = 256
+GRAM_XY_EXPR = {t: f"sdtw::gram_xy_kernel<{c}>" for t, c in _launch._CTYPE.items()}
+GRAM_GRADS_EXPR = {t: f"sdtw::gram_grads_kernel<{c}>" for t, c in _launch._CTYPE.items()}
+_GG_TILE, _GG_THREADS = 64, 256  # kernels/gram_gemm.cu's GG_TILE, GG_THREADS
 
 
 def _gemm_cost(cost, x, y):

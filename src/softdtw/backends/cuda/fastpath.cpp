@@ -70,6 +70,9 @@ struct Plan {
   std::string cost;
   bool gram = false;  // large-D squared Euclidean: the kernels take |x_i|, |y_j| and x·yᵀ (cost "gram")
   Kernel norms;       // gram: norms_kernel (its grid is set per launch)
+  // gram, small (set_gram_gemm; backends/cuda/__init__.py's own_gram_gemm): kernels/gram_gemm.cu's gram_xy_kernel
+  // (x·yᵀ and the norms) and gram_grads_kernel (dx, dy) in place of norms_kernel, at::bmm and the baddbmm_ pairs.
+  Kernel gram_xy, gram_grads;
   // DILATE (set_hvp): fwd is the value-only forward of a precomputed cost, hvp is hvp_warp_kernel (hvp.py)
   Kernel hvp;
   int64_t rec_numel = 0;  // its per-cell records, in the data dtype
@@ -147,8 +150,12 @@ at::Tensor maybe_empty(const std::vector<int64_t>& shape, const at::TensorOption
   return shape.empty() ? at::Tensor() : at::empty(shape, opts);
 }
 
+constexpr int64_t kGramTile = 64;  // kernels/gram_gemm.cu's GG_TILE
+inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
 // The gram cost's inputs, as backends/cuda/__init__.py's _gram: |x_i|, |y_j| (norms_kernel, one launch for both) and
-// x·yᵀ (left undefined without gemm: a float32 backward that drops dgamma reads no cost, as _skips_cost).
+// x·yᵀ (left undefined without gemm: a float32 backward that drops dgamma reads no cost, as _skips_cost); a small
+// plan's gram_xy_kernel writes all three in one launch.
 void gram_inputs(const Plan& p, int64_t stream, const at::Tensor& xa, const at::Tensor& ya, at::Tensor& xn,
                  at::Tensor& yn, at::Tensor& G, bool gemm = true) {
   const at::Tensor x = xa.contiguous(), y = ya.contiguous();  // (no copy for the launcher's own calls)
@@ -156,6 +163,14 @@ void gram_inputs(const Plan& p, int64_t stream, const at::Tensor& xa, const at::
   xn = at::empty({B, N}, x.options());
   yn = at::empty({B, M}, x.options());
   const int64_t rows = B * (N + M);
+  if (gemm && p.gram_xy.fn != nullptr) {  // x·yᵀ and the norms in one launch (kernels/gram_gemm.cu)
+    G = at::empty({B, N, M}, x.options());
+    const int64_t tiles = B * cdiv(N, kGramTile) * cdiv(M, kGramTile);
+    Kernel k = p.gram_xy;
+    k.grid = (unsigned)(tiles + cdiv(rows, k.block));
+    if (k.grid > 0) launch(k, stream, {ptr(x), ptr(y), B, N, M, D, ptr(G), ptr(xn), ptr(yn), tiles}, "gram_xy_kernel");
+    return;
+  }
   if (rows > 0) {
     TORCH_CHECK(p.norms.fn != nullptr,
                 "softdtw fast path: a gram plan without its norms kernel (a bug, please report it).");
@@ -164,6 +179,29 @@ void gram_inputs(const Plan& p, int64_t stream, const at::Tensor& xa, const at::
     launch(k, stream, {ptr(x), B * N, ptr(y), B * M, D, ptr(xn), ptr(yn)}, "norms_kernel");
   }
   if (gemm) G = at::bmm(x, y.transpose(1, 2));
+}
+
+// The gram cost's dx = 2 (rs x - E y) and dy = 2 (cs y - Eᵀ x) from E = grad_b E_b (B, N, M) and its row and column
+// sums rs, cs, as backends/cuda/__init__.py's _backward_gram: gram_grads_kernel in one launch where the plan has it,
+// else one GEMM each, accumulating into the scaled input in place. A gradient not needed stays undefined.
+void gram_grads(const Plan& p, int64_t stream, const at::Tensor& E, const at::Tensor& xa, const at::Tensor& ya,
+                const at::Tensor& rs, const at::Tensor& cs, bool need_x, bool need_y, at::Tensor& dx, at::Tensor& dy) {
+  if (p.gram_grads.fn == nullptr) {
+    if (need_x) dx = (xa * rs.unsqueeze(-1)).baddbmm_(E, ya, 2.0, -2.0);
+    if (need_y) dy = (ya * cs.unsqueeze(-1)).baddbmm_(E.transpose(1, 2), xa, 2.0, -2.0);
+    return;
+  }
+  const at::Tensor x = xa.contiguous(), y = ya.contiguous();
+  const int64_t B = x.size(0), N = x.size(1), M = y.size(1), D = x.size(2);
+  if (need_x) dx = at::empty({B, N, D}, x.options());
+  if (need_y) dy = at::empty({B, M, D}, x.options());
+  const int64_t tiles_x = need_x ? B * cdiv(N, kGramTile) * cdiv(D, kGramTile) : 0;
+  const int64_t tiles_y = need_y ? B * cdiv(M, kGramTile) * cdiv(D, kGramTile) : 0;
+  Kernel k = p.gram_grads;
+  k.grid = (unsigned)(tiles_x + tiles_y);
+  if (k.grid > 0)
+    launch(k, stream, {ptr(E), ptr(x), ptr(y), ptr(rs), ptr(cs), B, N, M, D, ptr(dx), ptr(dy), tiles_x},
+           "gram_grads_kernel");
 }
 
 // The row range of a chained launch over all rows (backends/cuda/__init__.py, _ALL_ROWS).
@@ -526,15 +564,14 @@ struct Fused : public torch::autograd::Function<Fused> {
     const int64_t stream = ctx->saved_data["stream"].toInt();
     const at::Tensor dgamma = at::empty({p.B}, opts);
     if (p.gram) {
-      // grad_b E_b into E with its row and column sums rs, cs; then dx = 2 (rs x - E y), dy = 2 (cs y - Eᵀ x) by
-      // one GEMM each, accumulating into the scaled input in place.
+      // grad_b E_b into E with its row and column sums rs, cs; then dx = 2 (rs x - E y), dy = 2 (cs y - Eᵀ x)
+      // (gram_grads).
       const at::Tensor &xn = s[7], &yn = s[8];
       const int64_t G = s.size() > 9 ? ptr(s[9]) : 0;  // none in float32 (the forward above)
       at::Tensor E = at::empty({p.B, p.N, p.M}, opts), rs = at::empty_like(xn), cs = at::empty_like(yn);
       run_backward(p, stream, ptr(xn), ptr(yn), G, gamma, xl, yl, grad, saved, value, ptr(rs), ptr(cs), ptr(E), dgamma,
                    opts);
-      if (need_x) out[0] = (x * rs.unsqueeze(-1)).baddbmm_(E, y, 2.0, -2.0);
-      if (need_y) out[1] = (y * cs.unsqueeze(-1)).baddbmm_(E.transpose(1, 2), x, 2.0, -2.0);
+      gram_grads(p, stream, E, x, y, rs, cs, need_x, need_y, out[0], out[1]);
       return;
     }
     at::Tensor dx = at::empty_like(x), dy = at::empty_like(y);
@@ -899,7 +936,7 @@ void backward_op(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
   at::Tensor dgamma = at::empty({p.B}, opts), dx, dy;
   if (p.gram) {
     // E = grad_b E_b (over x·yᵀ in place, or a fresh buffer when no cost is read), its row and column sums rs, cs;
-    // dx = 2 (rs x - E y), dy = 2 (cs y - Eᵀ x), each one GEMM accumulating into the scaled input in place.
+    // dx = 2 (rs x - E y), dy = 2 (cs y - Eᵀ x) (gram_grads).
     const bool skip = x.scalar_type() == at::kFloat && !need_g;
     at::Tensor xn, yn, G;
     gram_inputs(p, stream, x, y, xn, yn, G, !skip);
@@ -907,8 +944,7 @@ void backward_op(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
     at::Tensor rs = at::empty_like(xn), cs = at::empty_like(yn);
     run_backward(p, stream, ptr(xn), ptr(yn), skip ? 0 : ptr(G), gamma, xl, yl, grad, saved, value, ptr(rs), ptr(cs),
                  ptr(G), dgamma, opts);
-    if (need_x) dx = (x * rs.unsqueeze(-1)).baddbmm_(G, y, 2.0, -2.0);
-    if (need_y) dy = (y * cs.unsqueeze(-1)).baddbmm_(G.transpose(1, 2), x, 2.0, -2.0);
+    gram_grads(p, stream, G, x, y, rs, cs, need_x, need_y, dx, dy);
   } else {
     dx = at::empty_like(x);
     dy = at::empty_like(y);
@@ -1060,13 +1096,22 @@ int64_t add_plan(int64_t context, std::vector<int64_t> check, std::vector<int64_
 
 // A gram plan's norms_kernel (fastpath.py): (CUfunction, grid (unused: set per launch), block).
 void set_norms(int64_t id, std::vector<int64_t> k) {
-  TORCH_CHECK(k.size() == 3, "softdtw fast path: a kernel is (CUfunction, grid, block)");
+  const Kernel n = kernel_of(k);
   std::lock_guard<std::mutex> guard(g_lock);
   TORCH_CHECK(id >= 0 && id < (int64_t)g_plans.size(), "softdtw fast path: unknown plan ", id);
-  Kernel& n = g_plans[id].norms;
-  n.fn = (void*)(uintptr_t)k[0];
-  n.grid = (unsigned)k[1];
-  n.block = (unsigned)k[2];
+  g_plans[id].norms = n;
+}
+
+// A small gram plan's gram_xy_kernel and gram_grads_kernel (fastpath.py; backends/cuda/__init__.py, own_gram_gemm),
+// each (CUfunction, grid (unused: set per launch), block).
+void set_gram_gemm(int64_t id, std::vector<int64_t> xy, std::vector<int64_t> grads) {
+  const Kernel a = kernel_of(xy), b = kernel_of(grads);
+  std::lock_guard<std::mutex> guard(g_lock);
+  TORCH_CHECK(id >= 0 && id < (int64_t)g_plans.size(), "softdtw fast path: unknown plan ", id);
+  TORCH_CHECK(g_plans[id].gram,
+              "softdtw fast path: set_gram_gemm on a plan that is not gram (a bug, please report it).");
+  g_plans[id].gram_xy = a;
+  g_plans[id].gram_grads = b;
 }
 
 // A chained plan (fastpath.py): its tiles' stagger and the sizes of its zeroed sync (int32) and ws (int64) buffers.
@@ -1146,6 +1191,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("divergence", &divergence, "soft-DTW divergences (B,): three fused terms, one value check");
   m.def("set_hvp", &set_hvp, "the hvp kernel of a DILATE plan");
   m.def("set_norms", &set_norms, "the norms kernel of a gram plan");
+  m.def("set_gram_gemm", &set_gram_gemm, "a small gram plan's own GEMM kernels (kernels/gram_gemm.cu)");
   m.def("set_chain", &set_chain, "make a plan chained (forward_chain_kernel, backward_chain_kernel)");
   m.def("set_checkpoint", &set_checkpoint, "make a chained gram plan a checkpointed one (one band of rows)");
   m.def("set_two_ended", &set_two_ended, "make a plan a two-ended one (the halves of each pair's rows)");

@@ -328,10 +328,14 @@ def _plan(x, y, cost, memory: str, backend, grad: bool, transposable: bool = Fal
         if grad and not gram and not op and B * N * M <= AHEAD_MAX_CELLS:
             _set_ahead(plan, B, x.dtype, dev)
     _set_lengths(plan, dev)
-    if gram:  # |x_i|, |y_j| by kernels/norms.cu, as the Python path's _norms
-        from . import NORMS_EXPR, _NORMS_THREADS
+    if gram:  # |x_i|, |y_j| by kernels/norms.cu, as the Python path's _norms; small and storing (a checkpoint's bands
+        # take torch's GEMMs on both paths): kernels/gram_gemm.cu's, as its _gram and _backward_gram
+        from . import GRAM_GRADS_EXPR, GRAM_XY_EXPR, NORMS_EXPR, _GG_THREADS, _NORMS_THREADS, own_gram_gemm
 
         _module.set_norms(plan, [_launch._launcher("norms", NORMS_EXPR[x.dtype], dev).fn, 0, _NORMS_THREADS])
+        if own_gram_gemm(B, N, M, D, x.dtype) and not ckpt:
+            xy, grads = (_launch._launcher("gram_gemm", e[x.dtype], dev).fn for e in (GRAM_XY_EXPR, GRAM_GRADS_EXPR))
+            _module.set_gram_gemm(plan, [xy, 0, _GG_THREADS], [grads, 0, _GG_THREADS])
     return plan, unbatched, _checks.Span(cost, D, N, M), gram, swap, (big if big > _ops._SMALL_TABLE else 0), fit
 
 
