@@ -28,6 +28,7 @@ TOL = {torch.float32: 2e-6, torch.float64: 1e-13}
     (32, 2048, 2048, 64, torch.float32, False),  # issue 27's large-D row: cuBLAS (TF32 where allowed)
     (16, 1024, 1024, 64, torch.float32, False),
     (2, 64, 64, 64, torch.float16, False),       # (no gram kernels of half precision)
+    (0, 64, 64, 64, torch.float16, False),
 ])
 def test_which_shapes_take_the_own_gemms(B, N, M, D, dtype, want):
     assert cb.own_gram_gemm(B, N, M, D, dtype) is want

@@ -108,7 +108,7 @@ def _row_plan(B: int, N: int, M: int, dtype: torch.dtype, device_index: int):
 def own_gram_gemm(B: int, N: int, M: int, D: int, dtype: torch.dtype) -> bool:
     """Whether the "gram" cost of this shape and dtype takes kernels/gram_gemm.cu's GEMMs (GRAM_OWN_MAX,
     GRAM_OWN_LEN)."""
-    return B * N * M * D <= GRAM_OWN_MAX.get(dtype, 0) and max(N, M) <= GRAM_OWN_LEN
+    return dtype in GRAM_OWN_MAX and B * N * M * D <= GRAM_OWN_MAX[dtype] and max(N, M) <= GRAM_OWN_LEN
 
 
 def _fused(kind: str, D: int) -> bool:
