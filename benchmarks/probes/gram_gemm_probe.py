@@ -78,8 +78,8 @@ def main() -> None:
             }
             for name, f in pieces.items():
                 row = dict(B=B, N=N, M=M, D=D, dtype=str(dtype).replace("torch.", ""), piece=name,
-                           host_us=host_us(f, args.reps), gpu_us=gpu_us(f, args.reps), max_err=float(f"{err[name]:.3g}"),
-                           tf32=torch.backends.cuda.matmul.allow_tf32)
+                           host_us=host_us(f, args.reps), gpu_us=gpu_us(f, args.reps),
+                           max_err=float(f"{err[name]:.3g}"), tf32=torch.backends.cuda.matmul.allow_tf32)
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     if args.out:
