@@ -119,6 +119,9 @@ const Plan& plan_of(int64_t id) {
 
 inline int64_t ptr(const at::Tensor& t) { return t.defined() ? (int64_t)(uintptr_t)t.data_ptr() : 0; }
 
+// ceil(a / b) for a >= 0, b > 0: the blocks of a grid.
+inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
 // Every argument sits in an 8-byte slot, as in launch.py: the driver copies each parameter's own size from the
 // start of its slot, so little-endian int64 slots serve int32 and pointer parameters alike.
 // The engine runs a backward on its own thread per device, where PyTorch may not have made the primary context
@@ -151,7 +154,6 @@ at::Tensor maybe_empty(const std::vector<int64_t>& shape, const at::TensorOption
 }
 
 constexpr int64_t kGramTile = 64;  // kernels/gram_gemm.cu's GG_TILE
-inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // The gram cost's inputs, as backends/cuda/__init__.py's _gram: |x_i|, |y_j| (norms_kernel, one launch for both) and
 // x·yᵀ (left undefined without gemm: a float32 backward that drops dgamma reads no cost, as _skips_cost); a small
@@ -175,7 +177,7 @@ void gram_inputs(const Plan& p, int64_t stream, const at::Tensor& xa, const at::
     TORCH_CHECK(p.norms.fn != nullptr,
                 "softdtw fast path: a gram plan without its norms kernel (a bug, please report it).");
     Kernel k = p.norms;
-    k.grid = (unsigned)((rows + k.block - 1) / k.block);
+    k.grid = (unsigned)cdiv(rows, k.block);
     launch(k, stream, {ptr(x), B * N, ptr(y), B * M, D, ptr(xn), ptr(yn)}, "norms_kernel");
   }
   if (gemm) G = at::bmm(x, y.transpose(1, 2));
@@ -330,7 +332,7 @@ bool call_lengths(const Kernel& lk, int64_t B, int64_t tx, int64_t ty, const at:
   }
   const at::Tensor out = at::empty({2, B}, xl.options());
   Kernel k = lk;
-  k.grid = (unsigned)((B + k.block - 1) / k.block);
+  k.grid = (unsigned)cdiv(B, k.block);
   launch(k, stream, {ptr(gx), gx.defined() ? ptr(out) : 0, tx, ptr(gy), gy.defined() ? ptr(out) + 8 * B : 0, ty, B, ws},
          "lengths_kernel");
   if (gx.defined()) xl = out.select(0, 0);
@@ -442,7 +444,7 @@ struct Fused : public torch::autograd::Function<Fused> {
     const at::Tensor xl2 = lens.narrow(0, 0, B2), yl2 = lens.narrow(0, B2, B2);
     const int64_t x2 = ptr(data), y2 = x2 + B2 * H * D * (int64_t)data.element_size();
     Kernel kin = p.te_in;
-    kin.grid = (unsigned)((B2 * std::max(H, M) + kin.block - 1) / kin.block);
+    kin.grid = (unsigned)cdiv(B2 * std::max(H, M), kin.block);
     launch(kin, stream, {ptr(x), ptr(y), ptr(xl), ptr(yl), p.B1, p.N1, M, D, x2, y2, ptr(xl2), ptr(yl2)},
            "two_ended_inputs_kernel");
     // (its values are the halves' own open-end values, unused)
@@ -501,7 +503,7 @@ struct Fused : public torch::autograd::Function<Fused> {
     const int64_t M = p.M, D = x.size(2), dx2 = ptr(d2), dy2 = dx2 + p.B * p.N * D * (int64_t)d2.element_size();
     const at::Tensor dx = at::empty_like(x), dy = at::empty_like(y);
     Kernel kg = p.te_grads;
-    kg.grid = (unsigned)((p.B1 * std::max(p.N1, M) + kg.block - 1) / kg.block);
+    kg.grid = (unsigned)cdiv(p.B1 * std::max(p.N1, M), kg.block);
     launch(kg, stream, {dx2, dy2, ptr(grad), ptr(xl), ptr(yl), p.B1, p.N1, M, D, ptr(dx), ptr(dy)},
            "two_ended_grads_kernel");
     if (need_x) out[0] = dx;
@@ -520,7 +522,7 @@ struct Fused : public torch::autograd::Function<Fused> {
     const at::Tensor dx = need_x ? at::empty_like(x) : at::Tensor(), dy = need_y ? at::empty_like(y) : at::Tensor();
     const int64_t D = x.size(2), dx1 = ptr(d1), dy1 = dx1 + x.numel() * (int64_t)d1.element_size();
     Kernel k = p.scale;
-    k.grid = (unsigned)((p.B * std::max(p.N, p.M) + k.block - 1) / k.block);
+    k.grid = (unsigned)cdiv(p.B * std::max(p.N, p.M), k.block);
     launch(k, stream, {dx1, dy1, ptr(grad), ptr(xl), ptr(yl), p.B, p.N, p.M, D, ptr(dx), ptr(dy)},
            "scale_grads_kernel");
     if (need_x) out[0] = dx;
